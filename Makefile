@@ -1,0 +1,18 @@
+# The two entry points a newcomer needs; see README.md.
+VENV ?= .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup test lint demo bench
+
+setup:
+	bash scripts/setup.sh
+
+lint:
+	ruff check .
+	ruff format --check .
+
+test: setup
+	bash scripts/test.sh
+
+demo: setup
+	bash scripts/demo.sh

@@ -1,0 +1,101 @@
+"""Strict YAML → frozen dataclass loading: unknown keys are refused with a suggestion."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from evalpipe.errors import ConfigError, UnknownNameError
+
+T = TypeVar("T")
+
+
+def suggest(name: str, choices: typing.Iterable[str]) -> str:
+    """' Did you mean 'x'?' for the closest choice, or '' when nothing is close."""
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def unknown_name(kind: str, name: str, choices: typing.Iterable[str]) -> UnknownNameError:
+    """The error for a name missing from a registry, with near matches and the full list."""
+    names = sorted(choices)
+    return UnknownNameError(
+        f"Unknown {kind} {name!r}.{suggest(name, names)} Known {kind}s: {', '.join(names)}."
+    )
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file's top-level mapping; syntax errors and non-mappings name the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {path}: {exc.strerror}.") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path} must hold a mapping of keys to values, not {type(data).__name__}."
+        )
+    return data
+
+
+def build(cls: type[T], data: Any, where: str) -> T:
+    """Construct dataclass `cls` from a mapping, recursing into nested dataclass fields.
+
+    `where` names the file (and key path) in every message, so a typo deep in a preset is found
+    without reading a traceback.
+    """
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {data!r}.")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    for key in data:
+        if key not in fields:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}.{suggest(str(key), fields)} "
+                f"Valid keys: {', '.join(sorted(fields))}."
+            )
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        kwargs[name] = _convert(hints[name], value, f"{where}.{name}")
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(f"{where}: missing required key(s) {', '.join(missing)}.")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    """Recurse into dataclasses, tuples and optionals; leave other values to the class checks."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        if len(args) == 1:
+            return _convert(args[0], value, where)
+        return value
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return build(hint, value, where)
+    if origin is tuple and isinstance(value, list):
+        (item,) = typing.get_args(hint)[:1] or (Any,)
+        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    return value

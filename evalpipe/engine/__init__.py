@@ -1,0 +1,1 @@
+"""Inference engines: the Engine protocol, the vLLM implementation and a deterministic fake."""

@@ -1,0 +1,42 @@
+"""The Engine protocol and the values that cross it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+# A prompt is plain text, or chat messages ({"role": ..., "content": ...}). A plain-text prompt
+# sent to a chat model becomes one user message.
+Prompt = str | list[dict[str, str]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingSettings:
+    """How to generate for one task (mirrors vLLM's SamplingParams)."""
+
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    n: int = 1
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Generation:
+    """The n completions for one prompt and their token counts."""
+
+    texts: tuple[str, ...]
+    prompt_tokens: int
+    completion_tokens: tuple[int, ...]
+
+
+class Engine(Protocol):
+    """Anything that turns a batch of prompts into generations, in order."""
+
+    def generate(
+        self, prompts: Sequence[Prompt], settings: SamplingSettings
+    ) -> list[Generation]: ...
+
+    def close(self) -> None: ...

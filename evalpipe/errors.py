@@ -1,0 +1,47 @@
+"""Typed errors: every user-facing failure says what was wrong, the value, and what to do.
+
+The CLI turns any EvalpipeError into exit status 1 with its message on stderr; anything else
+escaping is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class EvalpipeError(Exception):
+    """Base of all errors a user can cause or fix."""
+
+
+class ConfigError(EvalpipeError):
+    """A YAML file or a value in it is malformed, unknown or inconsistent."""
+
+
+class UnknownNameError(ConfigError):
+    """A preset, GPU, cluster, task or category name that is not in the registry."""
+
+
+class LayoutError(EvalpipeError):
+    """A tensor/pipeline parallel layout that vLLM or the hardware would refuse."""
+
+
+class DoesNotFitError(EvalpipeError):
+    """No allowed GPU count holds the model; the message says what would."""
+
+
+class SlurmError(EvalpipeError):
+    """The scheduler refused or failed a command; the message quotes its own words."""
+
+
+class EngineError(EvalpipeError):
+    """The inference engine could not be built or failed while generating."""
+
+
+class MissingDependencyError(EvalpipeError):
+    """An optional dependency is absent; the message names the extra to install."""
+
+
+class DatasetError(EvalpipeError):
+    """A dataset could not be found or read; the message says how to make it available."""
+
+
+class ResumeMismatchError(EvalpipeError):
+    """A run directory was started with a different configuration than the one resuming it."""

@@ -1,0 +1,8 @@
+"""Process exit statuses shared by the CLI, the runner and the sbatch templates."""
+
+OK = 0
+ERROR = 1  # a user-fixable error (EvalpipeError); the message is on stderr
+USAGE = 2  # bad command-line usage (argparse's own convention)
+# The run stopped early on SIGUSR1/SIGTERM after checkpointing; rerunning it resumes.
+# 75 is EX_TEMPFAIL from sysexits.h: "try again later". The sbatch script requeues on it.
+RESUMABLE = 75

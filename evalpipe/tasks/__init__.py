@@ -1,0 +1,1 @@
+"""Evaluation tasks: datasets, prompt building and scorers, grouped into categories."""

@@ -1,0 +1,39 @@
+"""The Task protocol and the values a task hands to the runner."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evalpipe.engine.base import Prompt, SamplingSettings
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One evaluation item; `id` is stable across runs so resume and comparison can key on it."""
+
+    id: str
+    prompt: Prompt
+    target: Any  # JSON-serialisable reference the scorer needs
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scored:
+    """A sample's answer(s) as extracted from the completions, and its metric values."""
+
+    extracted: tuple[str | None, ...]
+    scores: dict[str, float]
+
+
+class Task(Protocol):
+    name: str
+    category: str
+    sampling: SamplingSettings
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        """The task's samples in a deterministic order; `limit` takes a deterministic subset."""
+        ...
+
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored: ...

