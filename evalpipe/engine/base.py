@@ -40,3 +40,16 @@ class Engine(Protocol):
     ) -> list[Generation]: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """How to build an engine for one preset: the layout from the planner plus overrides."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_model_len: int | None = None  # None: the preset's
+    gpu_memory_utilization: float | None = None  # None: the preset's
+    # "ray" when the job spans nodes; None lets vLLM choose (multiprocessing on one node).
+    distributed_executor_backend: str | None = None
+    oom_fallback: bool = True  # step down settings on out-of-memory instead of failing
