@@ -64,8 +64,9 @@ _DIGITS = {
     "energy_j": 3,
 }
 PHASE_FILE = "monitor-phase.json"  # in the run directory: the runner's phase and clock
-# How long stop() waits for a sampler stuck in a hung driver call before giving up on it.
-_STOP_TIMEOUT_S = 10.0
+# How long set_phase() and stop() wait for a sampler stuck in a hung driver call (a GPU fallen
+# off the bus) before going on without it.
+_STUCK_AFTER_S = 10.0
 
 
 class _Default(enum.Enum):
@@ -374,7 +375,12 @@ class Monitor:
         if self._thread is not None:
             return self
         with self._lock:
-            self._sources = self._open_sources()
+            try:
+                self._sources = self._open_sources()
+            except Exception:
+                # A bug here must cost the metrics, never the evaluation.
+                self._failed = True
+                log.exception("The monitor could not start; the run goes on without metrics.")
             self._open_csv()
             self._t0 = time.monotonic()
             self._epoch0 = time.time() - self._time_offset
@@ -387,13 +393,19 @@ class Monitor:
     def set_phase(self, name: str) -> None:
         """Tag the following rows with `name` (load, generate:<category>, score:<category>, …).
         A sample is taken at once, so each phase's first row marks its start (and its energy)."""
-        with self._lock:
-            if self._follow is not None:
-                return
+        if self._follow is not None:
+            return
+        if not self._lock.acquire(timeout=_STUCK_AFTER_S):
+            self._phase = name  # the sampler is stuck in a driver call; do not wait for it
+            self._once(logging.WARNING, ("stuck",), "The monitor is stuck in a driver call.")
+            return
+        try:
             self._phase = name
             if self._thread is not None and self._summaries is None:
                 self._publish_phase(stopped=False)
                 self._sample_safely()
+        finally:
+            self._lock.release()
 
     def stop(self) -> list[dict[str, Any]]:
         """Take a last sample, close the CSV and NVML; the per-device summaries (idempotent)."""
@@ -403,9 +415,9 @@ class Monitor:
             self._summaries = []
             return self._summaries
         self._stopping.set()
-        self._thread.join(_STOP_TIMEOUT_S)
-        if not self._lock.acquire(timeout=_STOP_TIMEOUT_S):
-            log.warning("The GPU monitor is stuck in a driver call; summarising without it.")
+        self._thread.join(_STUCK_AFTER_S)
+        if not self._lock.acquire(timeout=_STUCK_AFTER_S):
+            log.warning("The monitor is stuck in a driver call; summarising without it.")
             self._summaries = self._summarise()
             return self._summaries
         try:

@@ -226,6 +226,21 @@ def test_an_unexpected_error_stops_sampling_but_never_the_run(
     assert "binding bug" in caplog.text
 
 
+class _BrokenCount(FakeNvml):
+    def nvmlDeviceGetCount(self) -> int:
+        raise RuntimeError("binding bug")
+
+
+def test_a_monitor_that_cannot_start_never_stops_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = _BrokenCount([FakeGpu(uuid=fake_uuid(0))])
+    with Monitor(tmp_path / "m.csv", interval_s=0.01, nvml=fake, visible_devices="0") as m:
+        m.set_phase("load")
+    assert m.stop() == []
+    assert "could not start; the run goes on without metrics" in caplog.text
+
+
 def test_mig_slice_records_memory_but_not_the_shared_power(tmp_path: Path) -> None:
     not_supported = pynvml.NVML_ERROR_NOT_SUPPORTED
     mig = FakeGpu(
