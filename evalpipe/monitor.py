@@ -125,6 +125,7 @@ class _GpuSource:
         self._nvml = nvml
         self._handle = gpu.handle
         self._once = once
+        self._memory_v2 = True
         self._counter_base_mj: int | None = None
         self._integrated_j = 0.0
         self._last_power: tuple[float, float] | None = None  # (monotonic time, W)
@@ -140,7 +141,7 @@ class _GpuSource:
 
     def read(self, now: float) -> Reading:
         nvml, h = self._nvml, self._handle
-        mem = self._call("memory", nvml.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory()
         util = self._call("utilization", nvml.nvmlDeviceGetUtilizationRates, h)
         temp = self._call(
             "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU
@@ -160,6 +161,31 @@ class _GpuSource:
             sm_clock_mhz=clock,
             energy_j=self._energy(now, power_w),
         )
+
+    def _memory(self) -> Any:
+        nvml = self._nvml
+        if self._memory_v2:
+            try:
+                # v2's "used" leaves out the driver's reservation, as nvidia-smi shows it.
+                return nvml.nvmlDeviceGetMemoryInfo(self._handle, version=nvml.nvmlMemory_v2)
+            except (
+                nvml.NVMLError_FunctionNotFound,
+                nvml.NVMLError_ArgumentVersionMismatch,
+                nvml.NVMLError_NotSupported,
+            ):
+                self._memory_v2 = False  # a driver before R510: v1 for the rest of the run
+                self._once(
+                    logging.INFO,
+                    (self.device, "memory-v1"),
+                    "%s (%s): the driver has no versioned memory query; memory_used_gib "
+                    "includes the driver's reservation.",
+                    self.device,
+                    self.name,
+                )
+            except nvml.NVMLError as err:
+                self._log_error("memory", err)
+                return None
+        return self._call("memory", nvml.nvmlDeviceGetMemoryInfo, self._handle)
 
     def _energy(self, now: float, power_w: float | None) -> float | None:
         if self.energy_source == "counter":

@@ -482,3 +482,24 @@ def test_monitor_command_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert json.loads(out)[0]["samples"] == 0  # no run to follow: nothing recorded
+
+
+@pytest.mark.parametrize(
+    ("errors", "used"),
+    [
+        ({}, "10"),  # the v2 query: what nvidia-smi shows
+        ({"memory_v2": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}, "10.5"),  # an old driver: v1
+    ],
+)
+def test_memory_used_leaves_out_the_drivers_reservation_where_it_can(
+    tmp_path: Path, errors: dict[str, int], used: str
+) -> None:
+    gpu = FakeGpu(
+        uuid=fake_uuid(0),
+        memory_used_bytes=(10 * GIB,),
+        memory_reserved_bytes=GIB // 2,
+        errors=errors,
+    )
+    with Monitor(tmp_path / "m.csv", interval_s=HOUR, nvml=FakeNvml([gpu]), visible_devices="0"):
+        pass
+    assert [r["memory_used_gib"] for r in rows(tmp_path / "m.csv")] == [used, used]
