@@ -134,8 +134,8 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
         return self._read(handle, "power", handle.power_mw)
 
-    def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock_type: int) -> int:
-        self._check_arg(clock_type == self.NVML_CLOCK_SM)
+    def nvmlDeviceGetClockInfo(self, handle: FakeGpu, type: int) -> int:  # pynvml's name
+        self._check_arg(type == self.NVML_CLOCK_SM)
         return self._read(handle, "sm_clock", handle.sm_clock_mhz)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:
