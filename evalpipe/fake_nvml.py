@@ -11,6 +11,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from evalpipe.errors import ConfigError
+
 GIB = 2**30
 # "memory_v2" is the versioned memory query (drivers from R510); "memory" is both queries' reading.
 METRICS = ("memory", "memory_v2", "utilization", "temperature", "power", "sm_clock", "energy")
@@ -33,6 +35,14 @@ class FakeGpu:
     sm_clock_mhz: Sequence[int] = (1980,)
     energy_mj: Sequence[int] = (0,)
     errors: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.errors) - set(METRICS))
+        if unknown:
+            raise ConfigError(
+                f"FakeGpu {self.uuid}: unknown metric(s) {unknown} in errors; "
+                f"valid: {', '.join(METRICS)}."
+            )
 
 
 @dataclass(frozen=True)

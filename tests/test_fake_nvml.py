@@ -7,6 +7,7 @@ import inspect
 import pynvml
 import pytest
 
+from evalpipe.errors import ConfigError
 from evalpipe.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 
 
@@ -43,3 +44,8 @@ def test_scripts_advance_per_read_and_hold_their_last_value() -> None:
     fake.nvmlInit()
     gpu = fake.nvmlDeviceGetHandleByIndex(0)
     assert [fake.nvmlDeviceGetPowerUsage(gpu) for _ in range(4)] == [1, 2, 2, 2]
+
+
+def test_a_misspelt_metric_in_errors_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"unknown metric\(s\) \['energgy'\]"):
+        FakeGpu(uuid=fake_uuid(0), errors={"energgy": pynvml.NVML_ERROR_NOT_SUPPORTED})
