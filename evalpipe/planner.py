@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +123,8 @@ class Layout:
 
     def __str__(self) -> str:
         where = f"{self.nodes} nodes × {self.gpus_per_node}" if self.nodes > 1 else "1 node"
-        return f"TP={self.tp} × PP={self.pp} ({self.total} GPU{'s' if self.total > 1 else ''}, {where})"
+        gpus = f"{self.total} GPU{'s' if self.total > 1 else ''}"
+        return f"TP={self.tp} × PP={self.pp} ({gpus}, {where})"
 
 
 @dataclass(frozen=True, kw_only=True)
