@@ -35,6 +35,8 @@ LOGITS_COPIES = 2
 # An automatic layout must leave this share of usable memory free beyond one full-length
 # sequence: it absorbs the error of the overhead estimate.
 HEADROOM_FRACTION = 0.05
+# The smallest larger GPUs named when nothing fits.
+MAX_GPU_IDEAS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -451,12 +453,17 @@ def _what_would_fit(
 ) -> list[str]:
     """Ways out, each with its price: a larger GPU, smaller weights, CPU offload, shorter len."""
     ideas = []
-    for other in sorted(alternatives, key=lambda g: g.memory_gib):
-        if other.memory_gib <= m.gpu.memory_gib:
-            continue
+    larger = [
+        g
+        for g in sorted(alternatives, key=lambda g: g.memory_gib)
+        if g.memory_gib > m.gpu.memory_gib
+    ]
+    for other in larger:
         found, _ = _search(m.with_gpu(other), tp, pp, gpus_per_node, max_nodes)
         if found:
             ideas.append(f"a larger GPU: {other.name} ({other.memory_gib:g} GiB) with {found}")
+        if len(ideas) == MAX_GPU_IDEAS:
+            break
     current = weights_bytes(m.arch, m.dtype_bytes, m.fmt)
     for fmt, how in SMALLER_FORMATS:
         smaller = m.with_format(fmt)
@@ -465,6 +472,8 @@ def _what_would_fit(
             continue
         found, _ = _search(smaller, tp, pp, gpus_per_node, max_nodes)
         outcome = f"fits with {found}" if found else "still does not fit"
+        if fmt.label == "fp8" and not m.gpu.fp8:
+            outcome += f" (weight-only FP8 Marlin kernel: {m.gpu.name} has no FP8 tensor cores)"
         ideas.append(
             f"{fmt.label} weights via {how}: saves {_gib(saved):.1f} GiB of the model's "
             f"{_gib(current):.1f} GiB; {outcome}"
@@ -652,7 +661,7 @@ def _does_not_fit(
     max_nodes: int | None,
     alternatives: Sequence[Gpu],
 ) -> DoesNotFitError:
-    limits = f"{gpus_per_node} GPUs per node"
+    limits = f"{gpus_per_node} GPU{'s' if gpus_per_node > 1 else ''} per node"
     if max_nodes is not None:
         limits += f", at most {max_nodes} node(s)"
     if tp is not None:
