@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import modelconfig, planner, registry
+from evalpipe import layout, modelconfig, planner, registry
 from evalpipe.errors import ConfigError, DoesNotFitError, LayoutError
 
 GIB = 1024**3
@@ -216,6 +216,7 @@ def test_nothing_fits_says_what_would() -> None:
     assert "falcon_180b does not fit on rtx3090-24gb with 8 GPUs per node, at most 1 node" in msg
     assert "at TP=8 × PP=1 (8 GPUs, 1 node)" in msg
     assert "a larger GPU: a100-80gb (80 GiB) with TP=8 × PP=1" in msg
+    assert "more nodes: --max-nodes 3 gives TP=8 × PP=3 (24 GPUs, 3 nodes × 8)" in msg
     assert "fp8 weights via quantization: fp8" in msg
     assert "int4 (AWQ) weights via an int4 AWQ/GPTQ checkpoint" in msg
     assert "saves " in msg and "fits with TP=8 × PP=1" in msg
@@ -249,7 +250,7 @@ def test_expert_only_format_needs_expert_params() -> None:
 
 def test_valid_tp_sizes_follow_heads_and_kv_heads() -> None:
     smol = preset("smollm2_135m").architecture  # 9 heads, 3 KV heads
-    assert planner.valid_tp_sizes(smol, 9) == [1, 3, 9]
+    assert layout.valid_tp_sizes(smol, 9) == [1, 3, 9]
 
 
 # --- config.json cross-check -------------------------------------------------------------------
