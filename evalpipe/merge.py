@@ -116,9 +116,7 @@ def _interleave(shards: Sequence[ShardRun], tasks: Sequence[str]) -> list[Sample
     return merged
 
 
-def _merged_manifest(
-    run_dir: Path, shards: Sequence[ShardRun], status: str, missing: list[str]
-) -> dict[str, Any]:
+def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: str) -> dict[str, Any]:
     first = shards[0].manifest
     config = _unsharded(first["config"])
     totals: dict[str, dict[str, Any]] = {}
@@ -164,7 +162,6 @@ def _merged_manifest(
             }
             for s in shards
         ],
-        "missing": missing,
     }
 
 
@@ -215,7 +212,7 @@ def merge_run(run_dir: Path, *, allow_incomplete: bool = False) -> MergeResult:
             + "\nRerun (or requeue) those shards, or pass --allow-incomplete to merge what exists."
         )
     complete = not missing
-    manifest = _merged_manifest(run_dir, shards, "complete" if complete else "interrupted", missing)
+    manifest = _merged_manifest(run_dir, shards, "complete" if complete else "interrupted")
     records = _interleave(shards, manifest["config"]["tasks"])
     write_samples(run_dir / SAMPLES, records)
     summary = summarize_run(records, manifest)

@@ -306,6 +306,8 @@ def run_evaluation(
     manifest, records = _load_existing(out_dir, config, planned_keys)
     if manifest is None:
         manifest = _new_manifest(out_dir, preset, config, planned)
+    # A merged directory resumed unsharded owes more than its shards planned.
+    manifest["samples_planned"] = planned
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
     run = _Run(out_dir, manifest)
