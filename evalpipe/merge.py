@@ -25,7 +25,7 @@ from evalpipe.results import (
     write_json,
     write_samples,
 )
-from evalpipe.summary import summarize_run
+from evalpipe.summary import combine_devices, summarize_run, total_wall_s
 
 SHARDS = "shards"
 
@@ -151,6 +151,9 @@ def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: str) -> 
         "attempts": [
             {**a, "shard": s.index} for s in shards for a in s.manifest.get("attempts") or []
         ],
+        "devices": combine_devices(
+            [(s.manifest.get("devices") or [], total_wall_s(s.manifest)) for s in shards]
+        ),
         "shards": [
             {
                 "index": s.index,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from pathlib import Path
@@ -13,6 +14,8 @@ from runner_support import ToyTask, fake_engine, preset, toy_tasks
 from evalpipe import exitcodes
 from evalpipe.engine.base import EngineSettings, SamplingSettings
 from evalpipe.errors import ConfigError, ResumeMismatchError, RunDirError
+from evalpipe.fake_nvml import FakeGpu, FakeNvml, fake_uuid
+from evalpipe.monitor import Monitor
 from evalpipe.results import read_json, read_samples
 from evalpipe.runner import RunOptions, Shard, run_evaluation
 
@@ -269,4 +272,28 @@ def test_monitor_sees_phases_and_feeds_the_device_summary(tmp_path: Path) -> Non
     assert device["j_per_token"] == pytest.approx(
         200.0 / result.summary["throughput"]["generated_tokens"]
     )
+    assert result.summary["throughput"]["gpus"] == 1
+
+
+def test_real_monitor_with_fake_nvml_tags_phases_and_carries_energy_over(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    gpu = FakeGpu(uuid=fake_uuid(0), energy_mj=tuple(range(0, 1_000_000, 5_000)))
+
+    def start(csv: Path) -> Monitor:
+        return Monitor(csv, interval_s=3600, nvml=FakeNvml([gpu]), visible_devices="0").start()
+
+    options = dataclasses.replace(OPTIONS, chunk_size=4)
+    run(out, stop=StopAfter(2), monitor=start, options=options)
+    first = read_json(out / "summary.json")["devices"][0]["energy_j"]
+    result = run(out, monitor=start, options=options)
+    with open(out / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["phase"] for r in rows} >= {
+        "load", "generate:math", "score:math", "generate:reasoning", "score:reasoning",
+    }  # fmt: skip
+    (device,) = result.summary["devices"]
+    assert device["device"] == "gpu0" and device["name"] == gpu.name
+    assert device["energy_j"] > first > 0  # the second attempt adds to the first's energy
+    tokens = result.summary["throughput"]["generated_tokens"]
+    assert device["j_per_token"] == pytest.approx(device["energy_j"] / tokens)
     assert result.summary["throughput"]["gpus"] == 1

@@ -55,7 +55,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])
 def test_signal_checkpoints_exits_resumable_and_rerun_completes(
     tmp_path: Path, reference: Path, signum: signal.Signals
 ) -> None:

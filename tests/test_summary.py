@@ -110,7 +110,7 @@ def test_record_order_does_not_change_a_single_bit() -> None:
     assert make(records, planned=planned) == make(shuffled, planned=planned)
 
 
-def test_devices_combine_over_attempts() -> None:
+def test_devices_of_shards_combine() -> None:
     first = [{"device": "gpu0", "host": "n1", "name": "H100", "peak_memory_gib": 60.0,
               "mean_util_pct": 90.0, "energy_j": 100.0}]  # fmt: skip
     second = [{"device": "gpu0", "host": "n1", "name": "H100", "peak_memory_gib": 70.0,
