@@ -45,3 +45,7 @@ class DatasetError(EvalpipeError):
 
 class ResumeMismatchError(EvalpipeError):
     """A run directory was started with a different configuration than the one resuming it."""
+
+
+class ResultsError(EvalpipeError):
+    """A results path or run directory cannot be found or read; the message names the file."""
