@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -12,8 +11,6 @@ from evalpipe.errors import EvalpipeError, ResultsError
 HELP = "Leaderboard with 95 % CIs, GPU costs, plots and paired run comparisons."
 ORDER = 60
 FORMATS = ("md", "csv", "json", "html", "xlsx")
-
-log = logging.getLogger("evalpipe.report")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,13 +59,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _warn(warnings: list[str]) -> None:
-    if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("evalpipe report: warning: %(message)s"))
-        log.addHandler(handler)
-        log.propagate = False
     for warning in warnings:
-        log.warning(warning)
+        print(f"evalpipe report: warning: {warning}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -63,6 +63,9 @@ def costs(jobs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
 
 def _device_costs(devices: pd.DataFrame) -> pd.DataFrame:
     """GPU rows where a run has them, else its CPU-fallback rows (no energy on the CPU)."""
+    columns = ["device_kind", "device_name", "peak_memory_gib", "mean_util_pct", "energy_j"]
+    if devices.empty:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="run"))
     is_gpu = devices["device"].str.startswith("gpu")
     gpu_runs = set(devices.loc[is_gpu, "run"])
     chosen = devices[is_gpu | ~devices["run"].isin(gpu_runs)]
@@ -86,7 +89,9 @@ def _device_labels(frame: pd.DataFrame) -> pd.Series:
     def label(row: pd.Series) -> str:
         if row["device_kind"] == "gpu":
             return f"{int(row['gpus'])}×{row['device_name'] or 'GPU'}"
-        return "cpu" if row["device_kind"] == "cpu" else "?"
+        if row["device_kind"] == "cpu":
+            return "cpu"
+        return f"{int(row['gpus'])}×GPU" if row["gpus"] > 0 else "—"  # no device readings
 
     if frame.empty:
         return pd.Series(dtype=object, index=frame.index)

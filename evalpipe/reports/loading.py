@@ -132,6 +132,15 @@ _COLUMNS = {
         "run", "shard", "host", "device", "name", "peak_memory_gib", "mean_util_pct", "energy_j",
     ),
 }  # fmt: skip
+# Declared so that empty frames keep usable types (a boolean mask must stay boolean).
+_DTYPES = {
+    "runs": {"complete": bool, "n_done": int, "n_total": int, "shards": int},
+    "samples": {"primary": bool, "score": float, "sample_id": str},
+    "totals": {"n_total": int},
+    "summary_scores": {"mean": float, "stderr": float, "n": float},
+    "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int},
+    "devices": {"device": str, "peak_memory_gib": float, "energy_j": float},
+}
 
 
 def load_runs(run_dirs: Sequence[Path]) -> RunSet:
@@ -140,9 +149,8 @@ def load_runs(run_dirs: Sequence[Path]) -> RunSet:
     tables = {name: _Columns(*columns) for name, columns in _COLUMNS.items()}
     for run_dir in run_dirs:
         _load_run(run_dir, tables, warnings)
-    return RunSet(
-        **{name: table.frame() for name, table in tables.items()}, warnings=tuple(warnings)
-    )
+    frames = {name: table.frame().astype(_DTYPES[name]) for name, table in tables.items()}
+    return RunSet(**frames, warnings=tuple(warnings))
 
 
 def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -> None:
@@ -228,26 +236,41 @@ def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], dict[str
             )  # fmt: skip
 
 
+def _planned(part: _Part) -> list[tuple[str, str, Any]]:
+    """(task, category, n_total) per task: from summary.json, else the manifest's plan.
+
+    A run killed before its first summary still says in its manifest what it set out to do.
+    """
+    tasks = _dict(_dict(part.summary).get("tasks"))
+    if tasks:
+        return [
+            (task, str(_dict(info).get("category") or ""), _dict(info).get("n_total"))
+            for task, info in tasks.items()
+        ]
+    planned = _dict(part.manifest).get("samples_planned")
+    return [
+        (str(p.get("task")), str(p.get("category") or ""), p.get("n_total"))
+        for p in (planned if isinstance(planned, list) else [])
+        if isinstance(p, dict)
+    ]
+
+
 def _task_totals(parts: Sequence[_Part], warnings: list[str]) -> dict[str, tuple[str, int]]:
-    """task → (category, n_total) summed over the parts' summary.json files."""
+    """task → (category, n_total) summed over the parts."""
     out: dict[str, tuple[str, int]] = {}
     for part in parts:
-        for task, info in _dict(_dict(part.summary).get("tasks")).items():
-            info = _dict(info)
-            n = info.get("n_total")
+        for task, category, n in _planned(part):
             if not isinstance(n, int):
-                warnings.append(f"{part.path}/summary.json: task {task!r} has no n_total.")
+                warnings.append(f"{part.path}: task {task!r} has no n_total; its total is unknown.")
                 continue
-            category, before = out.get(task, (str(info.get("category") or ""), 0))
+            category, before = out.get(task, (category, 0))
             out[task] = (category, before + n)
     return out
 
 
-def _summary_done(parts: Sequence[_Part]) -> int:
-    """Finished samples by the summaries, for runs whose samples.jsonl is missing."""
-    counts = [_dict(p.summary).get("n_done") for p in parts[1:]] or [
-        _dict(parts[0].summary).get("n_done")
-    ]
+def _summary_done(top: _Part, shards: Sequence[_Part]) -> int:
+    """Finished samples by the summaries, for runs without any samples.jsonl records."""
+    counts = [_dict(p.summary).get("n_done") for p in shards or [top]]
     return sum(n for n in counts if isinstance(n, int))
 
 
