@@ -49,3 +49,7 @@ class ResumeMismatchError(EvalpipeError):
 
 class RunDirError(EvalpipeError):
     """A run directory's files are missing, corrupt or inconsistent (e.g. shards that disagree)."""
+
+
+class ResultsError(EvalpipeError):
+    """A results path or run directory cannot be found or read; the message names the file."""
