@@ -263,10 +263,9 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
         with open(filename, "w", encoding="utf-8") as f:
             f.write(request["source"])
         # Fresh streams on the new descriptors, line-buffered so a killed program's output shows.
-        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stdout, sys.stderr = (
-            open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-            for fd in (1, 2)
+        sys.stdin, sys.stdout, sys.stderr = (
+            open(fd, mode, buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+            for fd, mode in ((0, "r"), (1, "w"), (2, "w"))
         )
         sys.argv = [filename]
         module = type(sys)("__main__")
