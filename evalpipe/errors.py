@@ -53,3 +53,7 @@ class RunDirError(EvalpipeError):
 
 class ResultsError(EvalpipeError):
     """A results path or run directory cannot be found or read; the message names the file."""
+
+
+class SandboxError(EvalpipeError):
+    """The code sandbox could not start or talk to its server process."""
