@@ -45,3 +45,7 @@ class DatasetError(EvalpipeError):
 
 class ResumeMismatchError(EvalpipeError):
     """A run directory was started with a different configuration than the one resuming it."""
+
+
+class RunDirError(EvalpipeError):
+    """A run directory's files are missing, corrupt or inconsistent (e.g. shards that disagree)."""
