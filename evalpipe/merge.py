@@ -25,7 +25,7 @@ from evalpipe.results import (
     write_json,
     write_samples,
 )
-from evalpipe.summary import summarize_run
+from evalpipe.summary import combine_devices, summarize_run, total_wall_s
 
 SHARDS = "shards"
 
@@ -116,9 +116,7 @@ def _interleave(shards: Sequence[ShardRun], tasks: Sequence[str]) -> list[Sample
     return merged
 
 
-def _merged_manifest(
-    run_dir: Path, shards: Sequence[ShardRun], status: str, missing: list[str]
-) -> dict[str, Any]:
+def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: str) -> dict[str, Any]:
     first = shards[0].manifest
     config = _unsharded(first["config"])
     totals: dict[str, dict[str, Any]] = {}
@@ -153,6 +151,9 @@ def _merged_manifest(
         "attempts": [
             {**a, "shard": s.index} for s in shards for a in s.manifest.get("attempts") or []
         ],
+        "devices": combine_devices(
+            [(s.manifest.get("devices") or [], total_wall_s(s.manifest)) for s in shards]
+        ),
         "shards": [
             {
                 "index": s.index,
@@ -164,7 +165,6 @@ def _merged_manifest(
             }
             for s in shards
         ],
-        "missing": missing,
     }
 
 
@@ -215,7 +215,7 @@ def merge_run(run_dir: Path, *, allow_incomplete: bool = False) -> MergeResult:
             + "\nRerun (or requeue) those shards, or pass --allow-incomplete to merge what exists."
         )
     complete = not missing
-    manifest = _merged_manifest(run_dir, shards, "complete" if complete else "interrupted", missing)
+    manifest = _merged_manifest(run_dir, shards, "complete" if complete else "interrupted")
     records = _interleave(shards, manifest["config"]["tasks"])
     write_samples(run_dir / SAMPLES, records)
     summary = summarize_run(records, manifest)

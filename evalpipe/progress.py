@@ -46,6 +46,7 @@ class Progress:
         self._last_line = self._start
         self._samples = 0
         self._tokens = 0
+        self._shown = -1  # `done` as of the last plain line
         if done and not self.tty:
             self._write(f"resuming: {done}/{total} samples already done")
         self._show(force=True)
@@ -74,6 +75,7 @@ class Progress:
         now = self.clock()
         if force or now - self._last_line >= self.interval_s:
             self._last_line = now
+            self._shown = self.done
             self._write(f"progress: {self.line()}")
 
     def _write(self, text: str) -> None:
@@ -84,5 +86,5 @@ class Progress:
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()
-        else:
+        elif self._shown != self.done:
             self._write(f"progress: {self.line()}")

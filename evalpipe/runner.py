@@ -91,7 +91,10 @@ class RunOptions:
 
 
 class PhaseMonitor(Protocol):
-    """The GPU/CPU sampler as the runner uses it (evalpipe.monitor.Monitor)."""
+    """The GPU/CPU sampler as the runner uses it (evalpipe.monitor.Monitor, started).
+
+    stop() returns per-device summaries covering every attempt of the run (the monitor resumes
+    its metrics.csv), so the runner stores the latest ones rather than adding them up."""
 
     def set_phase(self, name: str) -> None: ...
 
@@ -177,7 +180,6 @@ class _Run:
             "host": provenance.host(),
             "slurm": provenance.slurm_ids(),
             "wall_s": 0.0,
-            "devices": [],
         }
         m = self.manifest
         m["attempts"].append(self.attempt)
@@ -193,13 +195,14 @@ class _Run:
         timings[phase] = round(timings.get(phase, 0.0) + seconds, 6)
 
     def note_engine(self, engine: Engine) -> None:
+        """Record the engine's effective settings and OOM fallback steps (they can change while
+        it generates)."""
         describe = getattr(engine, "describe", None)
         if describe is not None:
             self.manifest["engine"] = describe()
         for step in getattr(engine, "fallback_steps", []):
             if step not in self.manifest["oom_fallback"]:
                 self.manifest["oom_fallback"].append(step)
-        self.manifest["versions"] = provenance.versions()  # torch may be imported by now
 
     def save(self) -> None:
         if self.attempt is not None:
@@ -246,6 +249,9 @@ def _new_manifest(
         "finished_at": None,
         "samples_planned": planned,
         "engine": None,
+        # Per-device summaries from the monitor, which carries them over from earlier attempts
+        # through metrics.csv.
+        "devices": [],
         "attempts": [],
     }
 
@@ -306,6 +312,8 @@ def run_evaluation(
     manifest, records = _load_existing(out_dir, config, planned_keys)
     if manifest is None:
         manifest = _new_manifest(out_dir, preset, config, planned)
+    # A merged directory resumed unsharded owes more than its shards planned.
+    manifest["samples_planned"] = planned
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
     run = _Run(out_dir, manifest)
@@ -322,6 +330,7 @@ def run_evaluation(
         t0 = time.monotonic()
         engine = open_engine()
         run.add_time("load", time.monotonic() - t0)
+        run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
         run.note_engine(engine)
         run.save()
         bar = progress(len(planned_keys), len(done))
@@ -354,8 +363,8 @@ def _phase(sampler: PhaseMonitor | None, name: str) -> None:
 def _close(engine: Engine | None, sampler: PhaseMonitor | None, run: _Run) -> None:
     if engine is not None:
         engine.close()
-    if sampler is not None and run.attempt is not None:
-        run.attempt["devices"] = sampler.stop()
+    if sampler is not None:
+        run.manifest["devices"] = sampler.stop()
 
 
 def _run_chunk(

@@ -43,35 +43,29 @@ def _by_metric(records: Iterable[SampleRecord]) -> dict[str, list[float]]:
     return {m: values[m] for m in sorted(values)}
 
 
-def combine_devices(attempts: Sequence[tuple[Sequence[Mapping[str, Any]], float]]) -> list[dict]:
-    """One entry per (host, device) from per-attempt monitor summaries weighted by wall time.
+def combine_devices(runs: Sequence[tuple[Sequence[Mapping[str, Any]], float]]) -> list[dict]:
+    """One entry per (host, device) from the device summaries of separate runs (the shards of
+    an array job), each weighted by its wall time.
 
-    Peak memory is the maximum, energy the sum (unknown if any attempt lacks it), utilisation
-    the wall-time weighted mean.
+    Peak memory is the maximum, energy the sum (unknown if any run lacks it), utilisation the
+    wall-time weighted mean.
     """
     merged: dict[tuple[str, str], dict[str, Any]] = {}
     weights: dict[tuple[str, str], float] = {}
-    for devices, wall_s in attempts:
+    for devices, seconds in runs:
         for d in devices:
             key = (str(d.get("host")), str(d.get("device")))
             if key not in merged:
-                merged[key] = {
-                    "device": d.get("device"),
-                    "host": d.get("host"),
-                    "name": d.get("name"),
-                    "peak_memory_gib": d.get("peak_memory_gib"),
-                    "mean_util_pct": d.get("mean_util_pct"),
-                    "energy_j": d.get("energy_j"),
-                }
-                weights[key] = wall_s
+                merged[key] = dict(d)
+                weights[key] = seconds
                 continue
             m = merged[key]
             m["peak_memory_gib"] = _max(m["peak_memory_gib"], d.get("peak_memory_gib"))
             m["energy_j"] = _sum(m["energy_j"], d.get("energy_j"))
             m["mean_util_pct"] = _weighted(
-                m["mean_util_pct"], weights[key], d.get("mean_util_pct"), wall_s
+                m["mean_util_pct"], weights[key], d.get("mean_util_pct"), seconds
             )
-            weights[key] += wall_s
+            weights[key] += seconds
     return list(merged.values())
 
 
@@ -213,8 +207,7 @@ def summarize_run(records: Sequence[SampleRecord], manifest: Mapping[str, Any]) 
     Timings and wall time add up over every attempt (and shard) recorded in the manifest.
     The GPU count is the engine's TP × PP when the monitor saw GPUs, else 0 (a CPU run).
     """
-    attempts = manifest.get("attempts") or []
-    devices = combine_devices([(a.get("devices") or [], a.get("wall_s", 0.0)) for a in attempts])
+    devices = manifest.get("devices") or []
     engine = manifest["config"].get("engine") or {}
     layout = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
     saw_gpu = any(str(d.get("device", "")).startswith("gpu") for d in devices)
@@ -224,8 +217,13 @@ def summarize_run(records: Sequence[SampleRecord], manifest: Mapping[str, Any]) 
         preset=manifest["preset"]["name"],
         planned=planned_tasks(manifest),
         timings=manifest.get("timings") or {},
-        wall_s=math.fsum(a.get("wall_s", 0.0) for a in attempts),
+        wall_s=total_wall_s(manifest),
         devices=devices,
         gpus=layout if saw_gpu else 0,
         oom_fallback=manifest.get("oom_fallback") or [],
     )
+
+
+def total_wall_s(manifest: Mapping[str, Any]) -> float:
+    """Seconds the run's processes ran, over all attempts (and shards, once merged)."""
+    return math.fsum(a.get("wall_s", 0.0) for a in manifest.get("attempts") or [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import secrets
 import shlex
 import sys
@@ -117,11 +118,22 @@ def _layout(value: int | None, preset_value: int | str) -> int:
     return preset_value if isinstance(preset_value, int) else 1
 
 
+def _log_to_stderr() -> None:
+    """Show evalpipe's own notes (monitor: NVML missing, devices watched) in the job log."""
+    logger = logging.getLogger("evalpipe")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("evalpipe run: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def run(args: argparse.Namespace) -> int:
     from evalpipe.checkpoint import StopOnSignal
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
     from evalpipe.errors import ConfigError
+    from evalpipe.monitor import Monitor
     from evalpipe.registry import load_preset
     from evalpipe.results import MANIFEST
     from evalpipe.runner import RunOptions, run_evaluation
@@ -153,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
     )
     out = args.out or default_out(preset.name)
+    _log_to_stderr()
     print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
     with StopOnSignal() as stop:
         result = run_evaluation(
@@ -162,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
             preset=preset,
             options=options,
             stop=stop,
+            monitor=lambda csv: Monitor(csv, interval_s=args.monitor_interval).start(),
         )
     print(format_summary(result.summary))
     print(f"\nRun directory: {out}")
