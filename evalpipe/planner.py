@@ -291,7 +291,7 @@ def plan(
         if not s.fits:
             notes.append(f"does not fit: {_shortfall(w, layout)}")
             ideas = _what_would_fit(w, layout, tp, pp, gpus_per_node, max_nodes, alternatives)
-            notes += [f"would fit: {idea}" for idea in ideas]
+            notes += [f"option: {idea}" for idea in ideas]
     else:
         found, largest = _search(w, tp, pp, gpus_per_node, max_nodes)
         if found is None:
@@ -353,5 +353,5 @@ def _does_not_fit(
     advice = "".join(f"\n  - {idea}" for idea in ideas) or "\n  - nothing in the catalogue"
     return DoesNotFitError(
         f"{w.preset.name} does not fit on {w.gpu.name} with {limits}: "
-        f"{_shortfall(w, largest)}. What would fit:{advice}"
+        f"{_shortfall(w, largest)}. Options:{advice}"
     )

@@ -266,8 +266,8 @@ def _one_line(where: str, key: str, values: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RayPorts:
-    """Ports for the Ray cluster a multi-node job starts inside its allocation.
+class RaySettings:
+    """The Ray cluster a multi-node job starts inside its allocation.
 
     Node i (0 = head) takes ports from `node_port_base + i * node_port_stride` upwards, so
     several nodes can share one host (the local test cluster) without colliding.
@@ -276,9 +276,20 @@ class RayPorts:
     port: int = 6379  # the head's GCS port
     node_port_base: int = 20000
     node_port_stride: int = 1000
+    object_store_gib: float | None = None  # None: Ray's default (30% of the node's memory)
 
     def __post_init__(self) -> None:
-        _positive("ray", **vars(self))
+        _positive(
+            "ray",
+            port=self.port,
+            node_port_base=self.node_port_base,
+            node_port_stride=self.node_port_stride,
+        )
+        if self.object_store_gib is not None and self.object_store_gib < 0.08:
+            raise ValueError(
+                f"object_store_gib must be at least 0.08 (Ray's minimum), "
+                f"got {self.object_store_gib}"
+            )
         if self.node_port_stride < 200:
             raise ValueError(f"node_port_stride must be at least 200, got {self.node_port_stride}")
 
@@ -314,7 +325,7 @@ class Cluster:
     hf_cache: str | None = None  # HF_HOME
     scratch_dir: str | None = None  # TMPDIR (Ray's temp dirs go there)
     sbatch_extra: tuple[str, ...] = ()  # further options, e.g. "--constraint=h100"
-    ray: RayPorts = field(default_factory=RayPorts)
+    ray: RaySettings = field(default_factory=RaySettings)
 
     def __post_init__(self) -> None:
         where = f"cluster {self.name}"

@@ -96,7 +96,7 @@ def test_layout_that_does_not_fit_prints_the_plan_and_exits_1() -> None:
     assert done.returncode == 1
     plan = json.loads(done.stdout)
     assert plan["fits"] is False
-    assert any(note.startswith("would fit:") for note in plan["notes"])
+    assert any(note.startswith("option:") for note in plan["notes"])
     assert "does not fit on a100-40gb with TP=1 × PP=1" in done.stderr
 
 
@@ -111,7 +111,7 @@ def test_layout_that_does_not_fit_prints_the_plan_and_exits_1() -> None:
         ),
         (
             ["--preset", "falcon_180b", "--gpu", "rtx3090-24gb", "--max-nodes", "1"],
-            "What would fit:",
+            "Options:",
         ),
         (
             ["--preset", "llama2_70b", "--gpu", "a100-80gb", "--max-model-len", "100000"],

@@ -237,7 +237,7 @@ def test_explicit_layout_that_does_not_fit_returns_advice() -> None:
     assert not p.fits
     assert p.max_concurrent_seqs == 0
     assert p.notes[0].startswith("does not fit: at TP=1 × PP=1")
-    assert any(n.startswith("would fit: int4 (AWQ) weights") for n in p.notes)
+    assert any(n.startswith("option: int4 (AWQ) weights") for n in p.notes)
 
 
 def test_expert_only_format_needs_expert_params() -> None:

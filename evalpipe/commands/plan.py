@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"evalpipe plan: {preset.name} does not fit on {args.gpu} with TP="
             f"{result.tensor_parallel_size} × PP={result.pipeline_parallel_size}; the notes "
-            "say what would.",
+            "list the options.",
             file=sys.stderr,
         )
         return exitcodes.ERROR
