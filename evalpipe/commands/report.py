@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evalpipe.errors import EvalpipeError, ResultsError
 
-HELP = "Leaderboard with 95 % CIs, GPU costs, plots and paired run comparisons."
+HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
 ORDER = 60
 FORMATS = ("md", "csv", "json", "html", "xlsx")
 
@@ -66,7 +66,7 @@ def _warn(warnings: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     # pandas and matplotlib load only here, so `evalpipe --help` and other commands stay fast.
-    from evalpipe.reports import aggregate, exports, html, loading, plots, tables
+    from evalpipe.reports import aggregate, exports, html, loading, tables
     from evalpipe.reports.compare import compare_runs
     from evalpipe.reports.discover import find_run_dirs
 
@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
 
     images: dict[str, bytes] = {}
     if args.format == "html" or args.plots:
+        from evalpipe.reports import plots  # matplotlib: only when drawing
+
         metrics, metric_warnings = loading.load_metrics(table.head(plots.MAX_RUNS))
         warnings += metric_warnings
         category_scores = scores if args.by == "category" else aggregate.scores(runset, "category")

@@ -135,7 +135,7 @@ _COLUMNS = {
 # Declared so that empty frames keep usable types (a boolean mask must stay boolean).
 _DTYPES = {
     "runs": {"complete": bool, "n_done": int, "n_total": int, "shards": int},
-    "samples": {"primary": bool, "score": float, "sample_id": str},
+    "samples": {"primary": bool},
     "totals": {"n_total": int},
     "summary_scores": {"mean": float, "stderr": float, "n": float},
     "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int},
@@ -150,6 +150,10 @@ def load_runs(run_dirs: Sequence[Path]) -> RunSet:
     for run_dir in run_dirs:
         _load_run(run_dir, tables, warnings)
     frames = {name: table.frame().astype(_DTYPES[name]) for name, table in tables.items()}
+    # Scores as written: numbers, or null / junk, which become NaN (not counted in n).
+    frames["samples"]["score"] = pd.to_numeric(frames["samples"]["score"], errors="coerce").astype(
+        float
+    )
     return RunSet(**frames, warnings=tuple(warnings))
 
 
@@ -225,15 +229,22 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
 def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], dict[str, Any]]) -> None:
     """One row per sample and metric; `primary` marks the first metric its task records."""
     primary: dict[str, str] = {}
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
     for (task, sample_id), record in merged.items():
         scores = record["scores"]
-        first = primary.setdefault(task, next(iter(scores), ""))
-        category = str(record.get("category") or "")
+        if task not in primary:
+            primary[task] = next(iter(scores), "")
+        first = primary[task]
+        category = record.get("category") or ""
         for metric, score in scores.items():
-            out.add(
-                run=run, task=task, category=category, sample_id=sample_id, metric=metric,
-                score=_number(score), primary=metric == first,
-            )  # fmt: skip
+            append((task, category, sample_id, metric, score, metric == first))
+    if not rows:
+        return
+    # Column-wise extends: this loop runs once per sample of every run, so it stays lean.
+    out.data["run"].extend([run] * len(rows))
+    for name, column in zip(_COLUMNS["samples"][1:], zip(*rows, strict=True), strict=True):
+        out.data[name].extend(column)
 
 
 def _planned(part: _Part) -> list[tuple[str, str, Any]]:

@@ -87,7 +87,12 @@ def _run_name(row: pd.Series) -> str:
 def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Table]:
     """The complete runs' leaderboard, then (separately) the incomplete runs."""
     groups = sorted(scores["group"].unique())
-    keyed = scores.set_index(["run", "group"])
+    text = {
+        (run, group): score_cell(mean, ci95, int(n), n_total)
+        for run, group, mean, ci95, n, n_total in scores[
+            ["run", "group", "mean", "ci95", "n", "n_total"]
+        ].itertuples(index=False)
+    }
     metrics = (
         scores.dropna(subset=["metric"])
         .groupby("group")["metric"]
@@ -102,14 +107,7 @@ def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Tabl
     notes.append(f"{DASH}: not measured. GPU-hours = wall × GPUs, summed over a run's jobs.")
 
     def cells(row: pd.Series) -> list[str]:
-        out = []
-        for group in groups:
-            if (row["run"], group) in keyed.index:
-                s = keyed.loc[(row["run"], group)]
-                out.append(score_cell(s["mean"], s["ci95"], int(s["n"]), s["n_total"]))
-            else:
-                out.append(DASH)
-        return out
+        return [text.get((row["run"], group), DASH) for group in groups]
 
     complete = table[table["complete"]]
     incomplete = table[~table["complete"]]
