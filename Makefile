@@ -16,3 +16,6 @@ test: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+bench: setup
+	bash scripts/bench.sh

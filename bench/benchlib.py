@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# The scripts measure this checkout's evalpipe, in their own process too, whatever is installed.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -110,3 +113,50 @@ def machine() -> str:
 def verdict(value: float, target: float) -> str:
     """'meets' or 'MISSES' a ≤ target."""
     return "meets" if value <= target else "MISSES"
+
+
+# The same vLLM environment for every side of a comparison: the CPU KV cache fixed at 1 GiB,
+# the engine core in the calling process, no hub.
+VLLM_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalpipeRun:
+    """One `evalpipe run` process and what its run directory says about it."""
+
+    timing: Timing
+    timings: dict[str, float]  # the manifest's phases: load, generate:<cat>, score:<cat>
+    samples: list[dict[str, Any]]  # samples.jsonl, in file order
+    summary: dict[str, Any]
+    engine: dict[str, Any]  # the manifest's engine description (effective LLM() kwargs)
+
+    def phase(self, prefix: str) -> float:
+        return sum(v for k, v in self.timings.items() if k == prefix or k.startswith(prefix + ":"))
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(sum(s["completion_tokens"]) for s in self.samples)
+
+
+def evalpipe_run(
+    preset: str, task: str, limit: int, out: Path, env: Mapping[str, str]
+) -> EvalpipeRun:
+    """`python -m evalpipe run` on one task into a new run directory `out`, defaults otherwise
+    (chunked, checkpointed, scored, monitored)."""
+    argv = [sys.executable, "-m", "evalpipe", "run", "--preset", preset, "--tasks", task]
+    timing = timed_run([*argv, "--limit", str(limit), "--out", str(out)], env=env)
+    manifest = json.loads((out / "manifest.json").read_text())
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    return EvalpipeRun(
+        timing=timing,
+        timings=manifest["timings"],
+        samples=[json.loads(line) for line in lines if line.strip()],
+        summary=json.loads((out / "summary.json").read_text()),
+        engine=manifest.get("engine") or {},
+    )

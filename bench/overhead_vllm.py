@@ -1,0 +1,204 @@
+"""evalpipe's overhead over vLLM called directly: the same prompts, sampling settings and engine
+through a minimal `LLM.chat`/`LLM.generate` script (bench/raw_vllm.py) and through
+`evalpipe run` (chunking, checkpointing, scoring and the monitor all on, as a user runs it).
+
+    python bench/overhead_vllm.py [--task arithmetic] [--limit 200] [--reps 3]
+
+Real vLLM on this machine's CPU, preset smollm2_135m (prepare it once with
+`evalpipe models prepare smollm2_135m`), greedy decoding with the task's own settings. Each side
+runs in its own process; the sides alternate (evalpipe first in odd repetitions, the raw script
+first in even ones) and the ratios are medians of the per-repetition ratios. The raw script gets
+exactly the LLM() arguments evalpipe's engine builds (checked against the run's manifest), and
+the completions of both sides are compared text for text and token count for token count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchlib import (
+    REPO,
+    VLLM_ENV,
+    EvalpipeRun,
+    child_env,
+    evalpipe_run,
+    interleave,
+    machine,
+    median,
+    timed_run,
+    verdict,
+)
+
+PRESET = "smollm2_135m"
+GENERATE_TARGET = 1.05
+E2E_TARGET = 1.10
+
+
+def reference_spec(task_name: str, limit: int) -> dict[str, Any]:
+    """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
+    SamplingParams its engine builds from the task's settings."""
+    from evalpipe import models
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.vllm import llm_kwargs
+    from evalpipe.registry import load_preset
+    from evalpipe.tasks import load_tasks
+
+    preset = load_preset(PRESET)
+    (task,) = load_tasks(tasks=(task_name,))
+    s = task.sampling
+    samples = task.samples(limit)
+    return {
+        "llm": json.loads(json.dumps(llm_kwargs(preset, EngineSettings(), models.resolve(preset)))),
+        "sampling": {
+            "n": s.n,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "max_tokens": s.max_tokens,
+            "stop": list(s.stop) or None,
+            "seed": s.seed if s.temperature > 0 else None,
+        },
+        "chat": preset.chat,
+        "prompts": [sample.prompt for sample in samples],
+        "sample_ids": [sample.id for sample in samples],
+    }
+
+
+def raw_run(spec_path: Path, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    timing = timed_run(
+        [sys.executable, str(REPO / "bench" / "raw_vllm.py"), str(spec_path), str(out)], env=env
+    )
+    result = json.loads(out.read_text())
+    result["timing"] = timing
+    return result
+
+
+def compare(
+    spec: dict[str, Any], raw: dict[str, Any], ours: EvalpipeRun
+) -> tuple[int, int, list[str]]:
+    """(identical texts, identical token counts, first differences) over the samples."""
+    by_id = {s["sample_id"]: s for s in ours.samples}
+    same_text = same_tokens = 0
+    diffs = []
+    for i, sample_id in enumerate(spec["sample_ids"]):
+        mine = by_id[sample_id]
+        if mine["completions"] == raw["texts"][i]:
+            same_text += 1
+        elif len(diffs) < 3:
+            diffs.append(
+                f"{sample_id}: raw {raw['texts'][i]!r} vs evalpipe {mine['completions']!r}"
+            )
+        same_tokens += mine["completion_tokens"] == raw["completion_tokens"][i]
+    return same_text, same_tokens, diffs
+
+
+def paired_ratio(pairs: list[tuple[float, float]]) -> float:
+    """Median over repetitions of evalpipe / raw, each pair measured back to back."""
+    return statistics.median(o / r for r, o in pairs)
+
+
+def row(name: str, pairs: list[tuple[float, float]]) -> str:
+    ratios = [o / r for r, o in pairs]
+    return (
+        f"{name:<36} {median([r for r, _ in pairs]):>8.2f} {median([o for _, o in pairs]):>8.2f}  "
+        f"{paired_ratio(pairs):.3f}× ({min(ratios):.3f}–{max(ratios):.3f})"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="arithmetic", help="an offline task (default arithmetic)")
+    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    spec = reference_spec(args.task, args.limit)
+    print(
+        f"preset {PRESET}, task {args.task}: {len(spec['prompts'])} prompts, "
+        f"sampling {spec['sampling']}, LLM({spec['llm']})"
+    )
+    env = child_env(**VLLM_ENV)
+    raws: list[dict[str, Any]] = []
+    ours: list[EvalpipeRun] = []
+    with tempfile.TemporaryDirectory(prefix="evalpipe-bench-overhead-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec_path.write_text(json.dumps(spec))
+        interleave(
+            {
+                "evalpipe run": lambda: ours.append(
+                    evalpipe_run(PRESET, args.task, args.limit, Path(tmp) / f"run-{len(ours)}", env)
+                ),
+                "raw LLM script": lambda: raws.append(
+                    raw_run(spec_path, Path(tmp) / f"raw-{len(raws)}.json", env)
+                ),
+            },
+            args.reps,
+        )
+
+    mismatched = [r for r in ours if r.engine.get("engine_kwargs") != spec["llm"]]
+    same_text, same_tokens, diffs = compare(spec, raws[0], ours[0])
+    n = len(spec["prompts"])
+
+    raw_tokens = sum(c[0] for c in raws[0]["completion_tokens"])
+    our_tokens = ours[0].generated_tokens
+    # Per repetition: (raw, evalpipe) for each figure.
+    load = [(r["import_s"] + r["llm_s"], o.phase("load")) for r, o in zip(raws, ours, strict=True)]
+    gen = [(r["generate_s"], o.phase("generate")) for r, o in zip(raws, ours, strict=True)]
+    wall = [(r["timing"].wall_s, o.timing.wall_s) for r, o in zip(raws, ours, strict=True)]
+    figures = {
+        "generation phase": gen,
+        "model load (import vllm + LLM())": load,
+        "end to end without the model load": [
+            (rw - rl, ow - ol) for (rw, ow), (rl, ol) in zip(wall, load, strict=True)
+        ],
+        "end to end with the model load": wall,
+        "process CPU time": [
+            (r["timing"].cpu_s, o.timing.cpu_s) for r, o in zip(raws, ours, strict=True)
+        ],
+    }
+    print(
+        f"\n{f'figure (s; medians of {args.reps})':<36} {'raw':>8} {'evalpipe':>8}  ratio (range)"
+    )
+    for name, pairs in figures.items():
+        print(row(name, pairs))
+    for name, seconds in (("generation phase", gen), ("end to end", wall)):
+        rates = [(raw_tokens / r, our_tokens / o) for r, o in seconds]
+        print(row(f"tokens/s, {name}", rates))
+    other = [
+        o.timing.wall_s - o.phase("load") - o.phase("generate") - o.phase("score") for o in ours
+    ]
+    print(
+        f"\nevalpipe phases (medians): load {median([o for _, o in load]):.2f} s, generate "
+        f"{median([o for _, o in gen]):.2f} s, "
+        f"score {median([o.phase('score') for o in ours]):.3f} s, "
+        f"rest of the process (interpreter, imports, tasks, manifest, monitor, summary) "
+        f"{median(other):.2f} s"
+    )
+    print(
+        f"completions: {same_text}/{n} identical texts, {same_tokens}/{n} identical token counts "
+        f"({raw_tokens} tokens raw, {our_tokens} evalpipe); engine arguments identical in "
+        f"{len(ours) - len(mismatched)}/{len(ours)} runs"
+    )
+    for diff in diffs:
+        print(f"  differs: {diff}")
+    print()
+    for name, pairs, target in (
+        ("generation phase", gen, GENERATE_TARGET),
+        (
+            "end to end without the model load",
+            figures["end to end without the model load"],
+            E2E_TARGET,
+        ),
+    ):
+        ratio = paired_ratio(pairs)
+        print(f"target {name} ≤ {target}×: {ratio:.3f}×, {verdict(ratio, target)}")
+    return 0 if same_text == n and not mismatched else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

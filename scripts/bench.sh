@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The benchmark command: every bench/ script in turn, each printing its figures and ratios
+# (BENCHMARKS.md holds the latest ones). About 10 minutes on 2 cores; exits 1 if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/${EVALPIPE_VENV:-.venv}/bin:$PATH"
+
+# lm-eval for bench/peer_lm_eval.py, in its own folder: see bench/lm_eval_requirements.txt.
+LM_EVAL=.cache/bench-lm-eval
+if ! cmp -s bench/lm_eval_requirements.txt "$LM_EVAL/requirements.txt"; then
+    rm -rf "$LM_EVAL"
+    python -m pip install -q --no-deps --target "$LM_EVAL" -r bench/lm_eval_requirements.txt
+    cp bench/lm_eval_requirements.txt "$LM_EVAL/requirements.txt"
+fi
+python -m evalpipe models prepare smollm2_135m
+
+status=0
+for script in startup scale sandbox_throughput overhead_vllm peer_lm_eval; do
+    echo "== python bench/$script.py"
+    start=$SECONDS
+    python "bench/$script.py" || status=1
+    echo "== bench/$script.py took $((SECONDS - start)) s"
+    echo
+done
+exit $status
