@@ -157,6 +157,12 @@ def main() -> int:
             (rw - rl, ow - ol) for (rw, ow), (rl, ol) in zip(wall, load, strict=True)
         ],
         "end to end with the model load": wall,
+        # Interpreter, imports, prompts, engine shutdown, exit; evalpipe adds tasks, scoring,
+        # manifest, monitor, summary.
+        "outside model load and generation": [
+            (rw - rl - rg, ow - ol - og)
+            for (rw, ow), (rl, ol), (rg, og) in zip(wall, load, gen, strict=True)
+        ],
         "process CPU time": [
             (r["timing"].cpu_s, o.timing.cpu_s) for r, o in zip(raws, ours, strict=True)
         ],
