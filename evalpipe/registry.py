@@ -52,9 +52,26 @@ def _positive(where: str, **values: int | None) -> None:
 class Moe:
     """Mixture-of-experts facts: every expert's weights are resident, only some are active."""
 
-    experts: int
+    experts: int  # routed experts per MoE layer
     experts_per_token: int
     active_params_b: float
+    shared_experts: int = 0  # always-on experts (DeepSeek-V2); they are in params_b too
+    moe_intermediate_size: int | None = None  # FFN width of one expert
+    # Parameters held by the routed experts, billions: what expert-only quantization (gpt-oss
+    # MXFP4) shrinks. None when unknown; planning an expert-only format then refuses.
+    expert_params_b: float | None = None
+
+    def __post_init__(self) -> None:
+        _positive(
+            "architecture.moe",
+            experts=self.experts,
+            experts_per_token=self.experts_per_token,
+            moe_intermediate_size=self.moe_intermediate_size,
+        )
+        if self.experts_per_token > self.experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +86,10 @@ class Architecture:
     head_dim: int
     vocab_size: int
     max_position_embeddings: int
+    # FFN width (dense models; MoE models give moe.moe_intermediate_size): sizes activations.
+    intermediate_size: int | None = None
+    # The output projection shares the input embedding's matrix (stored once).
+    tie_word_embeddings: bool = False
     # MLA (DeepSeek-V2/V3) caches one compressed latent per token and layer instead of K and V.
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
@@ -87,6 +108,11 @@ class Architecture:
             head_dim=self.head_dim,
             vocab_size=self.vocab_size,
             max_position_embeddings=self.max_position_embeddings,
+            intermediate_size=self.intermediate_size,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            sliding_window=self.sliding_window,
+            sliding_window_layers=self.sliding_window_layers,
         )
         if self.params_b <= 0:
             raise ValueError(f"params_b must be positive, got {self.params_b!r}")
@@ -94,6 +120,15 @@ class Architecture:
             raise ValueError(
                 f"attention_heads ({self.attention_heads}) must be a multiple of "
                 f"kv_heads ({self.kv_heads})"
+            )
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise ValueError("MLA needs both kv_lora_rank and qk_rope_head_dim, or neither")
+        if (self.sliding_window is None) != (self.sliding_window_layers is None):
+            raise ValueError("sliding_window and sliding_window_layers go together")
+        if self.sliding_window_layers is not None and self.sliding_window_layers > self.layers:
+            raise ValueError(
+                f"sliding_window_layers ({self.sliding_window_layers}) exceeds "
+                f"layers ({self.layers})"
             )
 
 
@@ -159,7 +194,17 @@ class Gpu:
     memory_gib: float  # total memory as nvidia-smi / NVML reports it, GiB
     bandwidth_gbs: float  # peak memory bandwidth, GB/s
     fp8: bool  # native FP8 tensor cores (Hopper, Ada, Blackwell)
+    # The name NVML / nvidia-smi / torch report ("NVIDIA A100-SXM4-80GB"): vLLM picks some
+    # defaults from it, and the monitor can match a live device to this entry.
+    device_name: str = ""
     description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.memory_gib <= 0 or self.bandwidth_gbs <= 0:
+            raise ValueError(
+                f"memory_gib and bandwidth_gbs must be positive, got {self.memory_gib!r} "
+                f"and {self.bandwidth_gbs!r}"
+            )
 
 
 def load_gpus() -> dict[str, Gpu]:

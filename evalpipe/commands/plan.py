@@ -1,0 +1,152 @@
+"""`evalpipe plan`: size a preset on a GPU type: layout, memory per GPU, whether it fits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+
+from evalpipe import exitcodes, planner, registry
+from evalpipe.configio import unknown_name
+from evalpipe.errors import EvalpipeError
+from evalpipe.textable import format_table
+
+HELP = "Plan GPUs, tensor/pipeline parallel layout and memory for a preset on a GPU type."
+ORDER = 20
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--gpu", help="GPU type from configs/gpus.yaml, e.g. a100-40gb")
+    target.add_argument(
+        "--all-gpus", action="store_true", help="one row per catalogue GPU: which can run it"
+    )
+    parser.add_argument(
+        "--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)"
+    )
+    parser.add_argument("--tp", type=_positive_int, help="tensor parallel size (default: auto)")
+    parser.add_argument("--pp", type=_positive_int, help="pipeline parallel size (default: auto)")
+    parser.add_argument(
+        "--max-model-len", type=_positive_int, help="context length to size for (default: preset)"
+    )
+    parser.add_argument("--max-nodes", type=_positive_int, help="most nodes the job may use")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _plan(
+    args: argparse.Namespace,
+    preset: registry.Preset,
+    gpu: registry.Gpu,
+    others: Sequence[registry.Gpu],
+) -> planner.Plan:
+    return planner.plan(
+        preset,
+        gpu,
+        gpus_per_node=args.gpus_per_node,
+        tp=args.tp,
+        pp=args.pp,
+        max_model_len=args.max_model_len,
+        max_nodes=args.max_nodes,
+        alternatives=others,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    preset = registry.load_preset(args.preset)
+    gpus = registry.load_gpus()
+    if args.all_gpus:
+        return _all_gpus(args, preset, gpus)
+    if args.gpu not in gpus:
+        raise unknown_name("GPU", args.gpu, gpus)
+    result = _plan(args, preset, gpus[args.gpu], list(gpus.values()))
+    print(json.dumps(result.to_dict(), indent=2) if args.json else _describe(result))
+    if not result.fits:
+        print(
+            f"evalpipe plan: {preset.name} does not fit on {args.gpu} with TP="
+            f"{result.tensor_parallel_size} × PP={result.pipeline_parallel_size}; the notes "
+            "list the options.",
+            file=sys.stderr,
+        )
+        return exitcodes.ERROR
+    return exitcodes.OK
+
+
+def _describe(p: planner.Plan) -> str:
+    nodes = f"{p.nodes} node{'s' if p.nodes > 1 else ''} × {p.gpus_per_node} GPU"
+    nodes += "s" if p.gpus_per_node > 1 else ""
+    weights = p.quantization if p.quantization != "none" else "16-bit"
+    rows = [
+        ("preset", f"{p.preset} ({p.model})"),
+        ("gpu", f"{p.gpu} ({p.gpu_memory_gib:g} GiB)"),
+        ("layout", f"TP={p.tensor_parallel_size} × PP={p.pipeline_parallel_size} on {nodes}"),
+        ("total GPUs", str(p.total_gpus)),
+        ("weights", f"{p.weights_gib:.2f} GiB total ({weights}), {p.weights_per_gpu_gib:.2f}/GPU"),
+        ("usable / GPU", f"{p.usable_per_gpu_gib:.2f} GiB"),
+        ("overhead / GPU", f"{p.overhead_per_gpu_gib:.2f} GiB"),
+        ("KV cache / GPU", f"{p.kv_cache_per_gpu_gib:.2f} GiB"),
+        ("KV / token", f"{p.kv_cache_bytes_per_token:,} bytes (whole model)"),
+        ("KV / sequence", f"{p.kv_cache_per_seq_gib:.3f} GiB per GPU at {p.max_model_len} tokens"),
+        ("full-length seqs", str(p.max_concurrent_seqs)),
+        ("fits", "yes" if p.fits else "NO"),
+    ]
+    text = format_table(("plan", ""), rows)
+    if p.notes:
+        text += "\n\nnotes:\n" + "\n".join(f"- {note}" for note in p.notes)
+    return text
+
+
+def _all_gpus(
+    args: argparse.Namespace, preset: registry.Preset, gpus: Mapping[str, registry.Gpu]
+) -> int:
+    results: list[dict] = []
+    for gpu in gpus.values():
+        try:
+            results.append(_plan(args, preset, gpu, ()).to_dict())
+        except EvalpipeError as exc:
+            results.append(
+                {
+                    "gpu": gpu.name,
+                    "gpu_memory_gib": gpu.memory_gib,
+                    "fits": False,
+                    "error": str(exc),
+                }
+            )
+    if args.json:
+        print(json.dumps({"preset": preset.name, "model": preset.model, "gpus": results}, indent=2))
+        return exitcodes.OK
+    header = ("gpu", "GiB", "TP×PP", "GPUs", "nodes", "weights/GPU", "KV/GPU", "seqs", "fits")
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append((r["gpu"], f"{r['gpu_memory_gib']:g}", "-", "-", "-", "-", "-", "-", "no"))
+            continue
+        tight = any(note.startswith("tight") for note in r["notes"])
+        rows.append(
+            (
+                r["gpu"],
+                f"{r['gpu_memory_gib']:g}",
+                f"{r['tensor_parallel_size']}×{r['pipeline_parallel_size']}",
+                r["total_gpus"],
+                r["nodes"],
+                f"{r['weights_per_gpu_gib']:.1f}",
+                f"{r['kv_cache_per_gpu_gib']:.1f}",
+                r["max_concurrent_seqs"],
+                ("tight" if tight else "yes") if r["fits"] else "no",
+            )
+        )
+    length = args.max_model_len or preset.max_model_len
+    print(f"{preset.name} ({preset.model}), max_model_len {length}")
+    print(format_table(header, rows))
+    return exitcodes.OK

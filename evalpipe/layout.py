@@ -1,0 +1,106 @@
+"""vLLM's parallel layout rules: valid TP sizes, TP/PP placement on nodes, validation (pure)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from evalpipe.errors import LayoutError
+from evalpipe.registry import Architecture, Preset
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layout:
+    """TP × PP GPUs, placed as `nodes` nodes of `gpus_per_node` GPUs each."""
+
+    tp: int
+    pp: int
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def total(self) -> int:
+        return self.tp * self.pp
+
+    def __str__(self) -> str:
+        where = f"{self.nodes} nodes × {self.gpus_per_node}" if self.nodes > 1 else "1 node"
+        gpus = f"{self.total} GPU{'s' if self.total > 1 else ''}"
+        return f"TP={self.tp} × PP={self.pp} ({gpus}, {where})"
+
+
+def tp_problem(arch: Architecture, tp: int) -> str | None:
+    """Why vLLM refuses this tensor parallel size, or None.
+
+    vllm/config/model.py: the attention heads must split evenly; vllm/model_executor/layers/
+    linear.py (QKVParallelLinear): KV heads are split evenly or replicated whole.
+    """
+    if arch.attention_heads % tp:
+        return f"it does not divide the {arch.attention_heads} attention heads"
+    if arch.kv_heads % tp and tp % arch.kv_heads:
+        return (
+            f"it and the {arch.kv_heads} KV heads must divide one another (vLLM splits or "
+            "replicates whole KV heads)"
+        )
+    return None
+
+
+def valid_tp_sizes(arch: Architecture, limit: int) -> list[int]:
+    return [tp for tp in range(1, limit + 1) if tp_problem(arch, tp) is None]
+
+
+def place(tp: int, pp: int, gpus_per_node: int) -> Layout:
+    """Put TP groups inside nodes and as many whole PP stages per node as fit, evenly."""
+    stages_per_node = max(d for d in range(1, pp + 1) if pp % d == 0 and d * tp <= gpus_per_node)
+    return Layout(tp=tp, pp=pp, nodes=pp // stages_per_node, gpus_per_node=stages_per_node * tp)
+
+
+def check_tp(preset: Preset, tp: int, gpus_per_node: int) -> None:
+    arch = preset.architecture
+    if tp <= 0:
+        raise LayoutError(f"The tensor parallel size must be a positive integer, got {tp}.")
+    problem = tp_problem(arch, tp)
+    if problem:
+        valid = ", ".join(map(str, valid_tp_sizes(arch, gpus_per_node)))
+        raise LayoutError(
+            f"Tensor parallel size {tp} is invalid for {preset.name}: {problem}; vLLM refuses "
+            f"it at startup. Valid TP sizes up to {gpus_per_node} GPUs per node: {valid}."
+        )
+    if tp > gpus_per_node:
+        raise LayoutError(
+            f"Tensor parallel size {tp} exceeds the {gpus_per_node} GPUs per node: tensor "
+            f"parallelism must stay inside a node. Use a TP of at most {gpus_per_node} and "
+            f"pipeline parallelism across nodes (e.g. --tp {gpus_per_node} --pp "
+            f"{math.ceil(tp / gpus_per_node)})."
+        )
+
+
+def check_pp(preset: Preset, pp: int) -> None:
+    layers = preset.architecture.layers
+    if pp <= 0:
+        raise LayoutError(f"The pipeline parallel size must be a positive integer, got {pp}.")
+    if pp > layers:
+        raise LayoutError(
+            f"Pipeline parallel size {pp} exceeds the {layers} layers of {preset.name}: "
+            f"every stage needs at least one layer. Use a PP of at most {layers}."
+        )
+
+
+def candidates(
+    arch: Architecture, tp: int | None, pp: int | None, gpus_per_node: int, max_nodes: int | None
+) -> Iterator[Layout]:
+    """Layouts to try, fewest GPUs first, then fewest nodes.
+
+    With both sizes free: TP inside one node, then one PP stage per node with the widest valid
+    TP; a size the user fixed stays fixed.
+    """
+    tps = [tp] if tp is not None else valid_tp_sizes(arch, gpus_per_node)
+    if pp is not None:
+        pairs: Iterable[tuple[int, int]] = [(t, pp) for t in tps]
+    elif tp is not None:
+        pairs = [(tp, p) for p in range(1, arch.layers + 1)]
+    else:
+        pairs = [(t, 1) for t in tps] + [(tps[-1], n) for n in range(2, arch.layers + 1)]
+    layouts = [place(t, p, gpus_per_node) for t, p in pairs]
+    allowed = [lay for lay in layouts if max_nodes is None or lay.nodes <= max_nodes]
+    yield from sorted(allowed, key=lambda lay: (lay.total, lay.nodes, lay.pp))

@@ -1,0 +1,357 @@
+"""Capacity planner: the smallest valid layout that fits, the figures behind it, and advice.
+
+The memory model lives in evalpipe/memory.py, vLLM's layout rules in evalpipe/layout.py;
+docs/planner.md explains both with their sources.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evalpipe import modelconfig
+from evalpipe.errors import ConfigError, DoesNotFitError, LayoutError
+from evalpipe.layout import Layout, candidates, check_pp, check_tp, place
+from evalpipe.memory import (
+    GIB,
+    WEIGHT_FORMATS,
+    Sizing,
+    WeightFormat,
+    Workload,
+    kv_bytes_per_token,
+    sizing,
+    weights_bytes,
+)
+from evalpipe.registry import Gpu, Preset
+
+# An automatic layout must leave this share of usable memory free beyond one full-length
+# sequence: it absorbs the error of the overhead estimate.
+HEADROOM_FRACTION = 0.05
+# The smallest larger GPUs named when nothing fits.
+MAX_GPU_IDEAS = 3
+
+
+# What the planner suggests when nothing fits: (format, how to get it).
+SMALLER_FORMATS: tuple[tuple[WeightFormat, str], ...] = (
+    (WEIGHT_FORMATS["fp8"], "quantization: fp8 (vLLM quantizes a bf16 checkpoint on load)"),
+    (
+        WeightFormat(label="int8", bits=8),
+        "an int8 checkpoint (GPTQ 8-bit or compressed-tensors W8A16/W8A8)",
+    ),
+    (WEIGHT_FORMATS["awq"], "an int4 AWQ/GPTQ checkpoint (group size 128)"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A layout for one preset on one GPU type and the memory figures behind it."""
+
+    preset: str
+    model: str
+    gpu: str
+    gpu_memory_gib: float
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    nodes: int
+    gpus_per_node: int  # GPUs the job uses on each node
+    total_gpus: int
+    quantization: str
+    kv_cache_dtype: str
+    weights_gib: float  # the whole model
+    weights_per_gpu_gib: float
+    kv_cache_bytes_per_token: int  # the whole model, every layer, before any TP split
+    kv_cache_per_seq_gib: float  # one max_model_len sequence, per GPU
+    kv_cache_per_gpu_gib: float  # what is left for the KV cache on each GPU
+    overhead_per_gpu_gib: float
+    usable_per_gpu_gib: float
+    max_model_len: int
+    max_concurrent_seqs: int
+    fits: bool
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["notes"] = list(self.notes)
+        return data
+
+
+def comfortable(s: Sizing) -> bool:
+    """Room for one full-length sequence plus the headroom an automatic layout wants."""
+    return s.kv_space - s.seq >= HEADROOM_FRACTION * s.usable
+
+
+def _search(
+    w: Workload, tp: int | None, pp: int | None, gpus_per_node: int, max_nodes: int | None
+) -> tuple[Layout | None, Layout | None]:
+    """(the first layout with headroom, else the first that fits at all, else None;
+    the largest allowed layout, None when nothing is allowed)."""
+    first_fit = largest = None
+    for layout in candidates(w.arch, tp, pp, gpus_per_node, max_nodes):
+        s = sizing(w, layout.tp, layout.pp)
+        if comfortable(s):
+            return layout, layout
+        if s.fits and first_fit is None:
+            first_fit = layout
+        largest = layout
+    return first_fit, largest
+
+
+def _gib(value: float) -> float:
+    return round(value / GIB, 3)
+
+
+def _format_of(preset: Preset) -> WeightFormat | None:
+    return None if preset.quantization == "none" else WEIGHT_FORMATS[preset.quantization]
+
+
+def _shortfall(w: Workload, layout: Layout) -> str:
+    s = sizing(w, layout.tp, layout.pp)
+    return (
+        f"at {layout} each GPU needs {_gib(s.weights):.1f} GiB of weights + "
+        f"{_gib(s.overhead):.1f} GiB runtime overhead + {_gib(s.seq):.2f} GiB of KV cache for "
+        f"one {w.max_model_len}-token sequence, but only {_gib(s.usable):.1f} GiB is usable "
+        f"({w.gpu.memory_gib:g} GiB × {w.preset.gpu_memory_utilization:g})"
+    )
+
+
+def _what_would_fit(
+    w: Workload,
+    layout: Layout,
+    tp: int | None,
+    pp: int | None,
+    gpus_per_node: int,
+    max_nodes: int | None,
+    alternatives: Sequence[Gpu],
+) -> list[str]:
+    """Ways out, each with its price: a larger GPU, smaller weights, CPU offload, shorter len."""
+    ideas = []
+    larger = [
+        g
+        for g in sorted(alternatives, key=lambda g: g.memory_gib)
+        if g.memory_gib > w.gpu.memory_gib
+    ]
+    for other in larger:
+        found, _ = _search(w.with_gpu(other), tp, pp, gpus_per_node, max_nodes)
+        if found:
+            ideas.append(f"a larger GPU: {other.name} ({other.memory_gib:g} GiB) with {found}")
+        if len(ideas) == MAX_GPU_IDEAS:
+            break
+    if max_nodes is not None:
+        found, _ = _search(w, tp, pp, gpus_per_node, None)
+        if found and found.nodes > max_nodes:
+            ideas.append(f"more nodes: --max-nodes {found.nodes} gives {found}")
+    current = weights_bytes(w.arch, w.dtype_bytes, w.fmt)
+    for fmt, how in SMALLER_FORMATS:
+        smaller = w.with_format(fmt)
+        saved = current - weights_bytes(w.arch, w.dtype_bytes, fmt)
+        if saved <= 0.01 * current:
+            continue
+        found, _ = _search(smaller, tp, pp, gpus_per_node, max_nodes)
+        outcome = f"fits with {found}" if found else "still does not fit"
+        if fmt.label == "fp8" and not w.gpu.fp8:
+            outcome += f" (weight-only FP8 Marlin kernel: {w.gpu.name} has no FP8 tensor cores)"
+        ideas.append(
+            f"{fmt.label} weights via {how}: saves {_gib(saved):.1f} GiB of the model's "
+            f"{_gib(current):.1f} GiB; {outcome}"
+        )
+    s = sizing(w, layout.tp, layout.pp)
+    offload = s.weights + s.overhead + s.seq + HEADROOM_FRACTION * s.usable - s.usable
+    if 0 < offload < s.weights:
+        ideas.append(
+            f"engine_kwargs: {{cpu_offload_gb: {math.ceil(offload / GIB)}}} with {layout} "
+            "(SLOW: that many GiB of weights per GPU cross PCIe on every forward pass)"
+        )
+    per_token = s.seq / w.max_model_len
+    if s.kv_space > 0 and per_token:
+        shorter = math.floor(s.kv_space / per_token / 256) * 256
+        if 0 < shorter < w.max_model_len:
+            ideas.append(f"--max-model-len {shorter} with {layout} (one sequence then fits)")
+    return ideas
+
+
+def _notes(w: Workload, layout: Layout, s: Sizing, gpus_per_node: int) -> list[str]:
+    arch = w.arch
+    notes = []
+    if arch.moe is not None:
+        notes.append(
+            f"MoE: all {arch.moe.experts} experts per layer are resident ({arch.params_b:g}B "
+            f"parameters), {arch.moe.experts_per_token} run per token "
+            f"({arch.moe.active_params_b:g}B active); experts are split over TP ranks"
+        )
+    if arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None:
+        notes.append(
+            f"MLA: the KV cache holds one {arch.kv_lora_rank + arch.qk_rope_head_dim}-value "
+            "latent per token and layer, replicated on every TP rank (TP does not shrink it)"
+        )
+    elif layout.tp > arch.kv_heads:
+        notes.append(
+            f"TP={layout.tp} exceeds the {arch.kv_heads} KV heads: each KV head is replicated "
+            f"on {layout.tp // arch.kv_heads} GPUs, so the KV cache per GPU stops shrinking"
+        )
+    if arch.sliding_window is not None and arch.sliding_window_layers is not None:
+        notes.append(
+            f"sliding window: {arch.sliding_window_layers} of {arch.layers} layers attend to "
+            f"the last {arch.sliding_window} tokens; vLLM keeps window - 1 + in-flight tokens "
+            f"there (max_num_batched_tokens={w.max_num_batched_tokens}), so they cost a "
+            "bounded amount per sequence; kv_cache_bytes_per_token counts every layer"
+        )
+    if w.fmt is not None and w.preset.quantization == "fp8" and not w.gpu.fp8:
+        notes.append(
+            f"{w.gpu.name} has no FP8 tensor cores: vLLM runs FP8 weights with its weight-only "
+            "Marlin kernel (memory saved, compute in 16-bit)"
+        )
+    if w.preset.kv_cache_dtype.startswith("fp8") and not w.gpu.fp8:
+        notes.append(f"kv_cache_dtype {w.preset.kv_cache_dtype} on {w.gpu.name} (no native FP8)")
+    if float(w.engine("cpu_offload_gb") or 0) > 0:
+        notes.append(
+            f"cpu_offload_gb={w.engine('cpu_offload_gb')}: weights stream from CPU memory on "
+            "every forward pass (slow)"
+        )
+    if layout.nodes > 1:
+        notes.append(
+            f"{layout.nodes} nodes: PP stages span nodes, so vLLM needs "
+            "distributed_executor_backend='ray' and a Ray cluster across the job's nodes"
+        )
+    idle = gpus_per_node - layout.gpus_per_node
+    if layout.nodes > 1 and idle > 0:
+        notes.append(f"{idle} GPU(s) per node stay idle: no wider valid TP fits in a node")
+    if s.fits and not comfortable(s):
+        notes.append(
+            f"tight: less than {HEADROOM_FRACTION:.0%} of usable memory is left beyond one "
+            "full-length sequence; vLLM may refuse to start if the estimate is low"
+        )
+    if s.seqs > w.max_num_seqs:
+        notes.append(
+            f"the KV cache holds {s.seqs} full-length sequences; the scheduler runs at most "
+            f"max_num_seqs={w.max_num_seqs} at once"
+        )
+    margin = w.gpu.memory_gib * (1 - w.preset.gpu_memory_utilization)
+    if margin < 1.0:
+        notes.append(
+            f"gpu_memory_utilization {w.preset.gpu_memory_utilization:g} leaves "
+            f"{margin:.2f} GiB outside vLLM's budget for the CUDA context and NCCL (about "
+            "0.5-1 GiB); vLLM refuses to start when free memory is below its budget"
+        )
+    return notes
+
+
+def plan(
+    preset: Preset,
+    gpu: Gpu,
+    *,
+    gpus_per_node: int = 8,
+    tp: int | None = None,
+    pp: int | None = None,
+    max_model_len: int | None = None,
+    max_nodes: int | None = None,
+    alternatives: Sequence[Gpu] = (),
+    read_model_config: bool = True,
+) -> Plan:
+    """Size `preset` on `gpu`: the layout (explicit or the smallest that fits) and its memory.
+
+    tp/pp None take the preset's value, and "auto" there means search. Raises LayoutError for a
+    layout vLLM would refuse and DoesNotFitError when no allowed layout holds the model (its
+    message lists what would: `alternatives` are the larger GPUs to consider). An explicit
+    layout that is valid but too small comes back with fits=False and the same advice in notes.
+    With read_model_config, a config.json found locally is compared with the preset.
+    """
+    if gpus_per_node <= 0:
+        raise LayoutError(f"GPUs per node must be a positive integer, got {gpus_per_node}.")
+    if max_nodes is not None and max_nodes <= 0:
+        raise LayoutError(f"The node limit must be a positive integer, got {max_nodes}.")
+    arch = preset.architecture
+    length = max_model_len or preset.max_model_len
+    if length <= 0 or length > arch.max_position_embeddings:
+        raise ConfigError(
+            f"max_model_len {length} is outside 1..{arch.max_position_embeddings}, the "
+            f"context {preset.name} was trained for (max_position_embeddings); vLLM refuses "
+            "longer lengths unless the model's rope scaling extends them. Use at most "
+            f"{arch.max_position_embeddings}."
+        )
+    tp = tp if tp is not None else _int_or_none(preset.tensor_parallel)
+    pp = pp if pp is not None else _int_or_none(preset.pipeline_parallel)
+    w = Workload(preset=preset, fmt=_format_of(preset), gpu=gpu, max_model_len=length)
+    if tp is not None:
+        check_tp(preset, tp, gpus_per_node)
+    if pp is not None:
+        check_pp(preset, pp)
+
+    notes: list[str] = []
+    if tp is not None and pp is not None:
+        layout = place(tp, pp, gpus_per_node)
+        if max_nodes is not None and layout.nodes > max_nodes:
+            raise LayoutError(
+                f"{layout} needs {layout.nodes} nodes, more than the limit of {max_nodes}. "
+                "Lower the TP or PP size, or allow more nodes."
+            )
+        s = sizing(w, tp, pp)
+        if not s.fits:
+            notes.append(f"does not fit: {_shortfall(w, layout)}")
+            ideas = _what_would_fit(w, layout, tp, pp, gpus_per_node, max_nodes, alternatives)
+            notes += [f"option: {idea}" for idea in ideas]
+    else:
+        found, largest = _search(w, tp, pp, gpus_per_node, max_nodes)
+        if found is None:
+            raise _does_not_fit(w, largest, tp, pp, gpus_per_node, max_nodes, alternatives)
+        layout = found
+        s = sizing(w, layout.tp, layout.pp)
+    notes += _notes(w, layout, s, gpus_per_node)
+    if read_model_config:
+        notes += modelconfig.disagreements(preset, modelconfig.find_local(preset))
+    return Plan(
+        preset=preset.name,
+        model=preset.model,
+        gpu=gpu.name,
+        gpu_memory_gib=gpu.memory_gib,
+        tensor_parallel_size=layout.tp,
+        pipeline_parallel_size=layout.pp,
+        nodes=layout.nodes,
+        gpus_per_node=layout.gpus_per_node,
+        total_gpus=layout.total,
+        quantization=preset.quantization,
+        kv_cache_dtype=preset.kv_cache_dtype,
+        weights_gib=_gib(weights_bytes(arch, w.dtype_bytes, w.fmt)),
+        weights_per_gpu_gib=_gib(s.weights),
+        kv_cache_bytes_per_token=kv_bytes_per_token(arch, w.kv_bytes),
+        kv_cache_per_seq_gib=_gib(s.seq),
+        kv_cache_per_gpu_gib=_gib(max(0.0, s.kv_space)),
+        overhead_per_gpu_gib=_gib(s.overhead),
+        usable_per_gpu_gib=_gib(s.usable),
+        max_model_len=length,
+        max_concurrent_seqs=s.seqs,
+        fits=s.fits,
+        notes=tuple(notes),
+    )
+
+
+def _int_or_none(value: int | str) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _does_not_fit(
+    w: Workload,
+    largest: Layout | None,
+    tp: int | None,
+    pp: int | None,
+    gpus_per_node: int,
+    max_nodes: int | None,
+    alternatives: Sequence[Gpu],
+) -> DoesNotFitError:
+    limits = f"{gpus_per_node} GPU{'s' if gpus_per_node > 1 else ''} per node"
+    if max_nodes is not None:
+        limits += f", at most {max_nodes} node(s)"
+    if tp is not None:
+        limits += f", TP={tp}"
+    if pp is not None:
+        limits += f", PP={pp}"
+    if largest is None:
+        return DoesNotFitError(f"{w.preset.name}: no layout is allowed with {limits}.")
+    ideas = _what_would_fit(w, largest, tp, pp, gpus_per_node, max_nodes, alternatives)
+    advice = "".join(f"\n  - {idea}" for idea in ideas) or "\n  - nothing in the catalogue"
+    return DoesNotFitError(
+        f"{w.preset.name} does not fit on {w.gpu.name} with {limits}: "
+        f"{_shortfall(w, largest)}. Options:{advice}"
+    )
