@@ -10,6 +10,7 @@ kept for reuse across calls); docs/sandbox.md gives the threat model and the lim
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -189,8 +190,20 @@ class _ServerPool:
                 self._idle.append(server)
         return result
 
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for server in idle:
+            server.close()
+
 
 _POOL = _ServerPool()
+atexit.register(_POOL.close)
+
+
+def shutdown() -> None:
+    """Stop the idle sandbox servers now (they also stop when this process exits)."""
+    _POOL.close()
 
 
 def run_program(
