@@ -267,6 +267,8 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
     """The program process: lock itself down, run the code, report how it ended. Never returns."""
     write, exit_now = os.write, os._exit  # bound before the code can replace them
     try:
+        # Its own session: kill(0) or killpg from the program cannot reach the supervisor.
+        os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(out_w, 1)
@@ -309,6 +311,7 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
         write(3, nonce + f" error {type(exc).__name__}: {exc}".encode()[:300] + b"\n")
         exit_now(1)
 
+    me = os.getpid()
     try:
         exec(compile(source, filename, "exec"), module.__dict__)
         outcome, status = b"ok", 0
@@ -323,6 +326,8 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
         except BaseException:
             name = "exception"
         outcome, status = f"exception {name}".encode(errors="replace"), 1
+    if os.getpid() != me:  # a child the program forked ran off its end: only the program reports
+        exit_now(status)
     for stream in (sys.stdout, sys.stderr):
         try:  # noqa: SIM105 (the program may have replaced contextlib; plain syntax it cannot)
             stream.flush()
@@ -365,8 +370,10 @@ def _supervise(request: dict, plan: Plan, workdir: str, nonce: bytes, pipes: dic
     duration = time.monotonic() - start
     message = {"wait_status": wait_status, "timed_out": timed_out, "duration_s": duration}
     os.write(pipes["status"], json.dumps(message).encode())
-    # Without a PID namespace, children the program left in this session die here.
-    os.killpg(0, signal.SIGKILL)
+    # Without a PID namespace, children the program left in its session die here.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    os._exit(0)
 
 
 class _Tail:
