@@ -229,6 +229,10 @@ def test_hostile_program_fails_within_its_limits(source, statuses, bound_s, time
     _assert_machine_unharmed()
 
 
+def _open_to_all(directory: str) -> bool:
+    return os.path.isdir(directory) and os.stat(directory).st_mode & 0o002 != 0
+
+
 @needs_isolation
 def test_writes_outside_the_working_directory_do_not_reach_the_machine(tmp_path):
     tag = secrets.token_hex(6)
@@ -237,6 +241,12 @@ def test_writes_outside_the_working_directory_do_not_reach_the_machine(tmp_path)
         Path(f"/tmp/evalpipe-escape-{tag}"),
         Path(f"/var/tmp/evalpipe-escape-{tag}"),
         Path(f"/dev/shm/evalpipe-escape-{tag}"),
+        # Any other world-writable directory: only the read-only remount keeps `nobody` out.
+        *(
+            Path(d) / f"evalpipe-escape-{tag}"
+            for d in ("/run/lock", "/var/lock")
+            if _open_to_all(d)
+        ),
         ROOT / f"escape-{tag}.txt",
         Path.home() / f"escape-{tag}.txt",
     ]
