@@ -265,7 +265,8 @@ def _set_limits(limits: dict, timeout_s: float) -> None:
 
 def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, rep_w: int):
     """The program process: lock itself down, run the code, report how it ended. Never returns."""
-    write, exit_now = os.write, os._exit  # bound before the code can replace them
+    # Bound before the code runs, which may replace them.
+    write, exit_now, getpid = os.write, os._exit, os.getpid
     try:
         # Its own session: kill(0) or killpg from the program cannot reach the supervisor.
         os.setsid()
@@ -311,7 +312,7 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
         write(3, nonce + f" error {type(exc).__name__}: {exc}".encode()[:300] + b"\n")
         exit_now(1)
 
-    me = os.getpid()
+    me = getpid()
     try:
         exec(compile(source, filename, "exec"), module.__dict__)
         outcome, status = b"ok", 0
@@ -326,7 +327,7 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
         except BaseException:
             name = "exception"
         outcome, status = f"exception {name}".encode(errors="replace"), 1
-    if os.getpid() != me:  # a child the program forked ran off its end: only the program reports
+    if getpid() != me:  # a child the program forked ran off its end: only the program reports
         exit_now(status)
     for stream in (sys.stdout, sys.stderr):
         try:  # noqa: SIM105 (the program may have replaced contextlib; plain syntax it cannot)
@@ -340,7 +341,7 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
 
 
 def _supervise(request: dict, plan: Plan, workdir: str, nonce: bytes, pipes: dict) -> None:
-    """The supervisor process: namespaces and mounts, then the timer around the program."""
+    """The supervisor process: PID and IPC namespaces, then the timer around the program."""
     try:
         os.setsid()
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
