@@ -6,7 +6,7 @@ package). Protocol: one JSON request per line on stdin, one JSON reply per line 
 first line out is a hello naming the isolation this machine allows.
 
 The server enters a new mount and network namespace once, with every mount read-only, home
-directories hidden and no network. Per program, two processes:
+directories and /run hidden, and no network. Per program, two processes:
   server (this loop, long-lived, warm imports; mounts a fresh tmpfs as /tmp per program)
     └─ supervisor: own session; new PID and IPC namespaces; enforces the wall-clock timeout;
        trusted, keeps its privileges
@@ -66,8 +66,9 @@ MOUNT_OPTION_FLAGS = {
     b"relatime": MS_RELATIME,
     b"strictatime": MS_STRICTATIME,
 }
-# Home directories hide behind empty tmpfs mounts: tokens and keys live there.
-HIDDEN_DIRS = ("/root", "/home")
+# Directories hidden behind empty read-only tmpfs: home directories hold tokens and keys, /run
+# the sockets of the node's daemons (munge, D-Bus, Docker), which a read-only mount leaves open.
+HIDDEN_DIRS = ("/root", "/home", "/run")
 # World-writable places that become views of the program's private tmpfs.
 PRIVATE_TMP_ALIASES = ("/var/tmp", "/dev/shm")
 # Modules test programs commonly import, loaded once here so each forked program gets them free.
@@ -143,8 +144,8 @@ def _remount_everything_read_only() -> None:
         _mount(None, _unescape_mountinfo(fields[4]), None, flags)
 
 
-def _hide_homes(keep: list[str]) -> None:
-    """Cover home directories with empty read-only tmpfs, keeping the `keep` paths under them."""
+def _hide_dirs(keep: list[str]) -> None:
+    """Cover HIDDEN_DIRS with empty read-only tmpfs, keeping the `keep` paths under them."""
     for hidden in HIDDEN_DIRS:
         if not os.path.isdir(hidden) or os.path.islink(hidden):
             continue
@@ -231,7 +232,7 @@ class Plan:
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(mount, net)")
         _remount_everything_read_only()
         keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
-        _hide_homes(sorted(keep))
+        _hide_dirs(sorted(keep))
         self.proc_dev = os.stat("/proc").st_dev
 
     def mount_private_tmp(self, size_mib: int) -> None:

@@ -351,6 +351,33 @@ def test_network_connections_fail():
     _assert_machine_unharmed()
 
 
+@needs_isolation
+def test_the_node_daemons_unix_sockets_are_out_of_reach():
+    # Like munge's or D-Bus's sockets: open to every user, under /run.
+    path = Path(f"/run/evalpipe-test-{secrets.token_hex(6)}.sock")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(path))
+        try:
+            path.chmod(0o666)
+            listener.listen(1)
+            source = textwrap.dedent(
+                f"""
+                import socket
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect({str(path)!r})
+                    print("connected")
+                """
+            )
+            result = run_program(source + FAILING_TEST)
+            listener.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                listener.accept()
+        finally:
+            path.unlink()
+    assert result.status == "failed"
+    assert "FileNotFoundError" in result.output_tail
+
+
 @pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv") or not Path("/usr/bin/python3").exists(),
     reason="needs root (to become an ordinary user), setpriv and a system Python",
