@@ -229,24 +229,27 @@ def test_hostile_program_fails_within_its_limits(source, statuses, bound_s, time
     _assert_machine_unharmed()
 
 
-def _open_to_all(directory: str) -> bool:
-    return os.path.isdir(directory) and os.stat(directory).st_mode & 0o002 != 0
-
-
 @needs_isolation
 def test_writes_outside_the_working_directory_do_not_reach_the_machine(tmp_path):
     tag = secrets.token_hex(6)
+    # Like a cluster's /scratch: writable by everyone; only the read-only remount keeps it shut.
+    scratch = ROOT / f".scratch-{tag}"
+    scratch.mkdir()
+    scratch.chmod(0o1777)
+    try:
+        _check_writes_are_contained(tag, tmp_path, scratch)
+    finally:
+        shutil.rmtree(scratch)
+
+
+def _check_writes_are_contained(tag: str, tmp_path: Path, scratch: Path) -> None:
     targets = [
         tmp_path / "escaped.txt",  # a directory of the caller, owned by root
+        scratch / "escaped.txt",
         Path(f"/tmp/evalpipe-escape-{tag}"),
         Path(f"/var/tmp/evalpipe-escape-{tag}"),
         Path(f"/dev/shm/evalpipe-escape-{tag}"),
-        # Any other world-writable directory: only the read-only remount keeps `nobody` out.
-        *(
-            Path(d) / f"evalpipe-escape-{tag}"
-            for d in ("/run/lock", "/var/lock")
-            if _open_to_all(d)
-        ),
+        Path(f"/run/lock/evalpipe-escape-{tag}"),
         ROOT / f"escape-{tag}.txt",
         Path.home() / f"escape-{tag}.txt",
     ]
