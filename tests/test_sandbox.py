@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every hostile program ends with this: if the trick before it does not fool the sandbox, the
 # program fails; a "passed" verdict can only come from a trick that worked.
 FAILING_TEST = "\nassert False, 'the tests ran and failed'\n"
+TEARDOWN_SLACK_S = 5.0
 
 
 def _humaneval() -> list[dict]:
@@ -128,12 +129,11 @@ def test_bad_limits_and_timeouts_are_refused():
 
 # (name, source, statuses it may end with, wall-clock bound in seconds, timeout, limits)
 HOSTILE = [
-    ("infinite loop", "while True:\n    pass\n", {"timeout"}, 3, 1.0, None),
+    ("infinite loop", "while True:\n    pass\n", {"timeout"}, 1.0, None),
     (
         "fork bomb",
         "import os\nwhile True:\n    os.fork()\n",
         {"failed", "killed", "timeout"},
-        4,
         2.0,
         None,
     ),
@@ -141,16 +141,14 @@ HOSTILE = [
         "fork bomb that ignores errors",
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
         {"timeout", "killed"},
-        4,
         1.0,
         None,
     ),
-    ("memory bomb, one block", "x = bytearray(64 * 2**30)\n", {"failed"}, 3, 5.0, None),
+    ("memory bomb, one block", "x = bytearray(64 * 2**30)\n", {"failed"}, 5.0, None),
     (
         "memory bomb, growing",
         "x = []\nwhile True:\n    x.append(bytearray(2**24))\n",
         {"failed", "killed"},
-        5,
         5.0,
         Limits(address_space_mib=512),
     ),
@@ -158,7 +156,6 @@ HOSTILE = [
         "huge file",
         "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 2**20)\n",
         {"failed", "killed"},
-        5,
         5.0,
         None,
     ),
@@ -166,17 +163,15 @@ HOSTILE = [
         "disk filled with many files",
         "for i in range(10**6):\n    open(f'f{i}', 'wb').write(b'x' * 2**20)\n",
         {"failed"},
-        5,
         5.0,
         Limits(disk_mib=16),
     ),
-    ("sys.exit(0)", "import sys\nsys.exit(0)\n", {"exited"}, 3, 5.0, None),
-    ("os._exit(0)", "import os\nos._exit(0)\n", {"exited"}, 3, 5.0, None),
+    ("sys.exit(0)", "import sys\nsys.exit(0)\n", {"exited"}, 5.0, None),
+    ("os._exit(0)", "import os\nos._exit(0)\n", {"exited"}, 5.0, None),
     (
         "SystemExit raised inside the check",
         "def check(f):\n    raise SystemExit(0)\ncheck(len)\n",
         {"exited"},
-        3,
         5.0,
         None,
     ),
@@ -184,7 +179,6 @@ HOSTILE = [
         "closing stdout and stderr, then exiting 0",
         "import os, sys\nsys.stdout.close()\nos.close(1)\nos.close(2)\nsys.exit(0)\n",
         {"exited"},
-        3,
         5.0,
         None,
     ),
@@ -192,7 +186,6 @@ HOSTILE = [
         "closing every descriptor",
         "import os\nos.closerange(0, 1024)\n",
         {"exited"},
-        3,
         5.0,
         None,
     ),
@@ -201,7 +194,6 @@ HOSTILE = [
         "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'ok\\n')\n"
         "    except OSError:\n        pass\nos._exit(0)\n",
         {"exited"},
-        3,
         5.0,
         None,
     ),
@@ -209,7 +201,6 @@ HOSTILE = [
         "killing itself",
         "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
         {"failed", "killed"},
-        3,
         5.0,
         None,
     ),
@@ -217,15 +208,16 @@ HOSTILE = [
 
 
 @pytest.mark.parametrize(
-    ("source", "statuses", "bound_s", "timeout_s", "limits"),
+    ("source", "statuses", "timeout_s", "limits"),
     [pytest.param(*case[1:], id=case[0]) for case in HOSTILE],
 )
-def test_hostile_program_fails_within_its_limits(source, statuses, bound_s, timeout_s, limits):
+def test_hostile_program_fails_within_its_limits(source, statuses, timeout_s, limits):
     start = time.monotonic()
     result = run_program(source + FAILING_TEST, timeout_s=timeout_s, limits=limits)
     assert not result.passed
     assert result.status in statuses, result.detail
-    assert time.monotonic() - start < bound_s
+    # Ended by its limits, plus the time to tear down what it started on a busy machine.
+    assert time.monotonic() - start < timeout_s + TEARDOWN_SLACK_S
     _assert_machine_unharmed()
 
 
