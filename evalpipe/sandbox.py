@@ -179,6 +179,10 @@ class _ServerPool:
         self._idle: list[_Server] = []
         self._lock = threading.Lock()
 
+    def forget(self) -> None:
+        """In a forked child: the inherited servers belong to the parent; start afresh."""
+        self._idle, self._lock = [], threading.Lock()
+
     def run(self, source: str, timeout_s: float, limits: Limits) -> SandboxResult:
         with self._lock:
             server = self._idle.pop() if self._idle else None
@@ -199,6 +203,7 @@ class _ServerPool:
 
 _POOL = _ServerPool()
 atexit.register(_POOL.close)
+os.register_at_fork(after_in_child=_POOL.forget)
 
 
 def shutdown() -> None:

@@ -108,6 +108,21 @@ def test_results_keep_the_order_of_the_sources():
     assert [r.output_tail for r in results] == [f"{i}\n" for i in range(8)]
 
 
+def test_a_forked_caller_gets_its_own_servers():
+    run_program("pass")  # leaves an idle server in the pool
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child must not talk to the parent's server
+        ok = run_program("print('child')").output_tail == "child\n"
+        os.write(write_end, b"ok" if ok else b"bad")
+        os._exit(0)
+    os.close(write_end)
+    assert run_program("print('parent')").output_tail == "parent\n"
+    os.waitpid(pid, 0)
+    assert os.read(read_end, 10) == b"ok"
+    os.close(read_end)
+
+
 def test_output_keeps_a_bounded_tail():
     result = run_program("for i in range(100000): print(i)", limits=Limits(output_tail_bytes=100))
     assert result.passed
