@@ -150,7 +150,7 @@ class _Server:
             return SandboxResult(
                 passed=False,
                 status="error",
-                detail="the sandbox server died or stopped answering; it was replaced",
+                detail="the sandbox server died or stopped answering; the next program gets a new one",
                 returncode=None,
                 output_tail="",
                 output_bytes=0,
