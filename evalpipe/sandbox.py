@@ -150,7 +150,7 @@ class _Server:
             return SandboxResult(
                 passed=False,
                 status="error",
-                detail="the sandbox server died or stopped answering; the next program gets a new one",
+                detail="the sandbox server died or hung; the next program gets a new one",
                 returncode=None,
                 output_tail="",
                 output_bytes=0,
