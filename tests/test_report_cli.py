@@ -153,6 +153,13 @@ def test_compare_flags_planted_difference_not_noise(capsys, tmp_path: Path) -> N
     noise = next(line for line in out.splitlines() if line.startswith("| noise |"))
     assert planted.endswith("| yes |") and noise.endswith("|  |")
 
+    book = tmp_path / "compare.xlsx"
+    _report(capsys, "--compare", str(a), str(b), "--format", "xlsx", "-o", str(book))
+    sheets = pd.read_excel(book, sheet_name=None)
+    assert set(sheets) == {"leaderboard", "scores", "compare", "ratios"}
+    flagged = sheets["compare"].set_index("task")["significant"]
+    assert bool(flagged["planted"]) and not bool(flagged["noise"])
+
 
 def test_user_mistakes_exit_1_with_the_path_named(results, capsys, tmp_path: Path) -> None:
     missing = tmp_path / "no_such_results"
