@@ -49,3 +49,7 @@ class ResumeMismatchError(EvalpipeError):
 
 class SandboxError(EvalpipeError):
     """The code sandbox could not start or talk to its server process."""
+
+
+class ResultsError(EvalpipeError):
+    """A results path or run directory cannot be found or read; the message names the file."""

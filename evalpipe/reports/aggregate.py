@@ -1,0 +1,153 @@
+"""Pure frame → frame steps: per-run costs, scores with 95 % CIs, the leaderboard.
+
+Scores are fractions (0–1) here; rendering decides how to show them. A task's score is its
+primary metric (the first metric its samples record); a category's score is the micro mean
+over all its samples' primary metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from evalpipe.reports.loading import RunSet
+from evalpipe.reports.stats import Z95
+
+By = Literal["category", "task"]
+
+# Run-table columns, in display order after the identifying ones.
+COST_COLUMNS = (
+    "devices",
+    "gpus",
+    "wall_s",
+    "gpu_hours",
+    "generated_tokens",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "peak_memory_gib",
+    "mean_util_pct",
+    "energy_j",
+    "j_per_token",
+)
+
+
+def costs(jobs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
+    """Per run: wall time, GPU-hours, throughput, peak memory, utilisation, energy per token.
+
+    A run's jobs are its shards (or itself). Shards of an array may run side by side, so the
+    run's wall time is the longest job's, while GPU-hours add up every job's wall × GPUs. The
+    rate is generated tokens over generation seconds, both summed, i.e. one job's rate.
+    """
+    jobs = jobs.assign(
+        gpu_s=jobs["wall_s"] * jobs["gpus"].where(jobs["gpus"] > 0),
+    )
+    by_run = jobs.groupby("run", sort=False)
+    sums = by_run[["gpu_s", "generated_tokens", "generate_s"]].sum(min_count=1)
+    out = pd.DataFrame(
+        {
+            "gpus": by_run["gpus"].max(),
+            "wall_s": by_run["wall_s"].max(),
+            "gpu_hours": sums["gpu_s"] / 3600.0,
+            "generated_tokens": sums["generated_tokens"],
+            "tokens_per_s": sums["generated_tokens"] / sums["generate_s"],
+        }
+    )
+    out["tokens_per_s_per_gpu"] = out["tokens_per_s"] / out["gpus"].where(out["gpus"] > 0)
+    return out.join(_device_costs(devices), how="left").assign(
+        j_per_token=lambda f: f["energy_j"] / f["generated_tokens"],
+        devices=lambda f: _device_labels(f),
+    )
+
+
+def _device_costs(devices: pd.DataFrame) -> pd.DataFrame:
+    """GPU rows where a run has them, else its CPU-fallback rows (no energy on the CPU)."""
+    columns = ["device_kind", "device_name", "peak_memory_gib", "mean_util_pct", "energy_j"]
+    if devices.empty:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="run"))
+    is_gpu = devices["device"].str.startswith("gpu")
+    gpu_runs = set(devices.loc[is_gpu, "run"])
+    chosen = devices[is_gpu | ~devices["run"].isin(gpu_runs)]
+    by_run = chosen.groupby("run", sort=False)
+    energy_known = ~chosen["energy_j"].isna().groupby(chosen["run"]).any()
+    return pd.DataFrame(
+        {
+            "device_kind": by_run["device"]
+            .first()
+            .str.startswith("gpu")
+            .map({True: "gpu", False: "cpu"}),
+            "device_name": by_run["name"].first(),
+            "peak_memory_gib": by_run["peak_memory_gib"].max(),
+            "mean_util_pct": by_run["mean_util_pct"].mean(),
+            "energy_j": by_run["energy_j"].sum(min_count=1).where(energy_known),
+        }
+    )
+
+
+def _device_labels(frame: pd.DataFrame) -> pd.Series:
+    def label(row: pd.Series) -> str:
+        if row["device_kind"] == "gpu":
+            return f"{int(row['gpus'])}×{row['device_name'] or 'GPU'}"
+        if row["device_kind"] == "cpu":
+            return "cpu"
+        return f"{int(row['gpus'])}×GPU" if row["gpus"] > 0 else "—"  # no device readings
+
+    if frame.empty:
+        return pd.Series(dtype=object, index=frame.index)
+    return frame.apply(label, axis=1)
+
+
+def run_table(runset: RunSet) -> pd.DataFrame:
+    """One row per run: identity, completeness and costs; complete runs first."""
+    table = runset.runs.set_index("run").join(costs(runset.jobs, runset.devices), how="left")
+    table = table.reset_index().sort_values(
+        ["complete", "preset", "run_id"], ascending=[False, True, True], kind="stable"
+    )
+    return table.reset_index(drop=True)
+
+
+def scores(runset: RunSet, by: By) -> pd.DataFrame:
+    """Long table: run, group, metric, mean, stderr, ci95, n, n_total.
+
+    stderr is the sample standard deviation / √n (0 for n = 1); ci95 is the half-width
+    Z95 × stderr of the normal-approximation 95 % interval.
+    """
+    primary = runset.samples[runset.samples["primary"]].dropna(subset=["score"])
+    grouped = primary.groupby(["run", by], sort=False)["score"]
+    measured = pd.DataFrame(
+        {"mean": grouped.mean(), "sd": grouped.std(ddof=1), "n": grouped.count()}
+    )
+    measured["stderr"] = (measured["sd"] / np.sqrt(measured["n"])).where(measured["n"] > 1, 0.0)
+    metric_names = (
+        primary[["run", by, "metric"]]
+        .drop_duplicates()
+        .sort_values("metric")
+        .groupby(["run", by], sort=False)["metric"]
+        .agg("/".join)
+    )
+    measured = measured.join(metric_names).drop(columns="sd")
+    measured.index = measured.index.set_names(["run", "group"])
+
+    fallback = runset.summary_scores[runset.summary_scores["kind"] == by]
+    fallback = fallback.set_index(["run", "group"])[["mean", "stderr", "n", "metric"]]
+
+    totals = runset.totals.groupby(["run", by], sort=False)["n_total"].sum()
+    totals.index = totals.index.set_names(["run", "group"])
+    out = pd.concat([measured, fallback]).join(totals, how="outer")
+    out["n"] = out["n"].fillna(0).astype(int)
+    out["ci95"] = Z95 * out["stderr"]
+    out = out.reset_index()
+    return out[["run", "group", "metric", "mean", "stderr", "ci95", "n", "n_total"]]
+
+
+def wide(table: pd.DataFrame, score_table: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard as one numeric row per run: run columns, then `<group>:<stat>` columns."""
+    stats = ["mean", "ci95", "n", "n_total"]
+    pivot = score_table.pivot(index="run", columns="group", values=stats)
+    groups = list(dict.fromkeys(sorted(score_table["group"])))
+    pivot.columns = [f"{group}:{stat}" for stat, group in pivot.columns]
+    ordered = [f"{g}:{s}" for g in groups for s in stats]
+    ids = ["run_id", "preset", "status", "complete", "n_done", "n_total", "shards"]
+    base = table.set_index("run")[[*ids, *COST_COLUMNS]]
+    return base.join(pivot.reindex(columns=ordered)).reset_index()

@@ -1,0 +1,77 @@
+"""Find run directories under the paths a user names, without counting shards as runs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from evalpipe.errors import ResultsError
+
+# Any of these marks a run directory (a run killed early may have only some of them).
+RUN_FILES = ("manifest.json", "summary.json", "samples.jsonl")
+SHARDS = "shards"
+
+
+def shard_dirs(run_dir: Path) -> list[Path]:
+    """RUN_DIR/shards/<i>/ folders holding run files, ordered by shard index."""
+    folder = run_dir / SHARDS
+    if not folder.is_dir():
+        return []
+    found = [
+        Path(entry.path)
+        for entry in os.scandir(folder)
+        if entry.is_dir() and entry.name.isdigit() and _has_run_files(Path(entry.path))
+    ]
+    return sorted(found, key=lambda p: int(p.name))
+
+
+def _has_run_files(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in RUN_FILES)
+
+
+def is_run_dir(folder: Path) -> bool:
+    """A folder with run files of its own, or a sharded run whose shards hold them."""
+    return _has_run_files(folder) or bool(shard_dirs(folder))
+
+
+def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
+    """Every run directory at or below each path, sorted, each once.
+
+    A run directory's own subfolders (shards/, logs/) are not searched: shards belong to their
+    run and are merged by the loader.
+    """
+    found: dict[Path, None] = {}
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise ResultsError(
+                f"{str(path)!r} does not exist: give a run directory or a folder of them."
+            )
+        if not path.is_dir():
+            raise ResultsError(
+                f"{str(path)!r} is not a directory: give a run directory (with manifest.json, "
+                "summary.json or samples.jsonl) or a folder of them such as results/."
+            )
+        runs = list(_walk(path))
+        if not runs:
+            raise ResultsError(
+                f"No run directories under {str(path)!r}: looked for folders holding "
+                f"{', '.join(RUN_FILES)} or {SHARDS}/<i>/."
+            )
+        for run in runs:
+            found.setdefault(run.resolve(), None)
+    return sorted(found)
+
+
+def _walk(folder: Path) -> Iterable[Path]:
+    if is_run_dir(folder):
+        yield folder
+        return
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        raise ResultsError(f"Cannot read {str(folder)!r}: {exc.strerror}.") from exc
+    for entry in entries:
+        if entry.is_dir() and not entry.name.startswith("."):
+            yield from _walk(Path(entry.path))

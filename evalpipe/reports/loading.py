@@ -1,0 +1,394 @@
+"""Run directories → pandas frames: one row per run, per sample score, per job, per device.
+
+A sharded run (RUN_DIR/shards/<i>/, one SLURM array task each) is read as one run: its shards'
+samples are merged by key (task, sample_id) with any already-merged RUN_DIR/samples.jsonl, so
+a report never depends on `evalpipe merge` having run and never counts a shard as a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from evalpipe.reports.discover import shard_dirs
+from evalpipe.reports.readers import METRICS_COLUMNS, read_json, read_metrics, read_samples
+
+# The most telling status of a run's jobs when the run is not complete.
+_STATUS_ORDER = ("failed", "interrupted", "running")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSet:
+    """Everything the report needs from a set of run directories, as frames keyed by `run`.
+
+    runs: run (the directory, the key), run_id, preset, parts (its jobs' directories), status,
+        complete, shards, shards_expected, n_done, n_total (samples finished / planned).
+    samples: run, task, category, sample_id, metric, score, primary (the task's first metric).
+    totals: run, task, category, n_total (samples the task should have in this run).
+    summary_scores: run, kind ("task" | "category"), group, metric, mean, stderr, n — from
+        summary.json, used only for runs without any samples.jsonl.
+    jobs: run, shard, wall_s, generated_tokens, prompt_tokens, tokens_per_s, generate_s, gpus.
+    devices: run, shard, host, device, name, peak_memory_gib, mean_util_pct, energy_j.
+    """
+
+    runs: pd.DataFrame
+    samples: pd.DataFrame
+    totals: pd.DataFrame
+    summary_scores: pd.DataFrame
+    jobs: pd.DataFrame
+    devices: pd.DataFrame
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Part:
+    """One job's run directory: the run itself, or one of its shards."""
+
+    path: Path
+    shard: int | None
+    manifest: dict[str, Any] | None
+    summary: dict[str, Any] | None
+    samples: list[dict[str, Any]] | None
+
+
+def _read_part(path: Path, shard: int | None, warnings: list[str]) -> _Part:
+    return _Part(
+        path=path,
+        shard=shard,
+        manifest=read_json(path / "manifest.json", warnings),
+        summary=read_json(path / "summary.json", warnings),
+        samples=read_samples(path / "samples.jsonl", warnings),
+    )
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float:
+    """A JSON number as float; NaN for null, absent or non-numeric values."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return float("nan")
+    return float(value)
+
+
+def _expected_shards(parts: Sequence[_Part]) -> int:
+    """N from a shard's manifest config.shard "i/N"; 0 when no part says."""
+    for part in parts:
+        shard = _dict(_dict(part.manifest).get("config")).get("shard")
+        if isinstance(shard, str) and "/" in shard:
+            total = shard.split("/", 1)[1]
+            if total.isdigit():
+                return int(total)
+    return 0
+
+
+def _part_complete(part: _Part) -> bool:
+    status = _dict(part.manifest).get("status")
+    if status is not None:
+        return status == "complete"
+    return bool(_dict(part.summary).get("complete"))
+
+
+def _status(parts: Sequence[_Part], complete: bool) -> str:
+    if complete:
+        return "complete"
+    statuses = {_dict(p.manifest).get("status") for p in parts}
+    return next((s for s in _STATUS_ORDER if s in statuses), "incomplete")
+
+
+class _Columns:
+    """Column-wise accumulators: one DataFrame per table at the end, not one per run."""
+
+    def __init__(self, *names: str) -> None:
+        self.data: dict[str, list[Any]] = {name: [] for name in names}
+
+    def add(self, **row: Any) -> None:
+        for name, column in self.data.items():
+            column.append(row[name])
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.data)
+
+
+# The columns of each RunSet frame, filled row by row and turned into frames once at the end.
+_COLUMNS = {
+    "runs": (
+        "run", "run_id", "preset", "parts", "status", "complete", "shards", "shards_expected",
+        "n_done", "n_total",
+    ),
+    "samples": ("run", "task", "category", "sample_id", "metric", "score", "primary"),
+    "totals": ("run", "task", "category", "n_total"),
+    "summary_scores": ("run", "kind", "group", "metric", "mean", "stderr", "n"),
+    "jobs": (
+        "run", "shard", "wall_s", "generated_tokens", "prompt_tokens", "tokens_per_s",
+        "generate_s", "gpus",
+    ),
+    "devices": (
+        "run", "shard", "host", "device", "name", "peak_memory_gib", "mean_util_pct", "energy_j",
+    ),
+}  # fmt: skip
+# Declared so that empty frames keep usable types (a boolean mask must stay boolean).
+_DTYPES = {
+    "runs": {"complete": bool, "n_done": int, "n_total": int, "shards": int},
+    "samples": {"primary": bool},
+    "totals": {"n_total": int},
+    "summary_scores": {"mean": float, "stderr": float, "n": float},
+    "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int},
+    "devices": {"device": str, "peak_memory_gib": float, "energy_j": float},
+}
+
+
+def load_runs(run_dirs: Sequence[Path]) -> RunSet:
+    """Read every run directory (see RunSet); damaged files become warnings, not failures."""
+    warnings: list[str] = []
+    tables = {name: _Columns(*columns) for name, columns in _COLUMNS.items()}
+    for run_dir in run_dirs:
+        _load_run(run_dir, tables, warnings)
+    frames = {name: table.frame().astype(_DTYPES[name]) for name, table in tables.items()}
+    # Scores as written: numbers, or null / junk, which become NaN (not counted in n).
+    frames["samples"]["score"] = pd.to_numeric(frames["samples"]["score"], errors="coerce").astype(
+        float
+    )
+    return RunSet(**frames, warnings=tuple(warnings))
+
+
+def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -> None:
+    run = str(run_dir)
+    top = _read_part(run_dir, None, warnings)
+    shards = [_read_part(p, int(p.name), warnings) for p in shard_dirs(run_dir)]
+    # Shards are the source of truth for a sharded run; RUN_DIR's own files were merged from
+    # them (or hold what an earlier merge saw), so they only add samples and totals.
+    jobs_parts = shards or [top]
+    expected = _expected_shards(shards)
+    if shards and expected and len(shards) < expected:
+        missing = sorted(set(range(expected)) - {p.shard for p in shards})
+        warnings.append(
+            f"{run_dir}: shard(s) {', '.join(map(str, missing))} of {expected} have no run "
+            "files yet; the run is reported as incomplete."
+        )
+
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for part in [top, *shards]:
+        for record in part.samples or ():
+            merged[(record["task"], str(record["sample_id"]))] = record
+    _add_samples(tables["samples"], run, merged)
+
+    task_totals = _task_totals([top], warnings)
+    for task, (category, n) in _task_totals(shards, warnings).items():
+        if n > task_totals.get(task, ("", 0))[1]:
+            task_totals[task] = (category, n)
+    for task, (category, n) in task_totals.items():
+        tables["totals"].add(run=run, task=task, category=category, n_total=n)
+
+    if not merged:
+        summary = top.summary or (shards[0].summary if len(shards) == 1 else None)
+        _add_summary_scores(tables["summary_scores"], run, summary)
+        source = "scores and their CI come from summary.json" if summary else "no scores"
+        warnings.append(f"{run_dir}: no finished samples in samples.jsonl; {source}.")
+
+    for part in jobs_parts:
+        _add_job(tables["jobs"], tables["devices"], run, part, warnings)
+
+    n_total = sum(n for _, n in task_totals.values())
+    n_done = len(merged) if merged else _summary_done(top, shards)
+    jobs_say_complete = all(_part_complete(p) and p.summary is not None for p in jobs_parts)
+    if jobs_say_complete and n_done < n_total:
+        warnings.append(
+            f"{run_dir}: marked complete but holds {n_done} of {n_total} samples (lines lost "
+            "from samples.jsonl?); reported as incomplete."
+        )
+    complete = (
+        jobs_say_complete
+        and (not expected or len(shards) >= expected)
+        and n_total > 0
+        and n_done >= n_total
+    )
+    manifest = _dict(top.manifest or next((p.manifest for p in shards if p.manifest), None))
+    summary = _dict(top.summary or next((p.summary for p in shards if p.summary), None))
+    preset = manifest.get("preset")
+    preset_name = _dict(preset).get("name") if isinstance(preset, dict) else preset
+    tables["runs"].add(
+        run=run,
+        run_id=str(_dict(top.manifest).get("run_id") or run_dir.name),
+        preset=str(preset_name or summary.get("preset") or "?"),
+        parts=tuple(str(p.path) for p in jobs_parts),
+        status=_status(jobs_parts, complete),
+        complete=complete,
+        shards=len(shards),
+        shards_expected=expected,
+        n_done=n_done,
+        n_total=n_total,
+    )
+
+
+def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """One row per sample and metric; `primary` marks the first metric its task records."""
+    primary: dict[str, str] = {}
+    rows: list[tuple[Any, ...]] = []
+    append = rows.append
+    for (task, sample_id), record in merged.items():
+        scores = record["scores"]
+        if task not in primary:
+            primary[task] = next(iter(scores), "")
+        first = primary[task]
+        category = record.get("category") or ""
+        for metric, score in scores.items():
+            append((task, category, sample_id, metric, score, metric == first))
+    if not rows:
+        return
+    # Column-wise extends: this loop runs once per sample of every run, so it stays lean.
+    out.data["run"].extend([run] * len(rows))
+    for name, column in zip(_COLUMNS["samples"][1:], zip(*rows, strict=True), strict=True):
+        out.data[name].extend(column)
+
+
+def _planned(part: _Part) -> list[tuple[str, str, Any]]:
+    """(task, category, n_total) per task: from summary.json, else the manifest's plan.
+
+    A run killed before its first summary still says in its manifest what it set out to do.
+    """
+    tasks = _dict(_dict(part.summary).get("tasks"))
+    if tasks:
+        return [
+            (task, str(_dict(info).get("category") or ""), _dict(info).get("n_total"))
+            for task, info in tasks.items()
+        ]
+    planned = _dict(part.manifest).get("samples_planned")
+    return [
+        (str(p.get("task")), str(p.get("category") or ""), p.get("n_total"))
+        for p in (planned if isinstance(planned, list) else [])
+        if isinstance(p, dict)
+    ]
+
+
+def _task_totals(parts: Sequence[_Part], warnings: list[str]) -> dict[str, tuple[str, int]]:
+    """task → (category, n_total) summed over the parts."""
+    out: dict[str, tuple[str, int]] = {}
+    for part in parts:
+        for task, category, n in _planned(part):
+            if not isinstance(n, int):
+                warnings.append(f"{part.path}: task {task!r} has no n_total; its total is unknown.")
+                continue
+            category, before = out.get(task, (category, 0))
+            out[task] = (category, before + n)
+    return out
+
+
+def _summary_done(top: _Part, shards: Sequence[_Part]) -> int:
+    """Finished samples by the summaries, for runs without any samples.jsonl records."""
+    counts = [_dict(p.summary).get("n_done") for p in shards or [top]]
+    return sum(n for n in counts if isinstance(n, int))
+
+
+def _first_metric(metrics: Any) -> tuple[str, dict[str, Any]] | None:
+    metrics = _dict(metrics)
+    name = next(iter(metrics), None)
+    return None if name is None else (name, _dict(metrics[name]))
+
+
+def _add_summary_scores(out: _Columns, run: str, summary: dict[str, Any] | None) -> None:
+    groups = [
+        ("task", name, info.get("metrics"))
+        for name, info in _dict(_dict(summary).get("tasks")).items()
+        if isinstance(info, dict)
+    ] + [
+        ("category", name, _dict(info).get("micro"))
+        for name, info in _dict(_dict(summary).get("categories")).items()
+    ]
+    for kind, group, metrics in groups:
+        first = _first_metric(metrics)
+        if first is None:
+            continue
+        metric, values = first
+        out.add(
+            run=run, kind=kind, group=group, metric=metric, mean=_number(values.get("mean")),
+            stderr=_number(values.get("stderr")), n=_number(values.get("n")),
+        )  # fmt: skip
+
+
+def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings: list[str]) -> None:
+    summary = _dict(part.summary)
+    throughput = _dict(summary.get("throughput"))
+    device_rows = [_dict(d) for d in summary.get("devices") or ()]
+    if not device_rows:
+        device_rows = _devices_from_metrics(part, warnings)
+    gpus = throughput.get("gpus")
+    if not isinstance(gpus, int):
+        plan = _dict(_dict(part.manifest).get("plan"))
+        gpus = plan.get("total_gpus")
+    if not isinstance(gpus, int):
+        gpus = sum(str(d.get("device", "")).startswith("gpu") for d in device_rows)
+    tokens = _number(throughput.get("generated_tokens"))
+    rate = _number(throughput.get("tokens_per_s"))
+    generate_s = _number(throughput.get("generate_s"))
+    if rate > 0 and tokens == tokens:
+        generate_s = tokens / rate  # the time the runner's own rate was measured over
+    jobs.add(
+        run=run, shard=part.shard, wall_s=_number(throughput.get("wall_s")),
+        generated_tokens=tokens, prompt_tokens=_number(throughput.get("prompt_tokens")),
+        tokens_per_s=rate, generate_s=generate_s, gpus=gpus,
+    )  # fmt: skip
+    for d in device_rows:
+        devices.add(
+            run=run, shard=part.shard, host=str(d.get("host") or ""),
+            device=str(d.get("device") or "?"), name=str(d.get("name") or ""),
+            peak_memory_gib=_number(d.get("peak_memory_gib")),
+            mean_util_pct=_number(d.get("mean_util_pct")), energy_j=_number(d.get("energy_j")),
+        )  # fmt: skip
+
+
+def metrics_files(part: Path) -> list[Path]:
+    """metrics.csv, then metrics-<host>.csv: the series other nodes of a multi-node job record
+    (`evalpipe monitor --follow`) on the same clock and phases."""
+    own = part / "metrics.csv"
+    return ([own] if own.is_file() else []) + sorted(part.glob("metrics-*.csv"))
+
+
+def _read_all_metrics(part: Path, warnings: list[str]) -> pd.DataFrame | None:
+    frames = [f for f in (read_metrics(p, warnings) for p in metrics_files(part)) if f is not None]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def _devices_from_metrics(part: _Part, warnings: list[str]) -> list[dict[str, Any]]:
+    """Per-device peaks, mean utilisation and energy from metrics.csv when summary lacks them."""
+    frame = _read_all_metrics(part.path, warnings)
+    if frame is None:
+        if part.summary is not None:
+            warnings.append(
+                f"{part.path}: no device figures (summary.json lists no devices and there is "
+                "no metrics.csv); memory, utilisation and energy are left blank."
+            )
+        return []
+    stats = frame.groupby(["host", "device"], sort=True).agg(
+        peak_memory_gib=("memory_used_gib", "max"),
+        mean_util_pct=("util_pct", "mean"),
+        energy_j=("energy_j", "max"),  # cumulative since the run started
+    )
+    return [
+        {"host": host, "device": device, **{k: (None if pd.isna(v) else v) for k, v in row.items()}}
+        for (host, device), row in stats.to_dict("index").items()
+    ]
+
+
+def load_metrics(runs: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
+    """The monitor time series of the given runs (every node's file): metrics.csv columns plus
+    run and shard."""
+    warnings: list[str] = []
+    frames = []
+    for run, parts in zip(runs["run"], runs["parts"], strict=True):
+        for part in map(Path, parts):
+            if not metrics_files(part):
+                warnings.append(f"{part}: no metrics.csv; no memory or utilisation curves.")
+            frame = _read_all_metrics(part, warnings)
+            if frame is None:
+                continue
+            shard = part.name if part.parent.name == "shards" else None
+            frames.append(frame.assign(run=run, shard=shard))
+    if not frames:
+        return pd.DataFrame(columns=["run", "shard", *METRICS_COLUMNS]), tuple(warnings)
+    return pd.concat(frames, ignore_index=True), tuple(warnings)

@@ -1,0 +1,240 @@
+"""Display tables: frames → rows of formatted strings, and those rows → markdown.
+
+The same Table objects feed the markdown output and the HTML page, so both always agree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from evalpipe.reports.compare import Comparison
+from evalpipe.reports.stats import Z95
+
+DASH = "—"  # not measured / not applicable
+SCORE_NOTE = (
+    f"Scores in %: mean ± 95 % CI (n samples), CI = {Z95} × stderr of the per-sample scores "
+    "(normal approximation); a task's score is its first metric, a category's the mean over "
+    "all its samples."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Table:
+    """A titled table of display strings; `right[i]` right-aligns column i (numbers)."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    right: tuple[bool, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def score_cell(mean: float, ci95: float, n: int, n_total: float) -> str:
+    """'75.0 ± 4.9 (300)', or '(120/300)' when the group is not finished."""
+    total = "" if _missing(n_total) or n >= n_total else f"/{int(n_total)}"
+    if n == 0 or _missing(mean):
+        return f"{DASH} (0{total})" if total else DASH
+    return f"{mean * 100:.1f} ± {ci95 * 100:.1f} ({n}{total})"
+
+
+def duration(seconds: float) -> str:
+    if _missing(seconds):
+        return DASH
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
+def number(value: float, digits: int = 1) -> str:
+    """Fixed decimals with thousands separators; DASH when not measured."""
+    if _missing(value):
+        return DASH
+    return f"{value:,.{digits}f}"
+
+
+def significant_figures(value: float, figures: int = 3) -> str:
+    """`figures` significant digits, but whole numbers with separators from 10^figures up."""
+    if _missing(value):
+        return DASH
+    if abs(value) >= 10**figures:
+        return f"{value:,.0f}"
+    return f"{value:.{figures}g}"
+
+
+_COSTS = (
+    ("wall", lambda r: duration(r["wall_s"])),
+    ("GPU-h", lambda r: number(r["gpu_hours"], 2)),
+    ("tok/s", lambda r: number(r["tokens_per_s"], 1)),
+    ("tok/s/GPU", lambda r: number(r["tokens_per_s_per_gpu"], 1)),
+    ("peak GiB/GPU", lambda r: number(r["peak_memory_gib"], 1)),
+    ("util %", lambda r: number(r["mean_util_pct"], 0)),
+    ("J/token", lambda r: significant_figures(r["j_per_token"])),
+)
+
+
+def _run_name(row: pd.Series) -> str:
+    shards = f" [{row['shards']} shards]" if row["shards"] else ""
+    return f"{row['run_id']}{shards}"
+
+
+def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Table]:
+    """The complete runs' leaderboard, then (separately) the incomplete runs."""
+    groups = sorted(scores["group"].unique())
+    text = {
+        (run, group): score_cell(mean, ci95, int(n), n_total)
+        for run, group, mean, ci95, n, n_total in scores[
+            ["run", "group", "mean", "ci95", "n", "n_total"]
+        ].itertuples(index=False)
+    }
+    metrics = (
+        scores.dropna(subset=["metric"])
+        .groupby("group")["metric"]
+        .agg(lambda m: "/".join(sorted(set("/".join(m).split("/")))))
+    )
+    notes = [SCORE_NOTE, f"Metric per {by}: " + "; ".join(f"{g} = {m}" for g, m in metrics.items())]
+    if (table["devices"] == "cpu").any():
+        notes.append(
+            "Devices 'cpu': no GPU; memory and utilisation are the host's (the monitor's CPU "
+            "fallback) and there is no energy reading."
+        )
+    notes.append(f"{DASH}: not measured. GPU-hours = wall × GPUs, summed over a run's jobs.")
+
+    def cells(row: pd.Series) -> list[str]:
+        return [text.get((row["run"], group), DASH) for group in groups]
+
+    complete = table[table["complete"]]
+    incomplete = table[~table["complete"]]
+    costs = [name for name, _ in _COSTS]
+    tables = [
+        Table(
+            title="Leaderboard (complete runs)",
+            header=("preset", "run", "devices", *groups, *costs),
+            rows=tuple(
+                (r["preset"], _run_name(r), r["devices"], *cells(r), *(f(r) for _, f in _COSTS))
+                for _, r in complete.iterrows()
+            ),
+            right=(False, False, False, *[True] * (len(groups) + len(costs))),
+            notes=tuple(notes),
+        )
+    ]
+    if not incomplete.empty:
+        tables.append(
+            Table(
+                title="Incomplete runs (partial results: not comparable with the complete runs)",
+                header=("preset", "run", "status", "done", "devices", *groups, *costs),
+                rows=tuple(
+                    (
+                        r["preset"],
+                        _run_name(r),
+                        r["status"],
+                        f"{r['n_done']}/{r['n_total'] or '?'}",
+                        r["devices"],
+                        *cells(r),
+                        *(f(r) for _, f in _COSTS),
+                    )
+                    for _, r in incomplete.iterrows()
+                ),
+                right=(False, False, False, True, False, *[True] * (len(groups) + len(costs))),
+                notes=("(n/N) in a score cell: n of the N planned samples are done.",),
+            )
+        )
+    return tables
+
+
+def comparison(result: Comparison, alpha: float) -> list[Table]:
+    """Per-task differences B − A on shared samples, then the cost ratios B / A."""
+    rows = []
+    for _, r in result.tasks.iterrows():
+        interval = (
+            DASH
+            if r["n_shared"] == 0
+            else f"{r['diff'] * 100:+.1f} [{r['ci_low'] * 100:+.1f}, {r['ci_high'] * 100:+.1f}]"
+        )
+        rows.append(
+            (
+                r["task"],
+                r["metric"],
+                str(r["n_shared"]),
+                number(r["mean_a"] * 100),
+                number(r["mean_b"] * 100),
+                interval,
+                r["test"],
+                significant_figures(r["p"], 2),
+                significant_figures(r["p_holm"], 2),
+                "yes" if r["significant"] else "",
+            )
+        )
+    tasks = Table(
+        title=f"Compare per task: B = {result.run_b} vs A = {result.run_a}",
+        header=(
+            "task",
+            "metric",
+            "shared n",
+            "A %",
+            "B %",
+            "B − A (95 % CI)",
+            "test",
+            "p",
+            "p (Holm)",
+            "significant",
+        ),
+        rows=tuple(rows),
+        right=(False, False, True, True, True, True, False, True, True, False),
+        notes=(
+            "Only samples both runs finished (same task and sample_id) are compared. "
+            "CI: paired bootstrap percentile interval. Test: exact McNemar for 0/1 metrics, "
+            "else the paired bootstrap. Significant: Holm-adjusted p < "
+            f"{alpha:g} across the tasks.",
+        ),
+    )
+    ratio_rows = tuple(
+        (
+            str(r["quantity"]),
+            significant_figures(r["a"], 4),
+            significant_figures(r["b"], 4),
+            significant_figures(r["ratio"], 3),
+        )
+        for _, r in result.ratios.iterrows()
+    )
+    ratios = Table(
+        title="Cost ratios (B / A)",
+        header=("quantity", "A", "B", "B / A"),
+        rows=ratio_rows,
+        right=(False, True, True, True),
+    )
+    return [tasks, ratios]
+
+
+def _escape(cell: str) -> str:
+    return cell.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(tables: Sequence[Table], warnings: Sequence[str] = ()) -> str:
+    """GitHub-flavoured markdown: a heading, a pipe table and its notes per table."""
+    parts = []
+    for table in tables:
+        lines = [f"## {table.title}", ""]
+        lines.append("| " + " | ".join(_escape(h) for h in table.header) + " |")
+        lines.append("|" + "|".join("---:" if r else "---" for r in table.right) + "|")
+        lines += ["| " + " | ".join(_escape(c) for c in row) + " |" for row in table.rows]
+        if not table.rows:
+            lines.append("| " + " | ".join("" for _ in table.header) + " |")
+        if table.notes:
+            lines.append("")
+            lines += [f"- {note}" for note in table.notes]
+        parts.append("\n".join(lines))
+    if warnings:
+        parts.append("\n".join(["## Warnings", "", *(f"- {w}" for w in warnings)]))
+    return "\n\n".join(parts) + "\n"
