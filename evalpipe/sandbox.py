@@ -10,6 +10,7 @@ kept for reuse across calls); docs/sandbox.md gives the threat model and the lim
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -149,7 +150,7 @@ class _Server:
             return SandboxResult(
                 passed=False,
                 status="error",
-                detail="the sandbox server died or stopped answering; it was replaced",
+                detail="the sandbox server died or hung; the next program gets a new one",
                 returncode=None,
                 output_tail="",
                 output_bytes=0,
@@ -178,6 +179,10 @@ class _ServerPool:
         self._idle: list[_Server] = []
         self._lock = threading.Lock()
 
+    def forget(self) -> None:
+        """In a forked child: the inherited servers belong to the parent; start afresh."""
+        self._idle, self._lock = [], threading.Lock()
+
     def run(self, source: str, timeout_s: float, limits: Limits) -> SandboxResult:
         with self._lock:
             server = self._idle.pop() if self._idle else None
@@ -189,8 +194,21 @@ class _ServerPool:
                 self._idle.append(server)
         return result
 
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for server in idle:
+            server.close()
+
 
 _POOL = _ServerPool()
+atexit.register(_POOL.close)
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def shutdown() -> None:
+    """Stop the idle sandbox servers now (they also stop when this process exits)."""
+    _POOL.close()
 
 
 def run_program(

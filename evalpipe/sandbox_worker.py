@@ -5,21 +5,25 @@ so it imports only the standard library (isolated mode hides site-packages and t
 package). Protocol: one JSON request per line on stdin, one JSON reply per line on stdout; the
 first line out is a hello naming the isolation this machine allows.
 
-Per program, three processes (docs/sandbox.md has the threat model):
-  server (this loop, long-lived, warm imports)
-    └─ supervisor: own session; new mount, network, IPC and PID namespaces; read-only file
-       system with a private tmpfs; enforces the wall-clock timeout; trusted, stays root
+The server enters a new mount and network namespace once, with every mount read-only, home
+directories and /run hidden, and no network. Per program, two processes:
+  server (this loop, long-lived, warm imports; mounts a fresh tmpfs as /tmp per program)
+    └─ supervisor: own session; new PID and IPC namespaces; enforces the wall-clock timeout;
+       trusted, keeps its privileges
          └─ program: PID 1 of its namespace (its death kills every process it started);
             rlimits, unprivileged uid, no capabilities; runs the code, then reports its outcome
             with a per-program nonce over a pipe the code did not create
-Forking from a warm server costs a few milliseconds, where a fresh interpreter per program
-costs tens of them.
+Nothing a program leaves survives it: it cannot mount or configure the network (no
+capabilities), its processes die with its PID namespace, its IPC objects with its IPC namespace,
+its files with its tmpfs. Forking from a warm server costs a few milliseconds, where a fresh
+interpreter per program costs tens of them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import pwd
@@ -49,6 +53,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
+MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 # Per-mount flags a read-only remount must repeat (a user namespace refuses to clear them).
@@ -61,8 +66,9 @@ MOUNT_OPTION_FLAGS = {
     b"relatime": MS_RELATIME,
     b"strictatime": MS_STRICTATIME,
 }
-# Home directories hide behind empty tmpfs mounts: tokens and keys live there.
-HIDDEN_DIRS = ("/root", "/home")
+# Directories hidden behind empty read-only tmpfs: home directories hold tokens and keys, /run
+# the sockets of the node's daemons (munge, D-Bus, Docker), which a read-only mount leaves open.
+HIDDEN_DIRS = ("/root", "/home", "/run")
 # World-writable places that become views of the program's private tmpfs.
 PRIVATE_TMP_ALIASES = ("/var/tmp", "/dev/shm")
 # Modules test programs commonly import, loaded once here so each forked program gets them free.
@@ -92,6 +98,7 @@ READ_CHUNK = 65536
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def _check(ret: int, what: str) -> None:
@@ -111,6 +118,10 @@ def _mount(
     opts = data.encode() if data is not None else None
     ret = _libc.mount(src, os.fsencode(target), fstype, flags, opts)
     _check(ret, f"mount {target!r}")
+
+
+def _umount(target: str) -> None:
+    _check(_libc.umount2(os.fsencode(target), MNT_DETACH), f"umount {target!r}")
 
 
 def _unescape_mountinfo(field: bytes) -> bytes:
@@ -133,8 +144,8 @@ def _remount_everything_read_only() -> None:
         _mount(None, _unescape_mountinfo(fields[4]), None, flags)
 
 
-def _hide_homes(keep: list[str]) -> None:
-    """Cover home directories with empty read-only tmpfs, keeping the `keep` paths under them."""
+def _hide_dirs(keep: list[str]) -> None:
+    """Cover HIDDEN_DIRS with empty read-only tmpfs, keeping the `keep` paths under them."""
     for hidden in HIDDEN_DIRS:
         if not os.path.isdir(hidden) or os.path.islink(hidden):
             continue
@@ -180,16 +191,17 @@ def _drop_capabilities() -> None:
 
 
 class Plan:
-    """What this machine allows, found once at start by running a probe program."""
+    """What this machine allows; `isolate_server` and the probe settle it once at start."""
 
     def __init__(self) -> None:
         self.namespaces = True
         self.user_namespace = False
         self.run_as: tuple[int, int] | None = None
         self.notes: list[str] = []
-        self.keep_dirs = sorted(
-            {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
-        )
+        self.proc_dev = 0
+        self.tmp_mounts = ["/tmp"] + [
+            p for p in PRIVATE_TMP_ALIASES if os.path.isdir(p) and not os.path.islink(p)
+        ]
         if os.geteuid() == 0:
             try:
                 nobody = pwd.getpwnam("nobody")
@@ -215,6 +227,28 @@ class Plan:
                 parts.append("userns")
         return parts
 
+    def isolate_server(self) -> None:
+        """Enter the mount and network namespaces every program of this server shares."""
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(mount, net)")
+        _remount_everything_read_only()
+        keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+        _hide_dirs(sorted(keep))
+        self.proc_dev = os.stat("/proc").st_dev
+
+    def mount_private_tmp(self, size_mib: int) -> None:
+        uid, gid = self.run_as or (os.getuid(), os.getgid())
+        data = f"size={size_mib}m,mode=0700,uid={uid},gid={gid}"
+        _mount("tmpfs", "/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, data)
+        for alias in self.tmp_mounts[1:]:
+            _mount("/tmp", alias, None, MS_BIND)
+
+    def unmount_program(self) -> None:
+        """Remove the program's tmpfs and /proc; the next program starts from the same state."""
+        while os.stat("/proc").st_dev != self.proc_dev:
+            _umount("/proc")
+        for path in reversed(self.tmp_mounts):
+            _umount(path)
+
 
 def _set_limits(limits: dict, timeout_s: float) -> None:
     mib = 1024 * 1024
@@ -232,8 +266,11 @@ def _set_limits(limits: dict, timeout_s: float) -> None:
 
 def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, rep_w: int):
     """The program process: lock itself down, run the code, report how it ended. Never returns."""
-    write, exit_now = os.write, os._exit  # bound before the code can replace them
+    # Bound before the code runs, which may replace them.
+    write, exit_now, getpid = os.write, os._exit, os.getpid
     try:
+        # Its own session: kill(0) or killpg from the program cannot reach the supervisor.
+        os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(out_w, 1)
@@ -276,6 +313,7 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
         write(3, nonce + f" error {type(exc).__name__}: {exc}".encode()[:300] + b"\n")
         exit_now(1)
 
+    me = getpid()
     try:
         exec(compile(source, filename, "exec"), module.__dict__)
         outcome, status = b"ok", 0
@@ -284,11 +322,14 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
     except BaseException as exc:
         try:
             # The traceback starts at the program's own frame, not this one.
-            sys.__excepthook__(type(exc), exc, exc.__traceback__.tb_next)
+            exc = exc.with_traceback(exc.__traceback__.tb_next)
+            sys.__excepthook__(type(exc), exc, exc.__traceback__)
             name = type(exc).__name__
         except BaseException:
             name = "exception"
         outcome, status = f"exception {name}".encode(errors="replace"), 1
+    if getpid() != me:  # a child the program forked ran off its end: only the program reports
+        exit_now(status)
     for stream in (sys.stdout, sys.stderr):
         try:  # noqa: SIM105 (the program may have replaced contextlib; plain syntax it cannot)
             stream.flush()
@@ -301,24 +342,12 @@ def _program(request: dict, plan: Plan, workdir: str, nonce: bytes, out_w: int, 
 
 
 def _supervise(request: dict, plan: Plan, workdir: str, nonce: bytes, pipes: dict) -> None:
-    """The supervisor process: namespaces and mounts, then the timer around the program."""
+    """The supervisor process: PID and IPC namespaces, then the timer around the program."""
     try:
         os.setsid()
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         if plan.namespaces:
-            _check(
-                _libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID),
-                "unshare(mount, net, ipc, pid)",
-            )
-            _remount_everything_read_only()
-            _hide_homes(plan.keep_dirs)
-            uid, gid = plan.run_as or (os.getuid(), os.getgid())
-            size = request["limits"]["disk_mib"]
-            data = f"size={size}m,mode=0700,uid={uid},gid={gid}"
-            _mount("tmpfs", workdir, b"tmpfs", MS_NOSUID | MS_NODEV, data)
-            for alias in PRIVATE_TMP_ALIASES:
-                if os.path.isdir(alias) and not os.path.islink(alias):
-                    _mount(workdir, alias, None, MS_BIND)
+            _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare(pid, ipc)")
         pid = os.fork()
     except BaseException as exc:
         os.write(pipes["status"], json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
@@ -343,8 +372,10 @@ def _supervise(request: dict, plan: Plan, workdir: str, nonce: bytes, pipes: dic
     duration = time.monotonic() - start
     message = {"wait_status": wait_status, "timed_out": timed_out, "duration_s": duration}
     os.write(pipes["status"], json.dumps(message).encode())
-    # Without a PID namespace, children the program left in this session die here.
-    os.killpg(0, signal.SIGKILL)
+    # Without a PID namespace, children the program left in its session die here.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    os._exit(0)
 
 
 class _Tail:
@@ -418,9 +449,13 @@ def _verdict(report: bytes, nonce: bytes, status: dict, timeout_s: float) -> tup
 def run_one(request: dict, plan: Plan) -> dict:
     nonce = os.urandom(16).hex().encode()
     limits = request["limits"]
-    workdir = "/tmp" if plan.namespaces else tempfile.mkdtemp(prefix="evalpipe-sandbox-")
-    if plan.run_as is not None and not plan.namespaces:
-        os.chown(workdir, *plan.run_as)
+    if plan.namespaces:
+        workdir = "/tmp"
+        plan.mount_private_tmp(limits["disk_mib"])
+    else:
+        workdir = tempfile.mkdtemp(prefix="evalpipe-sandbox-")
+        if plan.run_as is not None:
+            os.chown(workdir, *plan.run_as)
     out_r, out_w = os.pipe()
     rep_r, rep_w = os.pipe()
     st_r, st_w = os.pipe()
@@ -446,7 +481,9 @@ def run_one(request: dict, plan: Plan) -> dict:
     os.waitpid(pid, 0)
     for fd in (out_r, rep_r, st_r):
         os.close(fd)
-    if not plan.namespaces:
+    if plan.namespaces:
+        plan.unmount_program()
+    else:
         shutil.rmtree(workdir, ignore_errors=True)
     try:
         status = json.loads(bytes(tails["status"].data)) if finished else {}
@@ -486,13 +523,29 @@ PROBE_REQUEST = {
 
 
 def _probe(plan: Plan) -> None:
-    """Run a trivial program; where namespaces fail, fall back to what remains and say why."""
+    """Try the namespaces and a trivial program in a child; where they fail, say why and go on
+    with what remains (rlimits, session, environment, and the uid where root)."""
     if plan.namespaces:
-        result = run_one(PROBE_REQUEST, plan)
-        if result["passed"]:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                plan.isolate_server()
+                result = run_one(PROBE_REQUEST, plan)
+                why = "" if result["passed"] else result["detail"]
+            except BaseException as exc:
+                why = f"{type(exc).__name__}: {exc}"
+            os.write(write_end, why.encode()[:1000])
+            os._exit(0)
+        os.close(write_end)
+        why = os.read(read_end, 1000).decode(errors="replace")
+        os.close(read_end)
+        os.waitpid(pid, 0)
+        if not why:
+            plan.isolate_server()
             return
         plan.namespaces = False
-        plan.notes.append(f"no namespaces ({result['detail']}): network and file system open")
+        plan.notes.append(f"no namespaces ({why}): network and file system stay open")
     result = run_one(PROBE_REQUEST, plan)
     if not result["passed"]:
         plan.notes.append(f"the probe program failed: {result['detail']}")
@@ -507,6 +560,7 @@ def _send(message: dict) -> None:
 def main() -> None:
     for module in WARM_MODULES:
         __import__(module)
+    gc.freeze()  # collections in forked programs then leave the shared pages untouched
     plan = Plan()
     _probe(plan)
     _send({"isolation": plan.isolation, "notes": plan.notes})

@@ -10,7 +10,8 @@ PY=${PYTHON:-python3}
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     need=()
-    for pkg in slurmctld slurmd slurm-client munge shellcheck; do
+    # chromium: the HTML report is checked in a real headless browser.
+    for pkg in slurmctld slurmd slurm-client munge shellcheck chromium; do
         dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
     done
     if [ ${#need[@]} -gt 0 ]; then

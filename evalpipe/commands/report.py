@@ -103,27 +103,28 @@ def run(args: argparse.Namespace) -> int:
     if comparison is not None:
         shown += tables.comparison(comparison, args.alpha)
     if args.format == "xlsx":
-        sheets = {"leaderboard": aggregate.wide(table, scores), "scores": scores}
+        labelled = table[["run", "run_id", "preset"]].merge(scores, on="run")
+        sheets = {"leaderboard": aggregate.wide(table, scores), "scores": labelled}
         if comparison is not None:
             sheets |= {"compare": comparison.tasks, "ratios": comparison.ratios}
         exports.write_xlsx(Path(args.output), sheets)
-        return 0
-    if args.format == "md":
-        text = tables.markdown(shown)
+    elif args.format == "md":
+        _write_text(args.output, tables.markdown(shown))
     elif args.format == "csv":
         frame = comparison.tasks if comparison is not None else aggregate.wide(table, scores)
-        text = exports.to_csv(frame)
+        _write_text(args.output, exports.to_csv(frame))
     elif args.format == "json":
-        text = exports.to_json(table, scores, args.by, warnings, comparison)
+        _write_text(args.output, exports.to_json(table, scores, args.by, warnings, comparison))
     else:
-        text = html.page(
+        sources = ", ".join(args.compare or args.paths)
+        page = html.page(
             title="evalpipe report",
-            subtitle=f"{len(table)} run(s): " + ", ".join(map(str, args.compare or args.paths)),
+            subtitle=f"{len(table)} run(s) from {sources}",
             tables=shown,
             images=images,
             warnings=warnings,
         )
-    _write_text(args.output, text)
+        _write_text(args.output, page)
     return 0
 
 

@@ -342,9 +342,21 @@ def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings:
         )  # fmt: skip
 
 
+def metrics_files(part: Path) -> list[Path]:
+    """metrics.csv, then metrics-<host>.csv: the series other nodes of a multi-node job record
+    (`evalpipe monitor --follow`) on the same clock and phases."""
+    own = part / "metrics.csv"
+    return ([own] if own.is_file() else []) + sorted(part.glob("metrics-*.csv"))
+
+
+def _read_all_metrics(part: Path, warnings: list[str]) -> pd.DataFrame | None:
+    frames = [f for f in (read_metrics(p, warnings) for p in metrics_files(part)) if f is not None]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
 def _devices_from_metrics(part: _Part, warnings: list[str]) -> list[dict[str, Any]]:
     """Per-device peaks, mean utilisation and energy from metrics.csv when summary lacks them."""
-    frame = read_metrics(part.path / "metrics.csv", warnings)
+    frame = _read_all_metrics(part.path, warnings)
     if frame is None:
         if part.summary is not None:
             warnings.append(
@@ -364,18 +376,18 @@ def _devices_from_metrics(part: _Part, warnings: list[str]) -> list[dict[str, An
 
 
 def load_metrics(runs: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:
-    """The monitor time series of the given runs: metrics.csv columns plus run and shard."""
+    """The monitor time series of the given runs (every node's file): metrics.csv columns plus
+    run and shard."""
     warnings: list[str] = []
     frames = []
     for run, parts in zip(runs["run"], runs["parts"], strict=True):
-        for part in parts:
-            path = Path(part) / "metrics.csv"
-            if not path.is_file():
+        for part in map(Path, parts):
+            if not metrics_files(part):
                 warnings.append(f"{part}: no metrics.csv; no memory or utilisation curves.")
-            frame = read_metrics(path, warnings)
+            frame = _read_all_metrics(part, warnings)
             if frame is None:
                 continue
-            shard = Path(part).name if Path(part).parent.name == "shards" else None
+            shard = part.name if part.parent.name == "shards" else None
             frames.append(frame.assign(run=run, shard=shard))
     if not frames:
         return pd.DataFrame(columns=["run", "shard", *METRICS_COLUMNS]), tuple(warnings)

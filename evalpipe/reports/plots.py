@@ -50,7 +50,7 @@ def score_bars(
     categories = sorted(category_scores["group"].unique())
     by_key = category_scores.set_index(["run", "group"])
     width = 0.8 / max(len(shown), 1)
-    fig = Figure(figsize=(max(6.0, 1.2 * len(categories) * max(1, len(shown) / 3)), 4.5))
+    fig = Figure(figsize=(min(18.0, max(6.0, 0.25 * len(categories) * (len(shown) + 2))), 4.5))
     ax = fig.add_subplot()
     x = np.arange(len(categories))
     colors = _colors(len(shown))
@@ -122,7 +122,8 @@ def throughput_vs_gpus(table: pd.DataFrame) -> bytes | None:
         ax.grid(alpha=0.3)
     left.set_title("Throughput vs GPU count")
     right.set_title("Per-GPU throughput (cpu: whole job)")
-    left.legend(fontsize="small")
+    handles, labels = left.get_legend_handles_labels()
+    right.legend(handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     return _png(fig)
 
 

@@ -48,6 +48,8 @@ def score_cell(mean: float, ci95: float, n: int, n_total: float) -> str:
 def duration(seconds: float) -> str:
     if _missing(seconds):
         return DASH
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -63,8 +65,11 @@ def number(value: float, digits: int = 1) -> str:
 
 
 def significant_figures(value: float, figures: int = 3) -> str:
+    """`figures` significant digits, but whole numbers with separators from 10^figures up."""
     if _missing(value):
         return DASH
+    if abs(value) >= 10**figures:
+        return f"{value:,.0f}"
     return f"{value:.{figures}g}"
 
 
@@ -134,7 +139,7 @@ def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Tabl
                         r["preset"],
                         _run_name(r),
                         r["status"],
-                        f"{r['n_done']}/{int(r['n_total'])}",
+                        f"{r['n_done']}/{r['n_total'] or '?'}",
                         r["devices"],
                         *cells(r),
                         *(f(r) for _, f in _COSTS),
