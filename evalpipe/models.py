@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -218,20 +219,41 @@ def _presets_with_recipes() -> list[str]:
     return [n for n in registry.preset_names() if registry.load_preset(n).prepare]
 
 
+def _remove_abandoned_builds(folder: Path, recipe: str) -> None:
+    """Delete temporary build folders of this host's processes that no longer exist (killed)."""
+    host = socket.gethostname()
+    for tmp in folder.glob(f".{recipe}.tmp-{host}-*"):
+        pid = tmp.name.removeprefix(f".{recipe}.tmp-{host}-").split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
 def prepare(name_or_preset: str | Preset, *, force: bool = False) -> Path:
     """Build the model of a preset (or recipe) once; return its folder.
 
     The build happens in a temporary sibling folder that is renamed into place only when
-    complete, so an interrupted or failed build leaves no half-written model behind, and a
-    second call (or a concurrent one that lost the race) just returns the finished folder.
-    `force` rebuilds and swaps the new folder in.
+    complete, so an interrupted or failed build leaves no half-written model behind (a killed
+    build's folder is removed by the next prepare), and a second call (or a concurrent one that
+    lost the race) just returns the finished folder. `force` rebuilds and swaps the new one in.
     """
     recipe, _ = recipe_for(name_or_preset)
     final = model_dir(recipe.name)
     if final.is_dir() and not force:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{recipe.name}.tmp-", dir=final.parent))
+    _remove_abandoned_builds(final.parent, recipe.name)
+    prefix = f".{recipe.name}.tmp-{socket.gethostname()}-{os.getpid()}-"
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
     # mkdtemp makes the folder private; a prepared model is shared like any other cache entry.
     tmp.chmod(0o755)
     try:
