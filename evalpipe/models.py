@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -144,15 +145,15 @@ def build_smollm2_gguf(dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # float32: transformers dequantises GGUF fastest into it; the copy below casts to bf16.
     loaded = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.torch_dtype = "bfloat16"
     model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.load_state_dict(loaded.state_dict(), strict=False)
+    model.load_state_dict(loaded.state_dict())
     model.tie_weights()
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
@@ -160,6 +161,8 @@ def build_smollm2_gguf(dest: Path) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
+    """A named way to build a model folder from what is installed, without a hub."""
+
     name: str
     description: str
     build: Callable[[Path], None]
@@ -218,20 +221,41 @@ def _presets_with_recipes() -> list[str]:
     return [n for n in registry.preset_names() if registry.load_preset(n).prepare]
 
 
+def _remove_abandoned_builds(folder: Path, recipe: str) -> None:
+    """Delete temporary build folders of this host's processes that no longer exist (killed)."""
+    host = socket.gethostname()
+    for tmp in folder.glob(f".{recipe}.tmp-{host}-*"):
+        pid = tmp.name.removeprefix(f".{recipe}.tmp-{host}-").split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
 def prepare(name_or_preset: str | Preset, *, force: bool = False) -> Path:
     """Build the model of a preset (or recipe) once; return its folder.
 
     The build happens in a temporary sibling folder that is renamed into place only when
-    complete, so an interrupted or failed build leaves no half-written model behind, and a
-    second call (or a concurrent one that lost the race) just returns the finished folder.
-    `force` rebuilds and swaps the new folder in.
+    complete, so an interrupted or failed build leaves no half-written model behind (a killed
+    build's folder is removed by the next prepare), and a second call (or a concurrent one that
+    lost the race) just returns the finished folder. `force` rebuilds and swaps the new one in.
     """
     recipe, _ = recipe_for(name_or_preset)
     final = model_dir(recipe.name)
     if final.is_dir() and not force:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{recipe.name}.tmp-", dir=final.parent))
+    _remove_abandoned_builds(final.parent, recipe.name)
+    prefix = f".{recipe.name}.tmp-{socket.gethostname()}-{os.getpid()}-"
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=final.parent))
     # mkdtemp makes the folder private; a prepared model is shared like any other cache entry.
     tmp.chmod(0o755)
     try:
@@ -244,6 +268,8 @@ def prepare(name_or_preset: str | Preset, *, force: bool = False) -> Path:
             "build_s": round(time.monotonic() - start, 2),
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        for path in tmp.rglob("*"):  # some writers create private files; the cache is shared
+            path.chmod(0o755 if path.is_dir() else 0o644)
         if force and final.is_dir():
             old = final.parent / f".{recipe.name}.old-{os.getpid()}"
             final.rename(old)
