@@ -116,9 +116,10 @@ MAX_UTILIZATION = 0.95
 
 
 def _helps(failure: MemoryFailure, ctx: Context, kinds: tuple[Kind, ...]) -> bool:
+    """Whether freeing device memory can help: not for a KV shortage when its size is fixed."""
     if failure.kind not in kinds:
         return False
-    return not (failure.kind == "kv_capacity" and ctx.kv_budget_fixed)
+    return not (failure.kind in ("kv_capacity", "no_kv_memory") and ctx.kv_budget_fixed)
 
 
 def fewer_sequences(kw: dict[str, Any], failure: MemoryFailure, ctx: Context) -> Change | None:
@@ -270,6 +271,11 @@ class Ladder:
             f"(now {tp}×{pp} GPUs), a larger GPU or a quantized preset; "
             f"`evalpipe plan --preset {name} --gpu GPU` sizes a layout that fits."
         )
+        if self.context.kv_budget_fixed and failure.kind in ("kv_capacity", "no_kv_memory"):
+            advice += (
+                " The KV cache size is fixed here: raise engine_kwargs.kv_cache_memory_bytes "
+                "(or VLLM_CPU_KVCACHE_SPACE on the CPU)."
+            )
         if failure.kind == "kv_capacity" and failure.max_len_fits is not None:
             advice += (
                 f" Or lower max_model_len to {failure.max_len_fits} or less "

@@ -12,6 +12,7 @@ import os
 import time
 import weakref
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from evalpipe import models
@@ -95,7 +96,8 @@ def llm_kwargs(preset: Preset, settings: EngineSettings, model_path: str) -> dic
     """The LLM() keyword arguments for a preset under the given engine settings."""
     kwargs: dict[str, Any] = {
         "model": model_path,
-        "revision": preset.revision,
+        # A revision names a hub commit; a local or prepared folder has none.
+        "revision": None if Path(model_path).is_dir() else preset.revision,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "pipeline_parallel_size": settings.pipeline_parallel_size,
         "dtype": preset.dtype,
@@ -252,6 +254,8 @@ class VllmEngine:
 
     def generate(self, prompts: Sequence[Prompt], settings: SamplingSettings) -> list[Generation]:
         """Completions for every prompt, in order, from one batched vLLM call."""
+        if not prompts:
+            return []
         from vllm import SamplingParams
 
         params = SamplingParams(
