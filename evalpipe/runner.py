@@ -203,6 +203,7 @@ class _Run:
             "status": "running",
             "host": provenance.host(),
             "slurm": provenance.slurm_ids(),
+            "git_sha": provenance.git_sha(),
             "wall_s": 0.0,
         }
         m = self.manifest
@@ -210,6 +211,7 @@ class _Run:
         m["status"] = "running"
         m["finished_at"] = None
         m["slurm"] = self.attempt["slurm"]
+        m["git_sha"] = self.attempt["git_sha"]
         if self.attempt["host"] not in m["hosts"]:
             m["hosts"].append(self.attempt["host"])
         self.save()

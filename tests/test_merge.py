@@ -83,6 +83,8 @@ def test_missing_or_unfinished_shards_are_refused_unless_allowed(
     assert len(engine.served) == 6
     assert done.status == "complete"
     assert done.summary["tasks"] == read_json(reference / "summary.json")["tasks"]
+    with pytest.raises(RunDirError, match="merging again would overwrite"):
+        merge_run(run_dir, allow_incomplete=True)
 
 
 def test_unfinished_shard_is_named(tmp_path: Path) -> None:
@@ -124,7 +126,7 @@ def test_an_unsharded_run_is_never_overwritten(tmp_path: Path, reference: Path) 
     run_dir = tmp_path / "job"
     shutil.copytree(reference, run_dir)
     run_shard(run_dir, 0, 1)
-    with pytest.raises(RunDirError, match="already holds an unsharded run"):
+    with pytest.raises(RunDirError, match="samples of an unsharded run"):
         merge_run(run_dir)
     with pytest.raises(RunDirError, match="no shard directories"):
         merge_run(tmp_path / "empty")
