@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
     with StopOnSignal() as stop:
         result = run_evaluation(
-            lambda: open_engine(args.backend, preset, settings),
+            lambda settings: open_engine(args.backend, preset, settings),
             tasks,
             out,
             preset=preset,
