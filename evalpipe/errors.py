@@ -45,3 +45,7 @@ class DatasetError(EvalpipeError):
 
 class ResumeMismatchError(EvalpipeError):
     """A run directory was started with a different configuration than the one resuming it."""
+
+
+class SandboxError(EvalpipeError):
+    """The code sandbox could not start or talk to its server process."""
