@@ -83,14 +83,14 @@ def outcome(record: dict) -> tuple:
     return (record["completions"], record["extracted"], record["scores"])
 
 
-def wait_for_state(job: Job, wanted: set[str], timeout_s: float = 120) -> str:
+def wait_for_state(job: Job, state: str, reason: str = "", timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        states = job.slurm.states(job.job_id)
-        if states and states[0].state in wanted:
-            return states[0].reason
-        time.sleep(0.5)
-    pytest.fail(f"job {job.job_id} never reached {wanted}: {job.slurm.states(job.job_id)}")
+        (task,) = job.slurm.states(job.job_id)
+        if task.state == state and (not reason or task.reason == reason):
+            return
+        time.sleep(0.3)
+    pytest.fail(f"job {job.job_id} never reached {state} {reason}: {job.slurm.states(job.job_id)}")
 
 
 def submit_fake(tmp_path: Path, name: str, *options: str, env: dict[str, str] | None = None) -> Job:
@@ -196,14 +196,7 @@ def test_array_of_two_shards_and_merge_equals_the_unsharded_run(
 def test_preemption_checkpoints_requeues_and_resumes(reference: Path, tmp_path: Path) -> None:
     # One second per generate call, so the job is still running when the signal comes.
     job = submit_fake(tmp_path, "preempted", env=job_env(EVALPIPE_FAKE_DELAY_S="1"))
-    wait_for_state(job, {"RUNNING"})
-    deadline = time.monotonic() + 60
-    while not (job.run_dir / "samples.jsonl").is_file() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    subprocess.run(["scancel", "--signal=USR1", "--batch", job.job_id], check=True)
-    # SLURM holds a requeued batch job for 120 s (BeginTime); release it to keep the test short.
-    assert wait_for_state(job, {"PENDING"}) == "BeginTime"
-    subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)
+    preempt(job, "--signal=USR1", "--batch")  # what SLURM's --signal=B:USR1@N warning does
     status = job.wait(poll_s=1, timeout_s=180)
     assert status.ok, status
 
@@ -247,11 +240,29 @@ def test_two_node_job_brings_up_ray_on_both_nodes_and_tears_it_down(
     assert not tmp.exists()
 
 
-def test_submitit_executor_runs_the_same_evaluation(reference: Path, tmp_path: Path) -> None:
-    job = submit_fake(tmp_path, "submitit", "--executor", "submitit")
-    status = job.wait(poll_s=1, timeout_s=300)
+def preempt(job: Job, *scancel: str) -> None:
+    """Once the job has written samples, send the signal; release the requeued job at once."""
+    wait_for_state(job, "RUNNING")
+    deadline = time.monotonic() + 60
+    while not (job.run_dir / "samples.jsonl").is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    subprocess.run(["scancel", *scancel, job.job_id], check=True)
+    # SLURM holds a requeued batch job for 120 s (BeginTime); release it to keep the test short.
+    wait_for_state(job, "PENDING", "BeginTime")
+    subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)
+
+
+def test_submitit_executor_checkpoints_requeues_and_resumes(
+    reference: Path, tmp_path: Path
+) -> None:
+    env = job_env(EVALPIPE_FAKE_DELAY_S="2")
+    job = submit_fake(tmp_path, "run", "--executor", "submitit", env=env)
+    assert "python -u -m submitit.core._submit" in (job.run_dir / "job.sbatch").read_text()
+    preempt(job, "--signal=USR2")  # submitit's preemption signal, to every process of the step
+    status = job.wait(poll_s=1, timeout_s=180)
     assert status.ok, status
-    assert (job.run_dir / "submitit").is_dir()
+    log = "".join(p.read_text() for p in (job.run_dir / "submitit").glob("*_log.*"))
+    assert "Calling checkpoint method" in log and "resuming:" in log
     got = samples(job.run_dir)
     assert {k: outcome(v) for k, v in got.items()} == {
         k: outcome(v) for k, v in samples(reference).items()
