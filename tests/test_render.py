@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
@@ -159,6 +158,8 @@ def stand_ins(bin_dir: Path) -> None:
         'case "${STUB_MODE:-ok}" in\n'
         "ok) exit 0 ;;\n"
         "fail) exit 1 ;;\n"
+        # Killed by the signal before the runner installed its handler.
+        'early) sleep 0.3; kill -s USR1 "$PPID"; while :; do sleep 0.05; done ;;\n'
         # The runner's behaviour on the warning signal: checkpoint, exit 75.
         'preempt) trap \'exit 75\' USR1 TERM; sleep 0.3; kill -s "$STUB_SIGNAL" "$PPID";'
         " while :; do sleep 0.05; done ;;\n"
@@ -267,6 +268,12 @@ def test_warning_signal_is_forwarded_and_the_job_requeues(tmp_path: Path) -> Non
     assert recorded(tmp_path / "scontrol.argv") == ["requeue", "42"]
 
 
+def test_a_runner_killed_by_the_warning_signal_is_requeued_too(tmp_path: Path) -> None:
+    status, _ = run_script(script_for(tmp_path), tmp_path, STUB_MODE="early")
+    assert status == 0
+    assert recorded(tmp_path / "scontrol.argv") == ["requeue", "42"]
+
+
 def test_no_requeue_once_the_restarts_are_spent(tmp_path: Path) -> None:
     status, _ = run_script(
         script_for(tmp_path, max_restarts=2),
@@ -298,8 +305,3 @@ def test_array_task_gets_its_shard_and_directory(tmp_path: Path) -> None:
     argv = recorded(tmp_path / "python.argv")
     assert argv[argv.index("--shard") + 1] == "2/3"
     assert argv[argv.index("--out") + 1] == str(tmp_path / "run" / "shards" / "2")
-
-
-def test_signal_numbers_match_the_template() -> None:
-    """The template treats 138 as 'killed by SIGUSR1' (128 + SIGUSR1 on Linux)."""
-    assert 128 + signal.SIGUSR1 == 138
