@@ -133,6 +133,26 @@ def test_submit_wait_runs_the_runner_and_leaves_results(reference: Path) -> None
     assert len(samples(reference)) == summary["n_done"]
 
 
+@pytest.mark.vllm
+def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> None:
+    """The README's demo path: the real runner and the CPU build of vLLM inside a SLURM job."""
+    from evalpipe import models
+
+    models.prepare("tiny_random")  # built once into the cache the job reads too
+    result = evalpipe(
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--limit", "2",
+        "--out", "run", "--wait", "--poll", "2", cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    assert result.returncode == 0, result.stderr + logs[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert summary["complete"] and summary["n_done"] == summary["n_total"] > 0
+    assert manifest["config"]["backend"] == "vllm" and manifest["versions"]["vllm"]
+    assert summary["throughput"]["generated_tokens"] > 0
+
+
 def test_status_reads_the_queue_and_lists_logs(reference: Path) -> None:
     result = evalpipe("status", str(reference), "--json", cwd=reference.parent)
     assert result.returncode == 0, result.stderr
