@@ -140,8 +140,8 @@ def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> 
 
     models.prepare("tiny_random")  # built once into the cache the job reads too
     result = evalpipe(
-        "submit", "--preset", "tiny_random", "--cluster", "local", "--limit", "2",
-        "--out", "run", "--wait", "--poll", "2", cwd=tmp_path, timeout=600,
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--categories", "math",
+        "--limit", "1", "--out", "run", "--wait", "--poll", "2", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     run_dir = tmp_path / "run"
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
