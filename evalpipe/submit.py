@@ -66,7 +66,7 @@ def prepare(preset: str, cluster: str, options: JobOptions, run_dir: Path) -> Pr
     loaded = registry.load_preset(preset)
     site = registry.load_cluster(cluster)
     # A preset given as a file must be found from the job's working directory too.
-    ref = str(Path(preset).expanduser().resolve()) if registry._is_path(preset) else preset
+    ref = str(Path(preset).expanduser().resolve()) if registry.is_path(preset) else preset
     spec = make_jobspec(
         preset=loaded,
         preset_ref=ref,
