@@ -11,8 +11,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from evalpipe.errors import ConfigError
+
 GIB = 2**30
-METRICS = ("memory", "utilization", "temperature", "power", "sm_clock", "energy")
+# "memory_v2" is the versioned memory query (drivers from R510); "memory" is both queries' reading.
+METRICS = ("memory", "memory_v2", "utilization", "temperature", "power", "sm_clock", "energy")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +26,8 @@ class FakeGpu:
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
     memory_total_bytes: int = 80 * GIB
-    memory_used_bytes: Sequence[int] = (0,)
+    memory_used_bytes: Sequence[int] = (0,)  # allocated, as the v2 query reports it
+    memory_reserved_bytes: int = 0  # the driver's own; the v1 query counts it as used
     util_pct: Sequence[int] = (0,)
     mem_util_pct: Sequence[int] = (0,)
     temperature_c: Sequence[int] = (30,)
@@ -32,12 +36,21 @@ class FakeGpu:
     energy_mj: Sequence[int] = (0,)
     errors: Mapping[str, int] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.errors) - set(METRICS))
+        if unknown:
+            raise ConfigError(
+                f"FakeGpu {self.uuid}: unknown metric(s) {unknown} in errors; "
+                f"valid: {', '.join(METRICS)}."
+            )
+
 
 @dataclass(frozen=True)
-class _Memory:  # pynvml's c_nvmlMemory_t fields
+class _Memory:  # pynvml's c_nvmlMemory_t fields (and c_nvmlMemory_v2_t's reserved)
     total: int
     free: int
     used: int
+    reserved: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,8 +74,11 @@ class FakeNvml:
 
         self.NVMLError = pynvml.NVMLError
         self.NVMLError_NotSupported = pynvml.NVMLError_NotSupported
+        self.NVMLError_FunctionNotFound = pynvml.NVMLError_FunctionNotFound
+        self.NVMLError_ArgumentVersionMismatch = pynvml.NVMLError_ArgumentVersionMismatch
         self.NVML_TEMPERATURE_GPU = pynvml.NVML_TEMPERATURE_GPU
         self.NVML_CLOCK_SM = pynvml.NVML_CLOCK_SM
+        self.nvmlMemory_v2 = pynvml.nvmlMemory_v2
         self._codes = pynvml
         self.gpus = list(gpus)
         self.mig = list(mig)
@@ -104,11 +120,17 @@ class FakeNvml:
         self._check_init()
         return handle.name
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu) -> _Memory:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeGpu, version: int | None = None) -> _Memory:
+        total, reserved = handle.memory_total_bytes, handle.memory_reserved_bytes
+        if version is None:  # v1: used = total - free, the driver's reservation included
+            used = self._read(handle, "memory", handle.memory_used_bytes) + reserved
+            return _Memory(total=total, free=total - used, used=used)
+        self._check_arg(version == self.nvmlMemory_v2)
+        self._check_init()
+        if "memory_v2" in handle.errors:
+            raise self.NVMLError(handle.errors["memory_v2"])
         used = self._read(handle, "memory", handle.memory_used_bytes)
-        return _Memory(
-            total=handle.memory_total_bytes, free=handle.memory_total_bytes - used, used=used
-        )
+        return _Memory(total=total, free=total - used - reserved, used=used, reserved=reserved)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeGpu) -> _Utilization:
         n = self.reads[(handle.uuid, "utilization")]
@@ -122,8 +144,8 @@ class FakeNvml:
     def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
         return self._read(handle, "power", handle.power_mw)
 
-    def nvmlDeviceGetClockInfo(self, handle: FakeGpu, clock_type: int) -> int:
-        self._check_arg(clock_type == self.NVML_CLOCK_SM)
+    def nvmlDeviceGetClockInfo(self, handle: FakeGpu, type: int) -> int:  # pynvml's name
+        self._check_arg(type == self.NVML_CLOCK_SM)
         return self._read(handle, "sm_clock", handle.sm_clock_mhz)
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:

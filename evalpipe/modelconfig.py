@@ -59,7 +59,10 @@ def facts(config: Mapping[str, Any]) -> dict[str, Any]:
         kv = 1
     if kv is None and not config.get("new_decoder_architecture"):
         kv = heads
-    head_dim = _first(config, "head_dim")
+    # MLA configs have no head_dim; the preset records the per-head K/V width.
+    head_dim = _first(config, "head_dim") or (
+        config.get("qk_nope_head_dim") if config.get("kv_lora_rank") else None
+    )
     if head_dim is None and heads and hidden:
         head_dim = hidden // heads
     found = {

@@ -9,19 +9,24 @@ metrics.csv, tagged with the runner's current phase, and summarise each device a
 The sampler is a daemon thread that never raises into the run: NVML readings a device does not
 support stay empty, other failures are logged once. Rows are appended and flushed per sample,
 so a killed job keeps its series and a resumed one continues it (time and energy carry on).
+
+NVML sees only its own node. On a multi-node run the runner's monitor publishes its phase and
+clock (`publish_phase`), and `evalpipe monitor --follow RUN_DIR` on every other node records
+that node's GPUs into metrics-<host>.csv on the same clock and phases (`follow_phase`).
 """
 
 from __future__ import annotations
 
 import csv
 import enum
+import json
 import logging
 import os
 import platform
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,8 +63,10 @@ _DIGITS = {
     "sm_clock_mhz": 0,
     "energy_j": 3,
 }
-# How long stop() waits for a sampler stuck in a hung driver call before giving up on it.
-_STOP_TIMEOUT_S = 10.0
+PHASE_FILE = "monitor-phase.json"  # in the run directory: the runner's phase and clock
+# How long set_phase() and stop() wait for a sampler stuck in a hung driver call (a GPU fallen
+# off the bus) before going on without it.
+_STUCK_AFTER_S = 10.0
 
 
 class _Default(enum.Enum):
@@ -118,6 +125,7 @@ class _GpuSource:
         self._nvml = nvml
         self._handle = gpu.handle
         self._once = once
+        self._memory_v2 = True
         self._counter_base_mj: int | None = None
         self._integrated_j = 0.0
         self._last_power: tuple[float, float] | None = None  # (monotonic time, W)
@@ -133,7 +141,7 @@ class _GpuSource:
 
     def read(self, now: float) -> Reading:
         nvml, h = self._nvml, self._handle
-        mem = self._call("memory", nvml.nvmlDeviceGetMemoryInfo, h)
+        mem = self._memory()
         util = self._call("utilization", nvml.nvmlDeviceGetUtilizationRates, h)
         temp = self._call(
             "temperature", nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU
@@ -153,6 +161,31 @@ class _GpuSource:
             sm_clock_mhz=clock,
             energy_j=self._energy(now, power_w),
         )
+
+    def _memory(self) -> Any:
+        nvml = self._nvml
+        if self._memory_v2:
+            try:
+                # v2's "used" leaves out the driver's reservation, as nvidia-smi shows it.
+                return nvml.nvmlDeviceGetMemoryInfo(self._handle, version=nvml.nvmlMemory_v2)
+            except (
+                nvml.NVMLError_FunctionNotFound,
+                nvml.NVMLError_ArgumentVersionMismatch,
+                nvml.NVMLError_NotSupported,
+            ):
+                self._memory_v2 = False  # a driver before R510: v1 for the rest of the run
+                self._once(
+                    logging.INFO,
+                    (self.device, "memory-v1"),
+                    "%s (%s): the driver has no versioned memory query; memory_used_gib "
+                    "includes the driver's reservation.",
+                    self.device,
+                    self.name,
+                )
+            except nvml.NVMLError as err:
+                self._log_error("memory", err)
+                return None
+        return self._call("memory", nvml.nvmlDeviceGetMemoryInfo, self._handle)
 
     def _energy(self, now: float, power_w: float | None) -> float | None:
         if self.energy_source == "counter":
@@ -308,15 +341,26 @@ class Monitor:
         nvml: Any | None = None,
         host: str | None = None,
         visible_devices: str | _Default | None = _Default.FROM_ENV,
+        publish_phase: Path | None = None,
+        follow_phase: Path | None = None,
     ) -> None:
         """`nvml`: the pynvml module or a FakeNvml (default: import pynvml when started).
         `host`: the node name written in each row (default: $SLURMD_NODENAME, else the
         hostname). `visible_devices`: a CUDA_VISIBLE_DEVICES value; None means unset (every GPU
-        on the node); by default the environment's."""
+        on the node); by default the environment's. `publish_phase`: a file where the runner's
+        monitor keeps its phase and clock for the other nodes' monitors; `follow_phase`: such a
+        file, read by a monitor on another node, which then records only while that run is on,
+        with its phases and clock (and ignores set_phase)."""
         if not interval_s > 0:
             raise ConfigError(
-                f"Monitor interval must be a positive number of seconds, got {interval_s!r}; "
-                "pass e.g. --monitor-interval 1."
+                "The monitor's sampling interval must be a positive number of seconds, got "
+                f"{interval_s!r}; use e.g. 1 (the default)."
+            )
+        if publish_phase is not None and follow_phase is not None:
+            raise ConfigError(
+                "A monitor either publishes its phase (the runner's node) or follows another's "
+                f"(the other nodes), not both: got publish_phase={str(publish_phase)!r} and "
+                f"follow_phase={str(follow_phase)!r}."
             )
         self.out_csv = Path(out_csv)
         self.interval_s = float(interval_s)
@@ -339,6 +383,12 @@ class Monitor:
         self._time_offset = 0.0
         self._failed = False
         self._summaries: list[dict[str, Any]] | None = None
+        self._publish = publish_phase
+        self._follow = follow_phase
+        self._epoch0 = 0.0  # wall-clock time of time_s = 0, shared with following monitors
+        # Set once a following monitor sees that the run it follows has stopped.
+        self.leader_stopped = threading.Event()
+        self._leader_seen = False
 
     def __enter__(self) -> Monitor:
         return self.start()
@@ -351,9 +401,16 @@ class Monitor:
         if self._thread is not None:
             return self
         with self._lock:
-            self._sources = self._open_sources()
+            try:
+                self._sources = self._open_sources()
+            except Exception:
+                # A bug here must cost the metrics, never the evaluation.
+                self._failed = True
+                log.exception("The monitor could not start; the run goes on without metrics.")
             self._open_csv()
             self._t0 = time.monotonic()
+            self._epoch0 = time.time() - self._time_offset
+            self._publish_phase(stopped=False)
             self._sample_safely()
         self._thread = threading.Thread(target=self._run, name="evalpipe-monitor", daemon=True)
         self._thread.start()
@@ -362,10 +419,19 @@ class Monitor:
     def set_phase(self, name: str) -> None:
         """Tag the following rows with `name` (load, generate:<category>, score:<category>, …).
         A sample is taken at once, so each phase's first row marks its start (and its energy)."""
-        with self._lock:
+        if self._follow is not None:
+            return
+        if not self._lock.acquire(timeout=_STUCK_AFTER_S):
+            self._phase = name  # the sampler is stuck in a driver call; do not wait for it
+            self._once(logging.WARNING, ("stuck",), "The monitor is stuck in a driver call.")
+            return
+        try:
             self._phase = name
             if self._thread is not None and self._summaries is None:
+                self._publish_phase(stopped=False)
                 self._sample_safely()
+        finally:
+            self._lock.release()
 
     def stop(self) -> list[dict[str, Any]]:
         """Take a last sample, close the CSV and NVML; the per-device summaries (idempotent)."""
@@ -375,13 +441,14 @@ class Monitor:
             self._summaries = []
             return self._summaries
         self._stopping.set()
-        self._thread.join(_STOP_TIMEOUT_S)
-        if not self._lock.acquire(timeout=_STOP_TIMEOUT_S):
-            log.warning("The GPU monitor is stuck in a driver call; summarising without it.")
+        self._thread.join(_STUCK_AFTER_S)
+        if not self._lock.acquire(timeout=_STUCK_AFTER_S):
+            log.warning("The monitor is stuck in a driver call; summarising without it.")
             self._summaries = self._summarise()
             return self._summaries
         try:
             self._sample_safely()
+            self._publish_phase(stopped=True)
             self._close()
             self._summaries = self._summarise()
         finally:
@@ -417,6 +484,14 @@ class Monitor:
     def _sample(self) -> None:
         now = time.monotonic()
         t = self._time_offset + (now - self._t0)
+        if self._follow is not None:
+            leader = self._leader(self._follow)
+            if leader is None or leader["stopped"]:
+                if leader is not None:
+                    self.leader_stopped.set()
+                return  # nothing to record before the run starts or after it ends
+            self._phase = leader["phase"]
+            t = time.time() - leader["t0"]
         rows = []
         for source in self._sources:
             reading = source.read(now)
@@ -435,6 +510,47 @@ class Monitor:
                 self.out_csv,
                 err,
             )
+
+    # --- phase and clock shared across nodes ------------------------------------------------
+
+    def _publish_phase(self, *, stopped: bool) -> None:
+        if self._publish is None:
+            return
+        state = {"phase": self._phase, "t0": self._epoch0, "stopped": stopped, "host": self.host}
+        tmp = self._publish.with_name(f".{self._publish.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(state), encoding="utf-8")
+            tmp.replace(self._publish)  # atomic: a follower never reads half a file
+        except OSError as err:
+            self._once(
+                logging.WARNING,
+                ("publish", type(err).__name__),
+                "Cannot write %s (%s); other nodes' monitors will not see the phase.",
+                self._publish,
+                err,
+            )
+
+    def _leader(self, path: Path) -> dict[str, Any] | None:
+        """The followed run's phase and clock, or None while it is not running."""
+        try:
+            # Reopened each time: NFS revalidates on open, so a new phase shows at once.
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            state = {"phase": str(raw["phase"]), "t0": float(raw["t0"]), "stopped": raw["stopped"]}
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            self._once(
+                logging.WARNING,
+                ("follow", type(err).__name__),
+                "Cannot read %s (%s); not recording until it is readable.",
+                path,
+                err,
+            )
+            return None
+        if state["stopped"] and not self._leader_seen:
+            return None  # left by an earlier attempt of a requeued job: wait for the new one
+        self._leader_seen = True
+        return state
 
     # --- devices ----------------------------------------------------------------------------
 
@@ -522,21 +638,7 @@ class Monitor:
             )
             self.out_csv.replace(aside)
             return True
-        skipped = 0
-        for values in reader:
-            row = dict(zip(COLUMNS, values, strict=False))
-            try:
-                if len(values) != len(COLUMNS):
-                    raise ValueError(f"{len(values)} fields")
-                reading = Reading(**{k: _number(row[k]) for k in _READING_FIELDS})
-                t = _number(row["time_s"]) or 0.0
-            except ValueError:
-                skipped += 1
-                continue
-            self._tallies.setdefault((row["host"], row["device"]), _Tally()).add(reading)
-            self._time_offset = max(self._time_offset, t)
-        if skipped:
-            log.warning("%s: %d malformed rows left out of the summary.", self.out_csv, skipped)
+        self._time_offset = _tally_rows(reader, self._tallies, self.out_csv)
         for source in self._sources:
             tally = self._tallies.get((self.host, source.device))
             if isinstance(source, _GpuSource) and tally is not None and tally.energy_j is not None:
@@ -559,28 +661,66 @@ class Monitor:
         devices on other hosts (whose name and uuid the CSV does not hold)."""
         current = {(self.host, s.device): s for s in self._sources}
         keys = list(current) + [k for k in self._tallies if k not in current]
-        out = []
-        for host, device in keys:
-            tally = self._tallies.get((host, device), _Tally())
-            source = current.get((host, device))
-            out.append(
-                {
-                    "device": device,
-                    "host": host,
-                    "name": source.name if source else None,
-                    "uuid": source.uuid if source else None,
-                    "peak_memory_gib": _round(tally.peak_memory_gib, 3),
-                    "mean_util_pct": _round(tally.util_sum / tally.util_n, 2)
-                    if tally.util_n
-                    else None,
-                    "energy_j": _round(tally.energy_j, 3),
-                    "energy_source": source.energy_source
-                    if source and tally.energy_j is not None
-                    else None,
-                    "samples": tally.samples,
-                }
-            )
-        return out
+        return [_summary(key, self._tallies.get(key, _Tally()), current.get(key)) for key in keys]
+
+
+def node_csv(run_dir: Path, host: str) -> Path:
+    """Where `evalpipe monitor --follow RUN_DIR` on node `host` writes its rows."""
+    return Path(run_dir) / f"metrics-{host}.csv"
+
+
+def node_summaries(run_dir: Path) -> list[dict[str, Any]]:
+    """Per-device summaries from the other nodes' metrics-<host>.csv files of a multi-node run,
+    for summary.json beside the runner's own Monitor.stop(). Name and uuid are not in the CSV
+    (None); energy_source is None too, since the CSV does not say how energy was measured."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(Path(run_dir).glob("metrics-*.csv")):
+        tallies: dict[tuple[str, str], _Tally] = {}
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            if tuple(next(reader, ())) != COLUMNS:
+                log.warning("%s is not a metrics file of this version; left out.", path)
+                continue
+            _tally_rows(reader, tallies, path)
+        out.extend(_summary(key, tally, None) for key, tally in tallies.items())
+    return out
+
+
+def _tally_rows(
+    reader: Iterable[list[str]], tallies: dict[tuple[str, str], _Tally], path: Path
+) -> float:
+    """Add CSV rows (header already read) to per-(host, device) tallies; the latest time_s."""
+    latest, skipped = 0.0, 0
+    for values in reader:
+        try:
+            if len(values) != len(COLUMNS):
+                raise ValueError(f"{len(values)} fields")
+            row = dict(zip(COLUMNS, values, strict=True))
+            reading = Reading(**{k: _number(row[k]) for k in _READING_FIELDS})
+            t = _number(row["time_s"]) or 0.0
+        except ValueError:
+            skipped += 1  # e.g. a row cut short by a kill, in a file not yet repaired
+            continue
+        tallies.setdefault((row["host"], row["device"]), _Tally()).add(reading)
+        latest = max(latest, t)
+    if skipped:
+        log.warning("%s: %d malformed rows left out of the summary.", path, skipped)
+    return latest
+
+
+def _summary(key: tuple[str, str], tally: _Tally, source: _Source | None) -> dict[str, Any]:
+    host, device = key
+    return {
+        "device": device,
+        "host": host,
+        "name": source.name if source else None,
+        "uuid": source.uuid if source else None,
+        "peak_memory_gib": _round(tally.peak_memory_gib, 3),
+        "mean_util_pct": _round(tally.util_sum / tally.util_n, 2) if tally.util_n else None,
+        "energy_j": _round(tally.energy_j, 3),
+        "energy_source": source.energy_source if source and tally.energy_j is not None else None,
+        "samples": tally.samples,
+    }
 
 
 def _row(t: float, host: str, device: str, phase: str, r: Reading) -> list[str]:

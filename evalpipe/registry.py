@@ -134,11 +134,6 @@ class Architecture:
                 f"layers ({self.layers})"
             )
 
-    @property
-    def mla(self) -> bool:
-        """Multi-head latent attention: one compressed latent per token and layer is cached."""
-        return self.kv_lora_rank is not None
-
 
 @dataclass(frozen=True, kw_only=True)
 class Preset:

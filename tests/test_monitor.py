@@ -7,7 +7,9 @@ stop, and every value can be checked by hand against the fake's scripts.
 from __future__ import annotations
 
 import csv
+import json
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ import pytest
 
 from evalpipe.errors import ConfigError
 from evalpipe.fake_nvml import GIB, FakeGpu, FakeNvml, fake_uuid
-from evalpipe.monitor import COLUMNS, Monitor
+from evalpipe.monitor import COLUMNS, PHASE_FILE, Monitor, node_csv, node_summaries
 
 HOUR = 3600.0  # an interval that never ticks within a test
 MIG_UUID = "MIG-5c89e4d8-4a5e-5b3c-9f0d-0123456789ab"
@@ -224,6 +226,21 @@ def test_an_unexpected_error_stops_sampling_but_never_the_run(
     assert "binding bug" in caplog.text
 
 
+class _BrokenCount(FakeNvml):
+    def nvmlDeviceGetCount(self) -> int:
+        raise RuntimeError("binding bug")
+
+
+def test_a_monitor_that_cannot_start_never_stops_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = _BrokenCount([FakeGpu(uuid=fake_uuid(0))])
+    with Monitor(tmp_path / "m.csv", interval_s=0.01, nvml=fake, visible_devices="0") as m:
+        m.set_phase("load")
+    assert m.stop() == []
+    assert "could not start; the run goes on without metrics" in caplog.text
+
+
 def test_mig_slice_records_memory_but_not_the_shared_power(tmp_path: Path) -> None:
     not_supported = pynvml.NVML_ERROR_NOT_SUPPORTED
     mig = FakeGpu(
@@ -358,3 +375,131 @@ def test_per_sample_cost_is_negligible(tmp_path: Path) -> None:
         per_sample = (time.perf_counter() - start) / n
     # Measured ~0.3 ms on a 2-core VM; at a 1 s interval even 5 ms would be 0.5 % of one core.
     assert per_sample < 0.005, per_sample
+
+
+def test_other_nodes_follow_the_runners_phase_and_clock(tmp_path: Path) -> None:
+    phase_file = tmp_path / PHASE_FILE
+    worker_csv = node_csv(tmp_path, "n2")
+    worker = Monitor(
+        worker_csv,
+        interval_s=0.02,
+        nvml=FakeNvml([FakeGpu(uuid=fake_uuid(7), energy_mj=(0, 1000, 2000, 3000, 4000))]),
+        host="n2",
+        visible_devices="0",
+        follow_phase=phase_file,
+    ).start()
+    time.sleep(0.1)
+    assert rows(worker_csv) == []  # the run has not started: nothing recorded yet
+    leader_nvml = FakeNvml([FakeGpu(uuid=fake_uuid(0))])
+    with Monitor(
+        tmp_path / "metrics.csv",
+        interval_s=HOUR,
+        nvml=leader_nvml,
+        host="n1",
+        visible_devices="0",
+        publish_phase=phase_file,
+    ) as leader:
+        leader.set_phase("generate:math")
+        time.sleep(0.2)
+        worker.set_phase("ignored")  # a follower takes its phases from the leader only
+    assert worker.leader_stopped.wait(2.0)
+    (summary,) = worker.stop()
+
+    got = rows(worker_csv)
+    assert got and {(r["host"], r["device"], r["phase"]) for r in got} <= {
+        ("n2", "gpu0", "start"),
+        ("n2", "gpu0", "generate:math"),
+    }
+    assert got[-1]["phase"] == "generate:math"
+    # On the leader's clock: within the leader's first and last rows (plus scheduling slack).
+    leader_times = [float(r["time_s"]) for r in rows(tmp_path / "metrics.csv")]
+    worker_times = [float(r["time_s"]) for r in got]
+    assert leader_times[0] - 0.05 <= worker_times[0] <= worker_times[-1] <= leader_times[-1] + 0.05
+    assert summary["host"] == "n2" and summary["samples"] == len(got)
+
+    from_files = node_summaries(tmp_path)
+    assert [(d["host"], d["device"], d["samples"], d["energy_j"]) for d in from_files] == [
+        ("n2", "gpu0", summary["samples"], summary["energy_j"])
+    ]
+
+
+def test_a_stopped_run_left_by_an_earlier_attempt_is_not_followed(tmp_path: Path) -> None:
+    phase_file = tmp_path / PHASE_FILE
+    phase_file.write_text('{"phase": "generate:math", "t0": 0, "stopped": true, "host": "n1"}')
+    worker = Monitor(
+        node_csv(tmp_path, "n2"),
+        interval_s=0.02,
+        nvml=FakeNvml([FakeGpu(uuid=fake_uuid(0))]),
+        visible_devices="0",
+        follow_phase=phase_file,
+    ).start()
+    time.sleep(0.1)
+    assert not worker.leader_stopped.is_set()
+    assert worker.stop()[0]["samples"] == 0
+
+
+def test_publishing_and_following_at_once_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not both"):
+        Monitor(tmp_path / "m.csv", publish_phase=tmp_path / "a", follow_phase=tmp_path / "b")
+
+
+def test_monitor_command_follows_a_run_and_exits_when_it_stops(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "evalpipe", "monitor", "--follow", str(tmp_path)]
+    proc = subprocess.Popen(
+        [*cmd, "--interval", "0.05", "--host", "worker1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        leader = Monitor(
+            tmp_path / "metrics.csv",
+            interval_s=HOUR,
+            nvml=FakeNvml([FakeGpu(uuid=fake_uuid(0))]),
+            visible_devices="0",
+            publish_phase=tmp_path / PHASE_FILE,
+        )
+        with leader:
+            leader.set_phase("load")
+            time.sleep(1.5)  # the follower starts (imports) and records a few rows
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    # This machine has no NVIDIA driver: the follower records its own process as "cpu".
+    (summary,) = json.loads(out)
+    assert (summary["host"], summary["device"]) == ("worker1", "cpu")
+    got = rows(node_csv(tmp_path, "worker1"))
+    assert summary["samples"] == len(got) > 0
+    assert {r["phase"] for r in got} == {"load"}
+
+
+def test_monitor_command_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "evalpipe", "monitor", "--follow", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out)[0]["samples"] == 0  # no run to follow: nothing recorded
+
+
+@pytest.mark.parametrize(
+    ("errors", "used"),
+    [
+        ({}, "10"),  # the v2 query: what nvidia-smi shows
+        ({"memory_v2": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}, "10.5"),  # an old driver: v1
+    ],
+)
+def test_memory_used_leaves_out_the_drivers_reservation_where_it_can(
+    tmp_path: Path, errors: dict[str, int], used: str
+) -> None:
+    gpu = FakeGpu(
+        uuid=fake_uuid(0),
+        memory_used_bytes=(10 * GIB,),
+        memory_reserved_bytes=GIB // 2,
+        errors=errors,
+    )
+    with Monitor(tmp_path / "m.csv", interval_s=HOUR, nvml=FakeNvml([gpu]), visible_devices="0"):
+        pass
+    assert [r["memory_used_gib"] for r in rows(tmp_path / "m.csv")] == [used, used]

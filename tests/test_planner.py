@@ -320,3 +320,53 @@ def test_falcon_style_config_facts() -> None:
         "vocab_size": 65024,
     }
     assert modelconfig.disagreements(preset("falcon_40b"), raw) == []
+
+
+def test_deepseek_v2_5_config_agrees_with_its_preset() -> None:
+    """The published DeepSeek-V2.5 config.json (shapes only) raises no disagreement."""
+    raw = {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "hidden_size": 5120,
+        "intermediate_size": 12288,
+        "kv_lora_rank": 512,
+        "max_position_embeddings": 163840,
+        "moe_intermediate_size": 1536,
+        "n_routed_experts": 160,
+        "n_shared_experts": 2,
+        "num_attention_heads": 128,
+        "num_experts_per_tok": 6,
+        "num_hidden_layers": 60,
+        "num_key_value_heads": 128,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "tie_word_embeddings": False,
+        "vocab_size": 102400,
+    }
+    assert modelconfig.disagreements(preset("deepseek_v2_5"), raw) == []
+    assert modelconfig.disagreements(preset("deepseek_v2_5"), raw | {"kv_lora_rank": 256}) == [
+        "config.json disagrees with preset deepseek_v2_5: kv_lora_rank is 256 there, 512 in the "
+        "preset (vLLM uses config.json; fix the preset)"
+    ]
+
+
+def test_gpt_oss_layer_types_count_the_sliding_layers() -> None:
+    raw = {
+        "num_hidden_layers": 24,
+        "hidden_size": 2880,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "intermediate_size": 2880,
+        "num_local_experts": 32,
+        "num_experts_per_tok": 4,
+        "experts_per_token": 4,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 12,
+        "max_position_embeddings": 131072,
+        "vocab_size": 201088,
+        "tie_word_embeddings": False,
+    }
+    assert modelconfig.facts(raw)["sliding_window_layers"] == 12
+    assert modelconfig.disagreements(preset("gpt_oss_20b"), raw) == []

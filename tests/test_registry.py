@@ -76,7 +76,7 @@ def test_moe_mla_and_sliding_window_are_modelled() -> None:
     assert oss.moe is not None and oss.moe.expert_params_b == 19.12
     assert (oss.sliding_window, oss.sliding_window_layers) == (128, 12)
     ds = registry.load_preset("deepseek_v2_5").architecture
-    assert ds.mla and (ds.kv_lora_rank, ds.qk_rope_head_dim) == (512, 64)
+    assert (ds.kv_lora_rank, ds.qk_rope_head_dim) == (512, 64)
     assert ds.moe is not None and ds.moe.shared_experts == 2
     assert registry.load_preset("behemoth_r1_123b").quantization == "fp8"
 

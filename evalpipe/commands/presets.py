@@ -24,12 +24,14 @@ def run(args: argparse.Namespace) -> int:
             {
                 "name": p.name,
                 "model": p.model,
+                "description": p.description,
                 "params_b": p.architecture.params_b,
                 "dtype": p.dtype,
                 "quantization": p.quantization,
                 "tensor_parallel": p.tensor_parallel,
                 "pipeline_parallel": p.pipeline_parallel,
                 "max_model_len": p.max_model_len,
+                "categories": list(p.categories),
             }
         )
     if args.json:
