@@ -173,15 +173,21 @@ def make_jobspec(
         raise ConfigError(f"--shards must be 1 or more, got {options.shards}.")
     if options.limit is not None and options.limit < 1:
         raise ConfigError(f"--limit must be 1 or more, got {options.limit}.")
-    plan = planner.plan(
-        preset,
-        gpu,
-        gpus_per_node=cluster.gpus_per_node,
-        tp=options.tp,
-        pp=options.pp,
-        max_model_len=options.max_model_len,
-        max_nodes=cluster.max_nodes,
-    )
+    try:
+        plan = planner.plan(
+            preset,
+            gpu,
+            gpus_per_node=cluster.gpus_per_node,
+            tp=options.tp,
+            pp=options.pp,
+            max_model_len=options.max_model_len,
+            max_nodes=cluster.max_nodes,
+        )
+    except DoesNotFitError as exc:
+        raise DoesNotFitError(
+            f"{exc}\nCluster {cluster.name} allows at most {cluster.max_nodes} node(s) of "
+            f"{cluster.gpus_per_node} × {gpu.name} (max_nodes and gpus_per_node in its profile)."
+        ) from None
     if not plan.fits:
         raise DoesNotFitError(
             f"{preset.name} with TP={plan.tensor_parallel_size} × PP="

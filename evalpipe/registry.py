@@ -22,13 +22,14 @@ def config_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
 
 
-def _is_path(name_or_path: str) -> bool:
+def is_path(name_or_path: str) -> bool:
+    """Whether a --preset/--cluster value names a YAML file rather than a registry entry."""
     return name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path
 
 
 def _resolve(kind: str, folder: str, name_or_path: str) -> tuple[str, Path]:
     """(name, file) for a registry name or a path to a YAML file of the same schema."""
-    if _is_path(name_or_path):
+    if is_path(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.is_file():
             raise ConfigError(f"{kind.capitalize()} file {str(path)!r} does not exist.")

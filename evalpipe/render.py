@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from evalpipe import exitcodes
 from evalpipe.errors import ConfigError
 from evalpipe.jobspec import JobSpec
 
@@ -141,6 +142,7 @@ def _render(template: str, spec: JobSpec, *, kind: str, job_name: str, log_patte
             kind=kind,
             job_name=job_name,
             log_pattern=log_pattern,
+            resumable=exitcodes.RESUMABLE,
         )
     except jinja2.TemplateNotFound as exc:
         raise RenderError(f"No template {exc.name!r} in {template_dir()}.") from exc

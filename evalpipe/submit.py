@@ -66,7 +66,7 @@ def prepare(preset: str, cluster: str, options: JobOptions, run_dir: Path) -> Pr
     loaded = registry.load_preset(preset)
     site = registry.load_cluster(cluster)
     # A preset given as a file must be found from the job's working directory too.
-    ref = str(Path(preset).expanduser().resolve()) if registry._is_path(preset) else preset
+    ref = str(Path(preset).expanduser().resolve()) if registry.is_path(preset) else preset
     spec = make_jobspec(
         preset=loaded,
         preset_ref=ref,
@@ -221,12 +221,13 @@ class Job:
         )
 
 
-def _record(prepared: Prepared) -> None:
+def _record(prepared: Prepared, *, scripts: bool) -> None:
     run_dir = prepared.run_dir
     # SLURM does not create the directory of --output: without it the logs are lost silently.
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    (run_dir / JOB_SCRIPT).write_text(prepared.script, encoding="utf-8")
-    if prepared.merge_script is not None:
+    if scripts:
+        (run_dir / JOB_SCRIPT).write_text(prepared.script, encoding="utf-8")
+    if scripts and prepared.merge_script is not None:
         (run_dir / MERGE_SCRIPT).write_text(prepared.merge_script, encoding="utf-8")
     plan = prepared.spec.plan.to_dict()
     (run_dir / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
@@ -253,13 +254,14 @@ def submit_prepared(
             f"{spec.nodes} node(s) and {spec.shards} shard(s). Use the default sbatch executor."
         )
     client = slurm or Slurm()
-    _record(prepared)
+    # submitit writes its own script; job.sbatch then holds a copy of it.
+    _record(prepared, scripts=executor == "sbatch")
     run_dir = prepared.run_dir
     if executor == "submitit":
         from evalpipe.submitit_exec import submit_with_submitit
 
-        job_id = submit_with_submitit(spec)
-        argvs: list[list[str]] = [["submitit.SlurmExecutor", str(run_dir / "submitit")]]
+        job_id = submit_with_submitit(spec, copy_script_to=run_dir / JOB_SCRIPT)
+        argvs: list[list[str]] = [["sbatch", str(run_dir / JOB_SCRIPT)]]
         merge_id = None
     else:
         if spec.cluster.test_only:

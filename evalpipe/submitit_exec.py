@@ -10,6 +10,7 @@ unsharded jobs only; multi-node Ray jobs and arrays need evalpipe's own template
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,10 +40,19 @@ class EvalRun:
 
     def __call__(self) -> int:
         env = {**os.environ, **self.env}
-        # posix_spawn + waitpid rather than Popen: checkpoint() runs in a signal handler that
+        # fork/exec + waitpid rather than Popen: checkpoint() runs in a signal handler that
         # interrupts this wait, and Popen.wait's lock would deadlock there.
-        self._pid = os.posix_spawnp(self.argv[0], self.argv, env)
-        _, status = os.waitpid(self._pid, 0)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                # SLURM sends submitit's signal (USR2) to every process of the step; it is meant
+                # for submitit, and its default action would kill the runner mid-chunk.
+                signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+                os.execvpe(self.argv[0], self.argv, env)
+            finally:
+                os._exit(127)
+        self._pid = pid
+        _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         if code != exitcodes.OK:
             raise EvalpipeError(f"`{' '.join(self.argv)}` exited with status {code}.")
@@ -61,8 +71,11 @@ class EvalRun:
         return submitit.helpers.DelayedSubmission(EvalRun(self.argv, self.env))
 
 
-def submit_with_submitit(spec: JobSpec) -> str:
-    """Submit `spec` through submitit.SlurmExecutor; returns the SLURM job id."""
+def submit_with_submitit(spec: JobSpec, *, copy_script_to: Path) -> str:
+    """Submit `spec` through submitit.SlurmExecutor; returns the SLURM job id.
+
+    The script submitit wrote is copied to `copy_script_to`, so the run directory shows what ran.
+    """
     try:
         import submitit
     except ImportError as exc:
@@ -94,4 +107,5 @@ def submit_with_submitit(spec: JobSpec) -> str:
         additional_parameters=extra,
     )
     job = executor.submit(EvalRun(runner_argv(spec), dict(spec.env)))
+    shutil.copyfile(job.paths.submission_file, copy_script_to)
     return str(job.job_id)
