@@ -4,6 +4,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/${EVALPIPE_VENV:-.venv}/bin:$PATH"
+# This checkout's evalpipe, whichever one the environment has installed.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 # lm-eval for bench/peer_lm_eval.py, in its own folder: see bench/lm_eval_requirements.txt.
 LM_EVAL=.cache/bench-lm-eval
