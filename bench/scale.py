@@ -29,10 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchlib import REPO, child_env, interleave, json_child, machine, median, spread, verdict
+
+from evalpipe.engine.base import SamplingSettings  # light: no vLLM, no torch
+from evalpipe.tasks.base import Sample, Scored
 
 PLAN_RENDER_TARGET_S = 2.0
 RESUME_TARGET_S = 2.0
@@ -99,6 +103,9 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
     }
 
 
+TINY_SAMPLING = SamplingSettings(max_tokens=8)
+
+
 @dataclass(frozen=True)
 class TinyTask:
     """A task of `n` one-line arithmetic samples, the smallest records a real run writes."""
@@ -106,22 +113,13 @@ class TinyTask:
     n: int
     name: str = "bench_tiny"
     category: str = "bench"
+    sampling: SamplingSettings = TINY_SAMPLING
 
-    @property
-    def sampling(self):
-        from evalpipe.engine.base import SamplingSettings
-
-        return SamplingSettings(max_tokens=8)
-
-    def samples(self, limit=None):
-        from evalpipe.tasks.base import Sample
-
+    def samples(self, limit: int | None = None) -> list[Sample]:
         count = self.n if limit is None else min(limit, self.n)
         return [Sample(id=str(i), prompt=f"{i} % 10 = ?", target=str(i % 10)) for i in range(count)]
 
-    def score(self, sample, texts):
-        from evalpipe.tasks.base import Scored
-
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         answers = tuple(t.rstrip(".")[-1:] or None for t in texts)
         return Scored(extracted=answers, scores={"accuracy": float(answers[0] == sample.target)})
 
@@ -139,14 +137,13 @@ class StopAfterChunks:
 
 
 def _run(out: Path, n_samples: int, stop: StopAfterChunks | None) -> str:
-    from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.fake import FakeEngine
     from evalpipe.registry import load_preset
     from evalpipe.runner import RunOptions, run_evaluation
 
     preset = load_preset("tiny_random")
     result = run_evaluation(
-        lambda: FakeEngine(preset, EngineSettings()),
+        lambda settings: FakeEngine(preset, settings),
         [TinyTask(n_samples)],
         out,
         preset=preset,
@@ -170,11 +167,12 @@ def child_resume(out: Path, recorded: int) -> dict:
     from evalpipe import runner  # noqa: F401  (imports before the baseline reading)
 
     base = _rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     status = _run(out, recorded + PENDING, None)
     return {
         "status": status,
         "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
         "peak_rss_mb": _rss_mb(),
         "rss_growth_mb": _rss_mb() - base,
     }
@@ -186,20 +184,22 @@ def child_read(out: Path) -> dict:
     from evalpipe.results import SAMPLES, check_unique, read_samples
 
     path = out / SAMPLES
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     records = read_samples(path)
     check_unique(records, path)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    rss = _rss_mb()
     del records
     tracemalloc.start()
     records = read_samples(path)
     _, peak = tracemalloc.get_traced_memory()
     return {
         "wall_s": wall,
+        "cpu_s": cpu,
         "records": len(records),
         "tracemalloc_peak_mb": peak / 2**20,
         "file_mb": path.stat().st_size / 2**20,
-        "peak_rss_mb": _rss_mb(),
+        "peak_rss_mb": rss,
     }
 
 
@@ -266,15 +266,17 @@ def bench_resume(recorded: int, reps: int) -> None:
     wall = median([r["wall_s"] for r in res])
     rss = median([r["peak_rss_mb"] for r in res])
     print(
-        f"resume (run_evaluation to complete): {spread([r['wall_s'] for r in res])} s, "
-        f"peak RSS {rss:.0f} MB (grew {median([r['rss_growth_mb'] for r in res]):.0f} MB "
-        f"after imports), status {res[0]['status']}"
+        f"resume (run_evaluation to complete): {spread([r['wall_s'] for r in res])} s wall, "
+        f"CPU {median([r['cpu_s'] for r in res]):.2f} s, peak RSS {rss:.0f} MB (grew "
+        f"{median([r['rss_growth_mb'] for r in res]):.0f} MB after imports), status "
+        f"{res[0]['status']}"
     )
     print(
         f"checkpoint read alone (read_samples + check_unique): "
-        f"{spread([r['wall_s'] for r in read])} s, {read[0]['records']:,} records from "
-        f"{read[0]['file_mb']:.1f} MB, tracemalloc peak {read[0]['tracemalloc_peak_mb']:.0f} MB, "
-        f"process peak RSS {read[0]['peak_rss_mb']:.0f} MB"
+        f"{spread([r['wall_s'] for r in read])} s wall, CPU "
+        f"{median([r['cpu_s'] for r in read]):.2f} s, {read[0]['records']:,} records from "
+        f"{read[0]['file_mb']:.1f} MB; peak RSS {median([r['peak_rss_mb'] for r in read]):.0f} MB, "
+        f"tracemalloc peak {read[0]['tracemalloc_peak_mb']:.0f} MB"
     )
     print(f"  target resume < {RESUME_TARGET_S} s: {wall:.2f} s, {verdict(wall, RESUME_TARGET_S)}")
     print(
