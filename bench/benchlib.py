@@ -110,6 +110,15 @@ def machine() -> str:
     )
 
 
+def load_average() -> str:
+    """The machine's load now: figures taken beside other work are slower and noisier."""
+    one, five, fifteen = os.getloadavg()
+    return (
+        f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min, "
+        f"{os.cpu_count()} cores)"
+    )
+
+
 def verdict(value: float, target: float) -> str:
     """'meets' or 'MISSES' a ≤ target."""
     return "meets" if value <= target else "MISSES"

@@ -29,6 +29,7 @@ from benchlib import (
     child_env,
     evalpipe_run,
     interleave,
+    load_average,
     machine,
     median,
     timed_run,
@@ -117,6 +118,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
     print(f"machine: {machine()}")
+    print(f"at start: {load_average()}")
     spec = reference_spec(args.task, args.limit)
     print(
         f"preset {PRESET}, task {args.task}: {len(spec['prompts'])} prompts, "
@@ -203,6 +205,7 @@ def main() -> int:
     ):
         ratio = paired_ratio(pairs)
         print(f"target {name} ≤ {target}×: {ratio:.3f}×, {verdict(ratio, target)}")
+    print(f"at end: {load_average()}")
     return 0 if same_text == n and not mismatched else 1
 
 

@@ -31,6 +31,7 @@ from benchlib import (
     child_env,
     evalpipe_run,
     interleave,
+    load_average,
     machine,
     median,
     timed_run,
@@ -196,6 +197,7 @@ def main() -> int:
         )
         return 1
     print(f"machine: {machine()}")
+    print(f"at start: {load_average()}")
     env = child_env(**VLLM_ENV)
     peer_env = dict(env, PYTHONPATH=os.pathsep.join([str(LM_EVAL_DIR), env["PYTHONPATH"]]))
     peers: list[dict[str, Any]] = []
@@ -249,6 +251,7 @@ def main() -> int:
     print(
         f"\ntarget evalpipe ≤ {TARGET}× lm-eval's wall time: {ratio:.3f}×, {verdict(ratio, TARGET)}"
     )
+    print(f"at end: {load_average()}")
     return 0
 
 

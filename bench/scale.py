@@ -33,7 +33,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib import REPO, child_env, interleave, json_child, machine, median, spread, verdict
+from benchlib import (
+    REPO,
+    child_env,
+    interleave,
+    json_child,
+    load_average,
+    machine,
+    median,
+    spread,
+    verdict,
+)
 
 from evalpipe.engine.base import SamplingSettings  # light: no vLLM, no torch
 from evalpipe.tasks.base import Sample, Scored
@@ -311,9 +321,11 @@ def main() -> int:
     if args.samples % CHUNK:
         parser.error(f"--samples must be a multiple of {CHUNK}")
     print(f"machine: {machine()}")
+    print(f"at start: {load_average()}")
     bench_plan_render(args.jobs, args.reps)
     bench_resume(args.samples, args.reps)
     bench_report()
+    print(f"at end: {load_average()}")
     return 0
 
 

@@ -17,7 +17,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import REPO, child_env, interleave, machine, median, spread, timed_run, verdict
+from benchlib import (
+    REPO,
+    child_env,
+    interleave,
+    load_average,
+    machine,
+    median,
+    spread,
+    timed_run,
+    verdict,
+)
 
 HEAVY = ("vllm", "torch", "pandas")
 # Reported for information: libraries a login-node command has no use for either.
@@ -70,6 +80,7 @@ def main() -> int:
     args = parser.parse_args()
     env = child_env()
     print(f"machine: {machine()}")
+    print(f"at start: {load_average()}")
     print(f"python: {sys.executable}, checkout: {REPO}\n")
 
     # Warm-up (.pyc, page cache); a command that fails is reported, not timed.
@@ -122,6 +133,7 @@ def main() -> int:
         f"target no {'/'.join(HEAVY)} imported: "
         + (f"MISSES ({'; '.join(heavy_seen)})" if heavy_seen else "meets")
     )
+    print(f"at end: {load_average()}")
     return 1 if broken or heavy_seen else 0
 
 
