@@ -157,12 +157,15 @@ def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
     by_id = {s["sample_id"]: s for s in ours.samples}
     n = len(peer["samples"])
     same_text = same_stripped = same_score = same_both_text = 0
-    disagreements = []
+    disagreements: list[str] = []
+    differing: list[str] = []
     for row in peer["samples"]:
         mine = by_id[row["doc"]["id"]]
         theirs = row["resps"][0][0]
         text = mine["completions"][0]
         same_text += theirs == text
+        if theirs.strip() != text.strip() and len(differing) < 2:
+            differing.append(f"{row['doc']['id']}: lm-eval {theirs!r} vs evalpipe {text!r}")
         same_stripped += theirs.strip() == text.strip()
         their_score = float(row["exact_match"])
         my_score = float(mine["scores"]["accuracy"])
@@ -180,6 +183,7 @@ def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
         f"per-sample scores: {same_score}/{n} agree; on identical completions "
         f"{same_both_text}/{same_stripped} agree",
     ]
+    lines += [f"  completions differ: {d}" for d in differing]
     return lines + [f"  scored differently: {d}" for d in disagreements]
 
 
