@@ -1,1 +1,51 @@
 """Shared test fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# -- engine fixtures: locally prepared models and the real vLLM engine on the CPU ---------------
+# One prepared tiny_random and one tiny_random engine per test session: every LLM() build costs
+# seconds on the CPU, so tests share them instead of building their own.
+
+# What the vLLM tier needs on a CPU machine without a hub (see docs/engine.md): the engine core
+# in the test process (LLM() builds in seconds) and no download attempts.
+VLLM_TEST_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model cache: $EVALPIPE_CACHE if set (reuses models prepared earlier), else a new dir."""
+    if not os.environ.get("EVALPIPE_CACHE"):
+        os.environ["EVALPIPE_CACHE"] = str(tmp_path_factory.mktemp("evalpipe-cache"))
+    return Path(os.environ["EVALPIPE_CACHE"])
+
+
+@pytest.fixture(scope="session")
+def vllm_env(model_cache: Path) -> dict[str, str]:
+    """Set the vLLM test environment in this process (subprocesses inherit it); return it."""
+    for key, value in VLLM_TEST_ENV.items():
+        os.environ.setdefault(key, value)
+    return {key: os.environ[key] for key in VLLM_TEST_ENV}
+
+
+@pytest.fixture(scope="session")
+def tiny_random_path(model_cache: Path) -> Path:
+    from evalpipe import models
+
+    return models.prepare("tiny_random")
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
+    """The real vLLM engine on tiny_random, default settings, shared by the whole session."""
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.vllm import VllmEngine
+    from evalpipe.registry import load_preset
+
+    engine = VllmEngine.open(load_preset("tiny_random"), EngineSettings())
+    yield engine
+    engine.close()

@@ -53,3 +53,6 @@ class EngineSettings:
     # "ray" when the job spans nodes; None lets vLLM choose (multiprocessing on one node).
     distributed_executor_backend: str | None = None
     oom_fallback: bool = True  # step down settings on out-of-memory instead of failing
+    # The longest sequence the tasks need (prompt + max_tokens): the OOM ladder may shorten
+    # max_model_len down to this, never below; None forbids shortening.
+    min_model_len: int | None = None

@@ -1,0 +1,167 @@
+"""The real vLLM engine on the CPU: generation, chat templates, validation, models, OOM ladder.
+
+Every LLM() build costs seconds here, so the tiny_random engine is one session fixture
+(tests/conftest.py) and only the SmolLM2 and OOM tests build their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from evalpipe import models
+from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.vllm import VllmEngine
+from evalpipe.errors import ConfigError, EngineError
+from evalpipe.registry import Preset, load_preset
+
+pytestmark = pytest.mark.vllm
+
+# tiny_random's KV cache per token in bf16: K and V × 2 layers × 2 KV heads × 32 dims × 2 bytes.
+KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2
+
+
+def tokenizer(path: Path):  # a transformers tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def test_greedy_generation_is_deterministic_in_order_with_token_counts(
+    tiny_engine: VllmEngine, tiny_random_path: Path
+) -> None:
+    prompts = ["What is 2 + 2?", "Name a planet.", "Hi"]
+    greedy = SamplingSettings(max_tokens=12)
+    first = tiny_engine.generate(prompts, greedy)
+    again = tiny_engine.generate(prompts[::-1], greedy)
+    assert [g.texts for g in again[::-1]] == [g.texts for g in first]
+    assert len({g.texts for g in first}) == 3  # each prompt got its own completion
+    tok = tokenizer(tiny_random_path)
+    for prompt, gen in zip(prompts, first, strict=True):
+        chat = [{"role": "user", "content": prompt}]
+        templated = tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        # The chat template was applied: the prompt tokens are the templated prompt's.
+        assert gen.prompt_tokens == len(tok(templated, add_special_tokens=False).input_ids)
+        assert gen.prompt_tokens > len(tok(prompt).input_ids)
+        assert len(gen.texts) == 1 and gen.completion_tokens == (12,)
+
+
+def test_messages_and_sampling_settings_reach_vllm(tiny_engine: VllmEngine) -> None:
+    as_text = tiny_engine.generate(["Hello"], SamplingSettings(max_tokens=6))
+    as_chat = tiny_engine.generate(
+        [[{"role": "user", "content": "Hello"}]], SamplingSettings(max_tokens=6)
+    )
+    assert as_chat == as_text
+    sampled = SamplingSettings(max_tokens=6, n=3, temperature=1.0, seed=7)
+    [three] = tiny_engine.generate(["Hello"], sampled)
+    assert len(three.texts) == 3 and len(set(three.texts)) > 1
+    assert tiny_engine.generate(["Hello"], sampled) == [three]  # seeded per request
+
+
+def test_describe_reports_model_settings_versions_and_cpu_defaults(
+    tiny_engine: VllmEngine, tiny_random_path: Path
+) -> None:
+    import vllm
+
+    info = tiny_engine.describe()
+    assert info["model_path"] == str(tiny_random_path)
+    assert info["versions"]["vllm"] == vllm.__version__
+    assert info["device"].startswith("cpu")
+    # 32 sequences of max_model_len on the CPU, instead of a share of the machine's memory.
+    assert info["cpu_defaults"] == {"kv_cache_memory_bytes": 32 * 1024 * KV_BYTES_PER_TOKEN}
+    assert info["engine_kwargs"]["enforce_eager"] is True
+    assert info["resolved"]["max_model_len"] == 1024
+    assert info["resolved"]["kv_cache_tokens"] >= 32 * 1024
+    assert info["fallback_steps"] == [] and info["builds"] == 1
+
+
+def test_engine_kwargs_are_checked_against_vllm_before_loading(vllm_env: dict) -> None:
+    tiny = load_preset("tiny_random")
+    typo = dataclasses.replace(tiny, engine_kwargs={"enforce_eagre": True})
+    with pytest.raises(ConfigError) as err:
+        VllmEngine.open(typo, EngineSettings())
+    assert "engine_kwargs.enforce_eagre is not an argument of vLLM's EngineArgs" in str(err.value)
+    assert "Did you mean 'enforce_eager'?" in str(err.value)
+    reserved = dataclasses.replace(tiny, engine_kwargs={"max_model_len": 512})
+    with pytest.raises(ConfigError, match="use the preset key max_model_len"):
+        VllmEngine.open(reserved, EngineSettings())
+
+
+def test_an_unprepared_model_without_a_hub_says_how_to_prepare_it(
+    vllm_env: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="evalpipe models prepare tiny_random"):
+        VllmEngine.open(load_preset("tiny_random"), EngineSettings())
+
+
+def tiny_with_kv_tokens(tokens: int) -> Preset:
+    """tiny_random, plain prompts, with a KV cache of `tokens` bf16 tokens (max_model_len 1024)."""
+    tiny = load_preset("tiny_random")
+    kv_bytes = tokens * KV_BYTES_PER_TOKEN
+    return dataclasses.replace(
+        tiny, chat=False, engine_kwargs={**tiny.engine_kwargs, "kv_cache_memory_bytes": kv_bytes}
+    )
+
+
+def test_oom_ladder_recovers_when_the_kv_cache_cannot_hold_max_model_len(
+    tiny_random_path: Path, vllm_env: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)  # it would override the kwarg
+    # About 320 tokens fit in bf16, twice as many in fp8: neither holds 1024; the tasks need 256.
+    engine = VllmEngine.open(tiny_with_kv_tokens(320), EngineSettings(min_model_len=256))
+    try:
+        [gen] = engine.generate(["The capital of France is"], SamplingSettings(max_tokens=8))
+        info = engine.describe()
+    finally:
+        engine.close()
+    steps = info["fallback_steps"]
+    assert len(steps) == 2, steps
+    assert steps[0].startswith("build: the KV cache cannot hold one sequence of max_model_len")
+    assert "kv_cache_dtype auto → fp8" in steps[0]
+    # vLLM's estimate of what fits in the fp8 cache (block-granular), above the tasks' need.
+    assert "max_model_len 1024 → 512 (the tasks need 256)" in steps[1]
+    assert info["builds"] == 3
+    assert info["resolved"]["max_model_len"] == 512
+    assert info["resolved"]["kv_cache_dtype"] == "fp8"
+    # A plain (chat: false) preset sends the text as it is.
+    assert gen.prompt_tokens == len(
+        tokenizer(tiny_random_path)("The capital of France is").input_ids
+    )
+    assert gen.completion_tokens == (8,)
+
+
+def test_oom_ladder_gives_up_with_the_planner_suggestion(
+    tiny_random_path: Path, vllm_env: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    with pytest.raises(EngineError) as err:
+        VllmEngine.open(tiny_with_kv_tokens(256), EngineSettings(min_model_len=1000))
+    message = str(err.value)
+    assert "Out of memory (build) for preset tiny_random after every fallback step" in message
+    # vLLM's own words are quoted, then the steps taken, then what would fit.
+    assert "To serve at least one request with the model's max seq len (1024)" in message
+    assert "Steps taken: build: the KV cache cannot hold" in message
+    assert "kv_cache_dtype auto → fp8" in message
+    assert "evalpipe plan --preset tiny_random --gpu GPU" in message
+    assert "raise engine_kwargs.kv_cache_memory_bytes" in message
+    # vLLM's estimate with the fp8 cache, below the tasks' 1000: so no shorter max_model_len.
+    assert re.search(r"lower max_model_len to \d{3} or less", message)
+
+
+def test_smollm2_135m_prepared_from_gguf_answers_sensibly(
+    vllm_env: dict, model_cache: Path
+) -> None:
+    path = models.prepare("smollm2_135m")
+    assert path == model_cache / "models" / "smollm2_gguf"
+    engine = VllmEngine.open(load_preset("smollm2_135m"), EngineSettings())
+    try:
+        [answer] = engine.generate(
+            ["What is the capital of France?"], SamplingSettings(max_tokens=16)
+        )
+    finally:
+        engine.close()
+    assert "Paris" in answer.texts[0], answer.texts

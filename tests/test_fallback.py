@@ -1,0 +1,143 @@
+"""The OOM ladder: vLLM 0.32's memory failures are recognised and settings step down in order.
+
+The messages below are vLLM 0.32's own (formats from vllm/v1/core/kv_cache_utils.py,
+vllm/v1/worker/utils.py and vllm/v1/worker/gpu_model_runner.py, numbers filled in). The real
+engine's recovery is tested in test_engine_vllm.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from evalpipe.engine.fallback import Context, Ladder, classify
+from evalpipe.errors import EngineError
+
+KV_CAPACITY = ValueError(
+    "To serve at least one request with the model's max seq len (32768), (4.00 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (2.50 GiB). Based on the "
+    "available memory, the estimated maximum model length is 20480. Try increasing "
+    "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing "
+    "`max_model_len` when initializing the engine. See "
+    "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+)
+NO_KV_MEMORY = ValueError(
+    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    "initializing the engine (this flag also controls CPU memory reservation on the CPU "
+    "backend, despite its name)."
+)
+STARTUP = ValueError(
+    "Free memory on device cuda:0 (60.0/79.19 GiB) on startup is less than desired GPU memory "
+    "utilization (0.9, 71.27 GiB). Decrease GPU memory utilization or reduce GPU memory used by "
+    "other processes."
+)
+
+
+class OutOfMemoryError(RuntimeError):
+    """Named like torch.OutOfMemoryError (torch.cuda.OutOfMemoryError is the same class)."""
+
+
+GPU = Context(min_model_len=None, kv_budget_fixed=False, fp8_weights=True)
+BASE = {"tensor_parallel_size": 4, "max_model_len": 32768, "gpu_memory_utilization": 0.9}
+
+
+def ladder(context: Context = GPU, **kwargs: object) -> Ladder:
+    return Ladder({**BASE, **kwargs}, context=context, subject="preset big")
+
+
+def test_classify_reads_vllm_messages_and_the_cause_chain() -> None:
+    kv = classify(KV_CAPACITY)
+    assert kv is not None and kv.kind == "kv_capacity" and kv.max_len_fits == 20480
+    assert classify(NO_KV_MEMORY).kind == "no_kv_memory"  # type: ignore[union-attr]
+    startup = classify(STARTUP)
+    assert startup is not None and startup.kind == "startup_memory"
+    assert startup.free_fraction == pytest.approx(60.0 / 79.19)
+    assert classify(OutOfMemoryError("CUDA error")).kind == "device_oom"  # type: ignore[union-attr]
+    # TP workers report the cause inside vLLM's own RuntimeError.
+    wrapped = RuntimeError(
+        "Worker failed with error 'CUDA out of memory. Tried to allocate 2.00 GiB', please check"
+        " the stack trace above for the root cause"
+    )
+    assert classify(wrapped).kind == "device_oom"  # type: ignore[union-attr]
+    try:
+        try:
+            raise KV_CAPACITY
+        except ValueError as inner:
+            raise RuntimeError("Engine core initialization failed.") from inner
+    except RuntimeError as outer:
+        assert classify(outer).kind == "kv_capacity"  # type: ignore[union-attr]
+    assert classify(ValueError("max_model_len (99999) > max_position_embeddings")) is None
+
+
+def test_kv_shortage_walks_the_ladder_in_order_then_stops_with_a_suggestion() -> None:
+    steps = ladder(Context(min_model_len=8192, kv_budget_fixed=False, fp8_weights=True))
+    seen = []
+    for _ in range(6):
+        steps.recover(KV_CAPACITY, "build")
+        seen.append(dict(steps.kwargs))
+    assert seen[0]["max_num_seqs"] == 64
+    assert seen[1]["enforce_eager"] is True
+    assert seen[2]["gpu_memory_utilization"] == 0.95  # less headroom: more room for the KV cache
+    assert seen[3]["kv_cache_dtype"] == "fp8"
+    assert seen[4]["max_model_len"] == 20480  # vLLM's estimate, above the tasks' 8192
+    assert seen[5]["quantization"] == "fp8"
+    assert len(steps.steps) == 6 and "max_model_len 32768 → 20480" in steps.steps[4]
+    with pytest.raises(EngineError) as err:
+        steps.recover(KV_CAPACITY, "build")
+    message = str(err.value)
+    assert "after every fallback step" in message and "max_num_seqs 256 → 64" in message
+    assert "tensor_parallel_size 8" in message and "evalpipe plan --preset big" in message
+    assert "max_model_len to 20480" in message
+
+
+def test_context_is_never_shortened_below_the_tasks_need_or_without_one() -> None:
+    fixed = Context(min_model_len=None, kv_budget_fixed=True, fp8_weights=False)
+    unknown_need = ladder(fixed)
+    unknown_need.recover(KV_CAPACITY, "build")  # fp8 KV cache is the only step that helps
+    with pytest.raises(EngineError):
+        unknown_need.recover(KV_CAPACITY, "build")
+    assert unknown_need.kwargs["max_model_len"] == 32768
+    too_short = ladder(Context(min_model_len=30000, kv_budget_fixed=True, fp8_weights=False))
+    too_short.recover(KV_CAPACITY, "build")
+    with pytest.raises(EngineError, match="max_model_len to 20480"):
+        too_short.recover(KV_CAPACITY, "build")
+    assert too_short.kwargs["max_model_len"] == 32768
+
+
+def test_fixed_kv_budget_skips_steps_that_only_make_room_for_it() -> None:
+    fixed = ladder(Context(min_model_len=1024, kv_budget_fixed=True, fp8_weights=True))
+    fixed.recover(KV_CAPACITY, "build")
+    assert fixed.kwargs["kv_cache_dtype"] == "fp8"
+    assert "max_num_seqs" not in fixed.kwargs and "enforce_eager" not in fixed.kwargs
+
+
+def test_device_oom_gives_more_headroom_and_startup_failure_fits_free_memory() -> None:
+    oom = ladder(enforce_eager=True, max_num_seqs=512)
+    oom.recover(OutOfMemoryError("CUDA out of memory"), "generate")
+    assert oom.kwargs["max_num_seqs"] == 128
+    oom.recover(OutOfMemoryError("CUDA out of memory"), "generate")
+    assert oom.kwargs["gpu_memory_utilization"] == 0.85  # eager was on already: skipped
+    assert oom.steps[0].startswith("generate: the device ran out of memory")
+    startup = ladder()
+    startup.recover(STARTUP, "build")
+    assert startup.kwargs["gpu_memory_utilization"] == 0.74  # 60/79.19 free, minus 0.02
+
+
+def test_a_step_the_device_refuses_is_undone_and_the_ladder_goes_on() -> None:
+    steps = ladder(Context(min_model_len=4096, kv_budget_fixed=True, fp8_weights=False))
+    steps.recover(KV_CAPACITY, "build")
+    assert steps.kwargs["kv_cache_dtype"] == "fp8"
+    steps.recover(
+        NotImplementedError("FP8 KV cache on CPU requires x86 with AVX-512 or AMX."), "build"
+    )
+    assert "kv_cache_dtype" not in steps.kwargs  # undone
+    assert steps.kwargs["max_model_len"] == 20480
+    assert "fp8_kv_cache undone" in steps.steps[1]
+
+
+def test_other_failures_and_a_disabled_ladder_raise_engine_errors() -> None:
+    with pytest.raises(EngineError, match="vLLM failed \\(build\\) for preset big: ValueError"):
+        ladder().recover(ValueError("unknown architecture"), "build")
+    off = Ladder(dict(BASE), context=GPU, enabled=False, subject="preset big")
+    with pytest.raises(EngineError, match="OOM fallback is off"):
+        off.recover(NO_KV_MEMORY, "build")
+    assert off.steps == []
