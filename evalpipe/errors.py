@@ -47,6 +47,10 @@ class ResumeMismatchError(EvalpipeError):
     """A run directory was started with a different configuration than the one resuming it."""
 
 
+class RunDirError(EvalpipeError):
+    """A run directory's files are missing, corrupt or inconsistent (e.g. shards that disagree)."""
+
+
 class SandboxError(EvalpipeError):
     """The code sandbox could not start or talk to its server process."""
 

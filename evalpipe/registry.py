@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,14 @@ def config_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent.parent / "configs"
 
 
-def _is_path(name_or_path: str) -> bool:
+def is_path(name_or_path: str) -> bool:
+    """Whether a --preset/--cluster value names a YAML file rather than a registry entry."""
     return name_or_path.endswith((".yaml", ".yml")) or os.sep in name_or_path
 
 
 def _resolve(kind: str, folder: str, name_or_path: str) -> tuple[str, Path]:
     """(name, file) for a registry name or a path to a YAML file of the same schema."""
-    if _is_path(name_or_path):
+    if is_path(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.is_file():
             raise ConfigError(f"{kind.capitalize()} file {str(path)!r} does not exist.")
@@ -222,3 +225,170 @@ def get_gpu(name: str) -> Gpu:
     if name not in gpus:
         raise unknown_name("GPU", name, gpus)
     return gpus[name]
+
+
+# ---- Clusters: one SLURM site each (configs/clusters/*.yaml) ----
+
+GPU_REQUESTS = ("gres", "gpus-per-node")
+# Partition, account, QOS and GRES names go into #SBATCH lines: plain SLURM names only.
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# SLURM's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
+_SLURM_TIME = re.compile(r"(?:(\d+)-(\d+)(?::(\d+)(?::(\d+))?)?|(\d+)(?::(\d+)(?::(\d+))?)?)")
+MAX_SIGNAL_SECONDS = 65535  # SLURM's upper bound for --signal=...@SECONDS
+
+
+def slurm_minutes(text: str) -> int:
+    """Whole minutes in a SLURM time string ("90", "04:00:00", "1-12"); seconds round up."""
+    m = _SLURM_TIME.fullmatch(str(text).strip())
+    if not m:
+        raise ValueError(
+            f"time {text!r} is not a SLURM time (MM, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)"
+        )
+    days, dh, dm, ds, a, b, c = (int(g) if g else 0 for g in m.groups())
+    if m.group(1) is not None:
+        seconds = ((days * 24 + dh) * 60 + dm) * 60 + ds
+    elif m.group(7) is not None:
+        seconds = (a * 60 + b) * 60 + c
+    else:
+        seconds = a * 60 + b
+    return -(-seconds // 60)
+
+
+def _one_line(where: str, key: str, values: tuple[str, ...]) -> None:
+    for value in values:
+        if not isinstance(value, str) or "\n" in value or "\r" in value:
+            raise ValueError(f"each {key} entry must be one line of text, got {value!r} ({where})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RaySettings:
+    """The Ray cluster a multi-node job starts inside its allocation.
+
+    Node i (0 = head) takes ports from `node_port_base + i * node_port_stride` upwards, so
+    several nodes can share one host (the local test cluster) without colliding.
+    """
+
+    port: int = 6379  # the head's GCS port
+    node_port_base: int = 20000
+    node_port_stride: int = 1000
+    object_store_gib: float | None = None  # None: Ray's default (30% of the node's memory)
+
+    def __post_init__(self) -> None:
+        _positive(
+            "ray",
+            port=self.port,
+            node_port_base=self.node_port_base,
+            node_port_stride=self.node_port_stride,
+        )
+        if self.object_store_gib is not None and self.object_store_gib < 0.08:
+            raise ValueError(
+                f"object_store_gib must be at least 0.08 (Ray's minimum), "
+                f"got {self.object_store_gib}"
+            )
+        if self.node_port_stride < 200:
+            raise ValueError(f"node_port_stride must be at least 200, got {self.node_port_stride}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """Facts about one SLURM site: where jobs go, what a node has, how to set up a job."""
+
+    name: str
+    description: str = ""
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    gpu: str  # a name from configs/gpus.yaml
+    gres_name: str | None = None  # SLURM's type for that GPU (gpu:TYPE:N); None: untyped
+    gpu_request: str = "gres"  # "gres": --gres=gpu:TYPE:N, "gpus-per-node": --gpus-per-node
+    gpus_per_node: int
+    cpus_per_node: int
+    memory_per_node_gib: int  # what a job may request per node, not the physical total
+    max_nodes: int = 1
+    time_limit: str = "04:00:00"  # default --time
+    max_time: str | None = None  # the partition's limit; longer requests are refused up front
+    signal_seconds: int = 300  # preemption warning: SIGUSR1 this long before the time limit
+    max_restarts: int = 3  # requeues after a checkpointed stop
+    test_only: bool = True  # the site allows `sbatch --test-only`
+    # The command that runs Python in a job (a path, or a container wrapper ending in python).
+    python: str = "python3"
+    # Shell lines run first in every job (module load, venv activation). The only field that
+    # is shell code by design: it comes from the site's own profile, like a login script.
+    setup: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # exported, values quoted literally
+    cache_dir: str | None = None  # EVALPIPE_CACHE: prepared model weights
+    hf_cache: str | None = None  # HF_HOME
+    scratch_dir: str | None = None  # TMPDIR (Ray's temp dirs go there)
+    sbatch_extra: tuple[str, ...] = ()  # further options, e.g. "--constraint=h100"
+    ray: RaySettings = field(default_factory=RaySettings)
+
+    def __post_init__(self) -> None:
+        where = f"cluster {self.name}"
+        _positive(
+            where,
+            gpus_per_node=self.gpus_per_node,
+            cpus_per_node=self.cpus_per_node,
+            memory_per_node_gib=self.memory_per_node_gib,
+            max_nodes=self.max_nodes,
+        )
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be 0 or more, got {self.max_restarts!r}")
+        for key in ("partition", "account", "qos", "gres_name"):
+            value = getattr(self, key)
+            if value is not None and not _SLURM_NAME.fullmatch(str(value)):
+                raise ValueError(
+                    f"{key} {value!r} is not a SLURM name (letters, digits, _ . + - only)"
+                )
+        if self.gpu_request not in GPU_REQUESTS:
+            raise ValueError(
+                f"gpu_request {self.gpu_request!r} is not one of {', '.join(GPU_REQUESTS)}"
+            )
+        for key in ("time_limit", "max_time"):
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, str):
+                # YAML 1.1 reads an unquoted 04:00:00 as the number 14400.
+                raise ValueError(f"{key} must be a quoted string such as '04:00:00', got {value!r}")
+            if value is not None:
+                slurm_minutes(value)
+        if self.max_time is not None and slurm_minutes(self.time_limit) > slurm_minutes(
+            self.max_time
+        ):
+            raise ValueError(f"time_limit {self.time_limit} exceeds max_time {self.max_time}")
+        if not 0 <= self.signal_seconds <= MAX_SIGNAL_SECONDS:
+            raise ValueError(
+                f"signal_seconds must be within 0..{MAX_SIGNAL_SECONDS}, got {self.signal_seconds}"
+            )
+        _one_line(where, "setup", self.setup)
+        _one_line(where, "sbatch_extra", self.sbatch_extra)
+        for option in self.sbatch_extra:
+            if not option.startswith("--"):
+                raise ValueError(f"sbatch_extra takes long options (--name=value), got {option!r}")
+        _one_line(where, "python", (self.python,))
+        try:
+            words = shlex.split(self.python)
+        except ValueError as exc:
+            raise ValueError(f"python {self.python!r} is not a valid command line: {exc}") from None
+        if not words:
+            raise ValueError("python must name a command, got an empty string")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"env name {key!r} is not a shell variable name")
+            if not isinstance(value, str | int | float) or isinstance(value, bool):
+                raise ValueError(f"env {key} must be text or a number, got {value!r}")
+        paths = (self.cache_dir, self.hf_cache, self.scratch_dir)
+        _one_line(where, "path", tuple(p for p in paths if p is not None))
+
+
+def cluster_names() -> list[str]:
+    return names("clusters")
+
+
+def load_cluster(name_or_path: str) -> Cluster:
+    """A cluster profile by registry name or YAML path; its GPU must be in the catalogue."""
+    name, path = _resolve("cluster", "clusters", name_or_path)
+    data = read_yaml(path)
+    data.setdefault("name", name)
+    cluster = build(Cluster, data, str(path))
+    get_gpu(cluster.gpu)
+    return cluster

@@ -5,4 +5,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/${EVALPIPE_VENV:-.venv}/bin:$PATH"
 ruff check .
 ruff format --check .
+# The SLURM tier runs against the local SLURM; start it (idempotent) where this user can.
+if [ "$(id -u)" = 0 ] && command -v slurmctld >/dev/null; then
+    bash scripts/local-slurm.sh start
+fi
 pytest "$@"

@@ -1,0 +1,60 @@
+"""`evalpipe render`: print the sbatch script for a preset on a cluster; nothing is submitted."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from evalpipe.commands._jobargs import add_job_arguments, job_options
+
+HELP = "Print (or write) the sbatch script for a preset on a cluster; submits nothing."
+ORDER = 50
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
+    add_job_arguments(parser)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="the run directory the script writes to (default: results/<preset>-<time>-<hex>)",
+    )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --shards N > 1: the merge job's script instead of the array job's",
+    )
+    parser.add_argument("-o", "--output", type=Path, help="write the script to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evalpipe.errors import ConfigError
+    from evalpipe.submit import new_run_dir, prepare
+
+    run_dir = args.out or new_run_dir(Path("results"), Path(args.preset).stem)
+    prepared = prepare(args.preset, args.cluster, job_options(args), run_dir)
+    text = prepared.script
+    if args.merge:
+        if prepared.merge_script is None:
+            raise ConfigError("--merge needs --shards N with N > 1: only arrays have a merge job.")
+        text = prepared.merge_script
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+        print(f"evalpipe render: wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    spec = prepared.spec
+    print(
+        f"evalpipe render: {spec.nodes} node(s) × {spec.gpus_per_node} GPU(s), "
+        f"TP={spec.plan.tensor_parallel_size} PP={spec.plan.pipeline_parallel_size}; logs go to "
+        f"{prepared.run_dir / 'logs'}, which must exist before sbatch (`evalpipe submit` "
+        "creates it)",
+        file=sys.stderr,
+    )
+    if spec.shards > 1 and not args.merge:
+        print(
+            "evalpipe render: the dependent merge job's script: the same command with --merge",
+            file=sys.stderr,
+        )
+    return 0

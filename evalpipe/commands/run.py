@@ -1,0 +1,189 @@
+"""`evalpipe run`: evaluate a preset on tasks into a run directory, resumably."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+HELP = "Run an evaluation locally or inside a job: load the model once, run the tasks, checkpoint."
+ORDER = 40
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _shard(text: str) -> object:
+    from evalpipe.errors import ConfigError
+    from evalpipe.runner import Shard
+
+    try:
+        return Shard.parse(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
+    parser.add_argument("--categories", type=_names, help="comma list (default: the preset's)")
+    parser.add_argument("--tasks", type=_names, help="comma list of task names")
+    parser.add_argument("--limit", type=_positive_int, help="at most N samples per task")
+    parser.add_argument(
+        "--shard", type=_shard, help="run slice i of N (every N-th sample, from the i-th)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="run directory; an existing one is resumed "
+        "(default: results/<preset>-<UTC time>-<4 hex>)",
+    )
+    parser.add_argument(
+        "--resume", action="store_true", help="require --out to be an existing run and resume it"
+    )
+    parser.add_argument("--backend", choices=("vllm", "fake"), default="vllm")
+    parser.add_argument("--tp", type=_positive_int, help="tensor parallel size")
+    parser.add_argument("--pp", type=_positive_int, help="pipeline parallel size")
+    parser.add_argument("--max-model-len", type=_positive_int)
+    parser.add_argument("--distributed-executor-backend", choices=("ray", "mp"))
+    parser.add_argument(
+        "--monitor-interval",
+        type=_positive_float,
+        default=1.0,
+        help="seconds between GPU/CPU samples (default 1)",
+    )
+    parser.add_argument(
+        "--no-oom-fallback",
+        action="store_true",
+        help="fail on out-of-memory instead of stepping down engine settings",
+    )
+    parser.add_argument(
+        "--chunk-size",
+        type=_positive_int,
+        default=256,
+        help="prompts per generate call; a stop signal takes effect between chunks (default 256)",
+    )
+
+
+def default_out(preset: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{preset}-{stamp}-{secrets.token_hex(2)}"
+
+
+def _load_tasks(categories: tuple[str, ...] | None, tasks: tuple[str, ...] | None) -> list:
+    from evalpipe.errors import MissingDependencyError
+
+    try:
+        from evalpipe.tasks import load_tasks  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "This evalpipe installation has no task registry (evalpipe.tasks.load_tasks), so "
+            "`evalpipe run` has nothing to evaluate. Install a build of evalpipe that ships "
+            "evalpipe/tasks and configs/tasks."
+        ) from exc
+    return list(load_tasks(categories=categories, tasks=tasks))
+
+
+def _layout(value: int | None, preset_value: int | str) -> int:
+    if value is not None:
+        return value
+    # "auto" is the planner's to resolve (`evalpipe plan`, or the sbatch script passes --tp/--pp).
+    return preset_value if isinstance(preset_value, int) else 1
+
+
+def _log_to_stderr() -> None:
+    """Show evalpipe's own notes (monitor: NVML missing, devices watched) in the job log."""
+    logger = logging.getLogger("evalpipe")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("evalpipe run: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evalpipe.checkpoint import StopOnSignal
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.factory import open_engine
+    from evalpipe.errors import ConfigError
+    from evalpipe.monitor import Monitor
+    from evalpipe.registry import load_preset
+    from evalpipe.results import MANIFEST
+    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.summary import format_summary
+
+    preset = load_preset(args.preset)
+    if args.resume and args.out is None:
+        raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
+    if args.resume and not (args.out / MANIFEST).is_file():
+        raise ConfigError(
+            f"--resume: {args.out} holds no {MANIFEST}, so there is no run to resume. "
+            "Drop --resume to start a new run there."
+        )
+    categories = args.categories or (None if args.tasks else preset.categories)
+    tasks = _load_tasks(categories, args.tasks)
+    settings = EngineSettings(
+        tensor_parallel_size=_layout(args.tp, preset.tensor_parallel),
+        pipeline_parallel_size=_layout(args.pp, preset.pipeline_parallel),
+        max_model_len=args.max_model_len,
+        distributed_executor_backend=args.distributed_executor_backend,
+        oom_fallback=not args.no_oom_fallback,
+    )
+    options = RunOptions(
+        backend=args.backend,
+        engine=settings,
+        categories=categories,
+        limit=args.limit,
+        shard=args.shard,
+        chunk_size=args.chunk_size,
+    )
+    out = args.out or default_out(preset.name)
+    _log_to_stderr()
+    print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
+    with StopOnSignal() as stop:
+        result = run_evaluation(
+            lambda: open_engine(args.backend, preset, settings),
+            tasks,
+            out,
+            preset=preset,
+            options=options,
+            stop=stop,
+            monitor=lambda csv: Monitor(csv, interval_s=args.monitor_interval).start(),
+        )
+    print(format_summary(result.summary))
+    print(f"\nRun directory: {out}")
+    if result.status != "complete":
+        print(
+            f"evalpipe run: interrupted with {result.summary['n_done']}/"
+            f"{result.summary['n_total']} samples done; rerun the same command with "
+            f"--out {shlex.quote(str(out))} to resume.",
+            file=sys.stderr,
+        )
+    return result.exit_status

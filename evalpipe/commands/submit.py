@@ -1,0 +1,115 @@
+"""`evalpipe submit`: plan, render, validate and submit one job per preset; optionally wait."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from evalpipe.commands._jobargs import add_job_arguments, job_options, names
+
+HELP = "Size, render, validate (sbatch --test-only) and submit presets as SLURM jobs."
+ORDER = 55
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset",
+        required=True,
+        action="append",
+        type=names,
+        help="preset name or YAML path; repeat it or give a comma list for a sweep",
+    )
+    add_job_arguments(parser)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="run directory (a sweep directory for several presets); an existing run resumes "
+        "(default: results/<preset>-<time>-<hex>, or results/sweep-<time>-<hex>)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the script(s) and the exact sbatch command lines; submit nothing",
+    )
+    parser.add_argument(
+        "--wait", action="store_true", help="block until the jobs end; exit 1 if any failed"
+    )
+    parser.add_argument(
+        "--poll", type=_seconds, default=5.0, help="seconds between state checks with --wait"
+    )
+    parser.add_argument(
+        "--executor",
+        choices=("sbatch", "submitit"),
+        default="sbatch",
+        help="submit evalpipe's script with sbatch, or through submitit's SlurmExecutor",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _print_dry_run(prepared: list) -> None:
+    for p in prepared:
+        print(f"==> {p.run_dir / 'job.sbatch'} (not written) <==")
+        sys.stdout.write(p.script)
+        if p.merge_script is not None:
+            print(f"==> {p.run_dir / 'merge.sbatch'} (not written) <==")
+            sys.stdout.write(p.merge_script)
+        print("==> sbatch command lines (nothing submitted) <==")
+        for argv in p.argv():
+            print(shlex.join(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    from evalpipe.submit import JobStatus, default_out, prepare_all, submit_all
+
+    presets = [p for group in args.preset for p in group]
+    sweep = len(presets) > 1
+    out = args.out or default_out(presets)
+    prepared = prepare_all(presets, args.cluster, job_options(args), out)
+    if args.dry_run:
+        _print_dry_run(prepared)
+        return 0
+    jobs = submit_all(prepared, sweep_dir=out if sweep else None, executor=args.executor)
+    for p, job in zip(prepared, jobs, strict=True):
+        merge = f" (merge job {job.merge_job_id})" if job.merge_job_id else ""
+        print(f"{p.spec.preset.name}: job {job.job_id}{merge} → {job.run_dir}")
+    if sweep:
+        print(f"sweep recorded in {out / 'sweep.json'}")
+    if not args.wait:
+        return 0
+
+    tty = sys.stderr.isatty()
+    failed = 0
+    for job in jobs:
+        shown = [""]
+
+        def progress(status: JobStatus, job_id: str = job.job_id, shown: list = shown) -> None:
+            line = f"job {job_id}: {status.line()}"
+            if line != shown[0]:
+                print(("\r" if tty else "") + line, end="" if tty else "\n", file=sys.stderr)
+                shown[0] = line
+
+        status = job.wait(poll_s=args.poll, on_progress=progress)
+        if tty:
+            print(file=sys.stderr)
+        if status.ok:
+            print(f"job {job.job_id} completed; results in {job.run_dir}")
+            continue
+        failed += 1
+        bad = [f"{t.job_id} {t.state}" for t in status.all if t.state != "COMPLETED"]
+        print(
+            f"evalpipe submit: job {job.job_id} did not complete ({', '.join(bad)}); "
+            f"logs: {job.run_dir / 'logs'}",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0

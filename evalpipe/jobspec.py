@@ -1,0 +1,236 @@
+"""JobSpec: one plan on one cluster with the run's options, checked and sized for sbatch (pure)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from evalpipe import planner
+from evalpipe.errors import ConfigError, DoesNotFitError
+from evalpipe.planner import Plan
+from evalpipe.registry import MAX_SIGNAL_SECONDS, Cluster, Gpu, Preset, slurm_minutes
+
+BACKENDS = ("vllm", "fake")
+# Characters a run directory may not hold: SLURM expands % in --output patterns, and #SBATCH
+# lines cannot carry quotes, backslashes or line breaks.
+_BAD_RUN_DIR = re.compile(r'[%"\\\n\r]')
+MERGE_MINUTES = 30  # the merge job's time limit, when the job's own is not shorter
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """What the user chose for one submission; None means the cluster's or the preset's value."""
+
+    categories: tuple[str, ...] | None = None
+    tasks: tuple[str, ...] | None = None
+    limit: int | None = None
+    shards: int = 1
+    time: str | None = None
+    signal_seconds: int | None = None
+    max_restarts: int | None = None
+    backend: str = "vllm"
+    tp: int | None = None
+    pp: int | None = None
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """Everything a template needs: the plan, the site and the run, already validated."""
+
+    preset: Preset
+    preset_ref: str  # what the job passes to `evalpipe run --preset`: a name or a path
+    cluster: Cluster
+    plan: Plan
+    run_dir: str  # absolute, so the job finds it from any working directory
+    categories: tuple[str, ...] | None
+    tasks: tuple[str, ...] | None
+    limit: int | None
+    shards: int
+    time_limit: str
+    signal_seconds: int
+    max_restarts: int
+    backend: str
+
+    @property
+    def nodes(self) -> int:
+        return self.plan.nodes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.plan.gpus_per_node
+
+    @property
+    def multi_node(self) -> bool:
+        return self.plan.nodes > 1
+
+    @property
+    def template(self) -> str:
+        return "multi_node.sbatch.j2" if self.multi_node else "single_node.sbatch.j2"
+
+    @property
+    def cpus_per_task(self) -> int:
+        """The job's share of a node's CPUs, in proportion to the GPUs it uses there."""
+        c = self.cluster
+        return max(1, c.cpus_per_node * self.gpus_per_node // c.gpus_per_node)
+
+    @property
+    def mem_mb(self) -> int:
+        """The job's share of a node's memory, in proportion to the GPUs it uses there."""
+        c = self.cluster
+        return c.memory_per_node_gib * 1024 * self.gpus_per_node // c.gpus_per_node
+
+    @property
+    def gpu_request(self) -> str:
+        """The #SBATCH option that asks for the GPUs on each node."""
+        c = self.cluster
+        typed = f"{c.gres_name}:{self.gpus_per_node}" if c.gres_name else str(self.gpus_per_node)
+        if c.gpu_request == "gres":
+            return f"--gres=gpu:{typed}"
+        return f"--gpus-per-node={typed}"
+
+    @property
+    def job_name(self) -> str:
+        # Job names show up in squeue and in log file names: keep them to safe characters.
+        return "evalpipe-" + re.sub(r"[^A-Za-z0-9_.-]", "_", self.preset.name)
+
+    @property
+    def log_pattern(self) -> str:
+        task = "%A_%a" if self.shards > 1 else "%j"
+        return f"{self.run_dir}/logs/%x-{task}.out"
+
+    @property
+    def merge_time(self) -> str:
+        minutes = min(MERGE_MINUTES, slurm_minutes(self.time_limit))
+        return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+
+    @property
+    def runner_options(self) -> list[tuple[str, str]]:
+        """`evalpipe run` options every task of the job shares (not --shard and --out)."""
+        plan = self.plan
+        options = [
+            ("--preset", self.preset_ref),
+            ("--backend", self.backend),
+            ("--tp", str(plan.tensor_parallel_size)),
+            ("--pp", str(plan.pipeline_parallel_size)),
+            ("--max-model-len", str(plan.max_model_len)),
+        ]
+        if self.multi_node:
+            options.append(("--distributed-executor-backend", "ray"))
+        if self.categories:
+            options.append(("--categories", ",".join(self.categories)))
+        if self.tasks:
+            options.append(("--tasks", ",".join(self.tasks)))
+        if self.limit is not None:
+            options.append(("--limit", str(self.limit)))
+        return options
+
+    @property
+    def python_argv(self) -> list[str]:
+        return shlex.split(self.cluster.python)
+
+    @property
+    def env(self) -> list[tuple[str, str]]:
+        """Variables the job exports: the profile's, then the paths it names."""
+        c = self.cluster
+        pairs = [(k, str(v)) for k, v in c.env.items()]
+        for name, value in (
+            ("EVALPIPE_CACHE", c.cache_dir),
+            ("HF_HOME", c.hf_cache),
+            ("TMPDIR", c.scratch_dir),
+        ):
+            if value is not None:
+                pairs.append((name, value))
+        return pairs
+
+
+def make_jobspec(
+    *,
+    preset: Preset,
+    preset_ref: str,
+    cluster: Cluster,
+    gpu: Gpu,
+    options: JobOptions,
+    run_dir: str,
+) -> JobSpec:
+    """Plan `preset` on the cluster's nodes and check the options against the site's limits."""
+    if options.backend not in BACKENDS:
+        raise ConfigError(
+            f"Unknown backend {options.backend!r}. Valid backends: {', '.join(BACKENDS)}."
+        )
+    if gpu.name != cluster.gpu:
+        raise ConfigError(f"GPU {gpu.name!r} is not cluster {cluster.name}'s GPU {cluster.gpu!r}.")
+    if not PurePath(run_dir).is_absolute():
+        raise ConfigError(f"The run directory must be an absolute path, got {run_dir!r}.")
+    if _BAD_RUN_DIR.search(run_dir):
+        raise ConfigError(
+            f"The run directory {run_dir!r} holds a %, quote, backslash or line break, which "
+            "SLURM's --output cannot carry. Choose a plainer path with --out."
+        )
+    if options.shards < 1:
+        raise ConfigError(f"--shards must be 1 or more, got {options.shards}.")
+    if options.limit is not None and options.limit < 1:
+        raise ConfigError(f"--limit must be 1 or more, got {options.limit}.")
+    try:
+        plan = planner.plan(
+            preset,
+            gpu,
+            gpus_per_node=cluster.gpus_per_node,
+            tp=options.tp,
+            pp=options.pp,
+            max_model_len=options.max_model_len,
+            max_nodes=cluster.max_nodes,
+        )
+    except DoesNotFitError as exc:
+        raise DoesNotFitError(
+            f"{exc}\nCluster {cluster.name} allows at most {cluster.max_nodes} node(s) of "
+            f"{cluster.gpus_per_node} × {gpu.name} (max_nodes and gpus_per_node in its profile)."
+        ) from None
+    if not plan.fits:
+        raise DoesNotFitError(
+            f"{preset.name} with TP={plan.tensor_parallel_size} × PP="
+            f"{plan.pipeline_parallel_size} does not fit on cluster {cluster.name}'s "
+            f"{gpu.name}: " + "; ".join(plan.notes)
+        )
+    time_limit = options.time or cluster.time_limit
+    try:
+        minutes = slurm_minutes(time_limit)
+    except ValueError as exc:
+        raise ConfigError(f"--time: {exc}.") from None
+    if cluster.max_time is not None and minutes > slurm_minutes(cluster.max_time):
+        raise ConfigError(
+            f"--time {time_limit} exceeds cluster {cluster.name}'s limit of {cluster.max_time}. "
+            "Ask for less; a checkpointed job requeues itself to continue."
+        )
+    signal_seconds = (
+        cluster.signal_seconds if options.signal_seconds is None else options.signal_seconds
+    )
+    if not 0 <= signal_seconds <= MAX_SIGNAL_SECONDS:
+        raise ConfigError(
+            f"--signal-seconds must be within 0..{MAX_SIGNAL_SECONDS}, got {signal_seconds}."
+        )
+    if signal_seconds >= minutes * 60:
+        raise ConfigError(
+            f"The preemption warning ({signal_seconds} s before the end) must come after the "
+            f"job starts: the time limit is {time_limit}. Lower --signal-seconds or raise --time."
+        )
+    max_restarts = cluster.max_restarts if options.max_restarts is None else options.max_restarts
+    if max_restarts < 0:
+        raise ConfigError(f"--max-restarts must be 0 or more, got {max_restarts}.")
+    return JobSpec(
+        preset=preset,
+        preset_ref=preset_ref,
+        cluster=cluster,
+        plan=plan,
+        run_dir=run_dir,
+        categories=options.categories,
+        tasks=options.tasks,
+        limit=options.limit,
+        shards=options.shards,
+        time_limit=time_limit,
+        signal_seconds=signal_seconds,
+        max_restarts=max_restarts,
+        backend=options.backend,
+    )

@@ -1,0 +1,226 @@
+"""Merge the shard run directories of an array job (RUN_DIR/shards/<i>/) into RUN_DIR.
+
+Shards must agree on everything but their slice; the merged configuration is the unsharded
+one (same config_hash), so the merged directory reads, and resumes, as an unsharded run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalpipe import provenance
+from evalpipe.checkpoint import config_diff, config_hash
+from evalpipe.errors import RunDirError
+from evalpipe.results import (
+    MANIFEST,
+    SAMPLES,
+    SUMMARY,
+    SampleRecord,
+    check_unique,
+    read_json,
+    read_samples,
+    write_json,
+    write_samples,
+)
+from evalpipe.summary import combine_devices, summarize_run, total_wall_s
+
+SHARDS = "shards"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardRun:
+    index: int
+    count: int
+    path: Path
+    manifest: dict[str, Any]
+    records: list[SampleRecord]
+
+    @property
+    def n_total(self) -> int:
+        return sum(p["n_total"] for p in self.manifest["samples_planned"])
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest.get("status") == "complete" and len(self.records) == self.n_total
+
+
+@dataclass(frozen=True, kw_only=True)
+class MergeResult:
+    complete: bool
+    missing: list[str]  # why the merge is incomplete, one line per shard
+    summary: dict[str, Any]
+
+
+def _unsharded(config: dict[str, Any]) -> dict[str, Any]:
+    return {**config, "shard": None}
+
+
+def _read_shard(path: Path) -> ShardRun:
+    manifest = read_json(path / MANIFEST)
+    shard = (manifest.get("config") or {}).get("shard")
+    index, _, count = str(shard).partition("/")
+    if not (index.isdigit() and count.isdigit()) or index != path.name:
+        raise RunDirError(
+            f"{path} is not shard {path.name}: its manifest says shard {shard!r}. Each array "
+            f"task i must run with --shard i/N --out RUN_DIR/{SHARDS}/i."
+        )
+    records = read_samples(path / SAMPLES)
+    check_unique(records, path / SAMPLES)
+    stray = [r for r in records if r.shard != int(index)]
+    if stray:
+        raise RunDirError(
+            f"{path / SAMPLES} holds sample {stray[0].sample_id!r} of shard {stray[0].shard}, "
+            f"not {index}: shard directories were mixed up."
+        )
+    return ShardRun(
+        index=int(index), count=int(count), path=path, manifest=manifest, records=records
+    )
+
+
+def _check_consistent(shards: Sequence[ShardRun]) -> None:
+    first = shards[0]
+    base = _unsharded(first.manifest["config"])
+    for shard in shards[1:]:
+        if shard.count != first.count:
+            raise RunDirError(
+                f"Shards disagree on the shard count: {first.path} is one of {first.count}, "
+                f"{shard.path} one of {shard.count}."
+            )
+        other = _unsharded(shard.manifest["config"])
+        if config_hash(other) != config_hash(base):
+            raise RunDirError(
+                f"{shard.path} ran with a different configuration than {first.path}:\n  "
+                + "\n  ".join(config_diff(base, other))
+            )
+    seen: dict[tuple[str, str], int] = {}
+    for shard in shards:
+        for record in shard.records:
+            if record.key in seen:
+                raise RunDirError(
+                    f"Sample {record.sample_id!r} of task {record.task!r} is in shard "
+                    f"{seen[record.key]} and shard {shard.index}; shards must not overlap."
+                )
+            seen[record.key] = shard.index
+
+
+def _interleave(shards: Sequence[ShardRun], tasks: Sequence[str]) -> list[SampleRecord]:
+    """Records in unsharded order: shard i's j-th sample of a task is sample j·N + i."""
+    merged: list[SampleRecord] = []
+    for task in tasks:
+        lanes = [[r for r in s.records if r.task == task] for s in shards]
+        for j in range(max((len(lane) for lane in lanes), default=0)):
+            merged.extend(lane[j] for lane in lanes if j < len(lane))
+    return merged
+
+
+def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: str) -> dict[str, Any]:
+    first = shards[0].manifest
+    config = _unsharded(first["config"])
+    totals: dict[str, dict[str, Any]] = {}
+    for shard in shards:
+        for p in shard.manifest["samples_planned"]:
+            entry = totals.setdefault(p["task"], {**p, "n_total": 0})
+            entry["n_total"] += p["n_total"]
+    timings: dict[str, float] = {}
+    for shard in shards:
+        for phase, seconds in (shard.manifest.get("timings") or {}).items():
+            timings[phase] = timings.get(phase, 0.0) + seconds
+    plan_file = run_dir / "plan.json"
+    hosts = [h for s in shards for h in s.manifest.get("hosts") or []]
+    return {
+        **{k: v for k, v in first.items() if k != "error"},
+        "run_id": run_dir.name,
+        "status": status,
+        "plan": read_json(plan_file) if plan_file.exists() else first.get("plan"),
+        "config": config,
+        "config_hash": config_hash(config),
+        "hosts": list(dict.fromkeys(hosts)),
+        "slurm": provenance.slurm_ids(),
+        "timings": timings,
+        "oom_fallback": [
+            f"shard {s.index}: {step}"
+            for s in shards
+            for step in s.manifest.get("oom_fallback", [])
+        ],
+        "started_at": min(s.manifest["started_at"] for s in shards),
+        "finished_at": provenance.utc_now(),
+        "samples_planned": [totals[t] for t in config["tasks"]],
+        "attempts": [
+            {**a, "shard": s.index} for s in shards for a in s.manifest.get("attempts") or []
+        ],
+        "devices": combine_devices(
+            [(s.manifest.get("devices") or [], total_wall_s(s.manifest)) for s in shards]
+        ),
+        "shards": [
+            {
+                "index": s.index,
+                "status": s.manifest.get("status"),
+                "n_done": len(s.records),
+                "n_total": s.n_total,
+                "hosts": s.manifest.get("hosts"),
+                "slurm": s.manifest.get("slurm"),
+            }
+            for s in shards
+        ],
+    }
+
+
+def merge_run(run_dir: Path, *, allow_incomplete: bool = False) -> MergeResult:
+    """Write RUN_DIR/{samples.jsonl,manifest.json,summary.json} from RUN_DIR/shards/*/.
+
+    Inconsistent shards are always refused; missing or unfinished ones unless
+    `allow_incomplete`, in which case the merged run is marked incomplete.
+    """
+    shards_dir = run_dir / SHARDS
+    dirs = sorted(
+        (p for p in shards_dir.iterdir() if p.is_dir()) if shards_dir.is_dir() else [],
+        key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name),
+    )
+    if not dirs:
+        raise RunDirError(f"{shards_dir} holds no shard directories to merge.")
+    existing = run_dir / MANIFEST
+    if existing.exists() and "shards" not in read_json(existing):
+        raise RunDirError(
+            f"{run_dir} already holds an unsharded run ({MANIFEST} without shards); "
+            "merging would overwrite it."
+        )
+    missing: list[str] = []
+    shards: list[ShardRun] = []
+    for path in dirs:
+        if not (path / MANIFEST).exists():
+            missing.append(f"shard {path.name}: never started ({path / MANIFEST} is absent)")
+            continue
+        shards.append(_read_shard(path))
+    if not shards:
+        raise RunDirError(f"None of the shards in {shards_dir} has started: " + "; ".join(missing))
+    _check_consistent(shards)
+    present = {s.index for s in shards}
+    missing.extend(
+        f"shard {i}: no directory {shards_dir / str(i)}"
+        for i in range(shards[0].count)
+        if i not in present and not (shards_dir / str(i)).exists()
+    )
+    missing.extend(
+        f"shard {s.index}: {len(s.records)}/{s.n_total} samples, status {s.manifest.get('status')}"
+        for s in shards
+        if not s.complete
+    )
+    if missing and not allow_incomplete:
+        raise RunDirError(
+            f"Cannot merge {run_dir}: some shards are not finished:\n  "
+            + "\n  ".join(missing)
+            + "\nRerun (or requeue) those shards, or pass --allow-incomplete to merge what exists."
+        )
+    complete = not missing
+    manifest = _merged_manifest(run_dir, shards, "complete" if complete else "interrupted")
+    records = _interleave(shards, manifest["config"]["tasks"])
+    write_samples(run_dir / SAMPLES, records)
+    summary = summarize_run(records, manifest)
+    # A shard that never started has an unknown sample count, so n_done == n_total can mislead.
+    summary["complete"] = complete
+    write_json(run_dir / MANIFEST, manifest)
+    write_json(run_dir / SUMMARY, summary)
+    return MergeResult(complete=complete, missing=missing, summary=summary)

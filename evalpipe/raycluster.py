@@ -1,0 +1,97 @@
+"""Wait until a Ray cluster started by a multi-node job has all its nodes and GPUs.
+
+Called by slurm_templates/multi_node.sbatch.j2 as
+`python -m evalpipe.raycluster wait --address HOST:PORT --nodes N [--gpus G] [--timeout S]`;
+exits 0 once the cluster is complete, 1 with what is missing when the time runs out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterView:
+    nodes: int  # alive nodes
+    gpus: float  # total GPUs the alive nodes advertise
+
+
+def ray_view(address: str) -> ClusterView:
+    """What the cluster at `address` reports, read through a short-lived driver."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        gpus = sum(float(n.get("Resources", {}).get("GPU", 0.0)) for n in alive)
+        return ClusterView(nodes=len(alive), gpus=gpus)
+    finally:
+        ray.shutdown()
+
+
+def wait_for(
+    view: Callable[[], ClusterView],
+    *,
+    nodes: int,
+    gpus: float,
+    timeout_s: float,
+    interval_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, ClusterView | None, str]:
+    """Poll `view` until it shows `nodes` nodes and `gpus` GPUs: (ready, last view, last error)."""
+    deadline = clock() + timeout_s
+    last: ClusterView | None = None
+    error = ""
+    while True:
+        try:
+            last = view()
+            error = ""
+            if last.nodes >= nodes and last.gpus >= gpus:
+                return True, last, ""
+        except Exception as exc:  # the head is not up yet: connection refused, timeouts
+            error = f"{type(exc).__name__}: {exc}"
+        if clock() >= deadline:
+            return False, last, error
+        sleep(interval_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m evalpipe.raycluster")
+    sub = parser.add_subparsers(dest="command", required=True)
+    wait = sub.add_parser("wait", help="wait until the cluster has all nodes and GPUs")
+    wait.add_argument("--address", required=True, help="the head's HOST:PORT")
+    wait.add_argument("--nodes", type=int, required=True)
+    wait.add_argument("--gpus", type=float, default=0.0)
+    wait.add_argument("--timeout", type=float, default=180.0, help="seconds (default 180)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    ready, last, error = wait_for(
+        lambda: ray_view(args.address), nodes=args.nodes, gpus=args.gpus, timeout_s=args.timeout
+    )
+    took = time.monotonic() - started
+    if ready and last is not None:
+        print(
+            f"evalpipe: Ray cluster at {args.address} is up: {last.nodes} node(s), "
+            f"{last.gpus:g} GPU(s) after {took:.0f} s",
+            flush=True,
+        )
+        return 0
+    seen = f"{last.nodes} node(s), {last.gpus:g} GPU(s)" if last else "no answer"
+    if error:
+        seen += f"; {error}"
+    print(
+        f"evalpipe: the Ray cluster at {args.address} did not reach {args.nodes} node(s) and "
+        f"{args.gpus:g} GPU(s) within {args.timeout:g} s (saw {seen}). "
+        "See the Ray step output above.",
+        file=sys.stderr,
+    )
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

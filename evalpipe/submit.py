@@ -1,0 +1,371 @@
+"""Plan → render → validate → submit → record: the Python API behind `evalpipe submit`.
+
+    from evalpipe.submit import submit
+    job = submit("tiny_random", "local", options=JobOptions(limit=5))
+    status = job.wait()          # or job.state()
+    print(job.job_id, job.run_dir, status.ok)
+
+Only the SlurmClient touches the scheduler; pass FakeSlurm to see what would be run.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from evalpipe import registry, render
+from evalpipe.errors import ConfigError, SlurmError
+from evalpipe.jobspec import JobOptions, JobSpec, make_jobspec
+from evalpipe.slurm import UNKNOWN, Slurm, SlurmClient, TaskState, sbatch_argv
+
+EXECUTORS = ("sbatch", "submitit")
+JOB_SCRIPT = "job.sbatch"
+MERGE_SCRIPT = "merge.sbatch"
+PLAN = "plan.json"
+SUBMISSION = "submission.json"
+SWEEP = "sweep.json"
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def new_run_dir(results: Path, name: str) -> Path:
+    """results/<name>-<UTC yyyymmdd-HHMMSS>-<4 hex>, as `evalpipe run` names its runs."""
+    return results / f"{name}-{_stamp()}-{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """A job ready to submit: its spec and rendered scripts, nothing written yet."""
+
+    spec: JobSpec
+    script: str
+    merge_script: str | None
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.spec.run_dir)
+
+    def argv(self, job_id: str = "<job id>") -> list[list[str]]:
+        """The sbatch command lines, in order; the merge job's depends on the first's id."""
+        argvs = [sbatch_argv(self.run_dir / JOB_SCRIPT)]
+        if self.merge_script is not None:
+            argvs.append(sbatch_argv(self.run_dir / MERGE_SCRIPT, dependency=f"afterany:{job_id}"))
+        return argvs
+
+
+def prepare(preset: str, cluster: str, options: JobOptions, run_dir: Path) -> Prepared:
+    """Load, plan and render one job. `preset`/`cluster` are registry names or YAML paths."""
+    loaded = registry.load_preset(preset)
+    site = registry.load_cluster(cluster)
+    # A preset given as a file must be found from the job's working directory too.
+    ref = str(Path(preset).expanduser().resolve()) if registry.is_path(preset) else preset
+    spec = make_jobspec(
+        preset=loaded,
+        preset_ref=ref,
+        cluster=site,
+        gpu=registry.get_gpu(site.gpu),
+        options=options,
+        run_dir=str(run_dir.expanduser().resolve()),
+    )
+    merge = render.render_merge(spec) if spec.shards > 1 else None
+    return Prepared(spec=spec, script=render.render_job(spec), merge_script=merge)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobStatus:
+    """Where a submitted run stands: its job or array tasks, and the merge job if any."""
+
+    tasks: tuple[TaskState, ...]
+    merge: TaskState | None = None
+    samples_done: int = 0
+
+    @property
+    def all(self) -> tuple[TaskState, ...]:
+        return self.tasks + ((self.merge,) if self.merge else ())
+
+    @property
+    def done(self) -> bool:
+        return all(t.terminal for t in self.all)
+
+    @property
+    def ok(self) -> bool:
+        return all(t.state == "COMPLETED" for t in self.all)
+
+    def line(self) -> str:
+        """One progress line: state counts per job, then samples written so far."""
+        counts: dict[str, int] = {}
+        for task in self.tasks:
+            counts[task.state] = counts.get(task.state, 0) + 1
+        parts = [", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+        if self.merge:
+            why = f" ({self.merge.reason})" if self.merge.reason else ""
+            parts.append(f"merge {self.merge.state}{why}")
+        parts.append(f"{self.samples_done} samples done")
+        return " | ".join(parts)
+
+
+def _manifest_status(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _settle(task: TaskState, run_dir: Path) -> TaskState:
+    """A task gone from SLURM without accounting: judge it by the run directory it wrote."""
+    if task.state != UNKNOWN:
+        return task
+    status = _manifest_status(run_dir)
+    state = "COMPLETED" if status == "complete" else UNKNOWN
+    return TaskState(
+        job_id=task.job_id, state=state, reason=f"run dir says {status}", source="run dir"
+    )
+
+
+def _samples_done(run_dir: Path) -> int:
+    paths = [run_dir / "samples.jsonl", *run_dir.glob("shards/*/samples.jsonl")]
+    # A merged run holds the shards' samples again: count the merged file alone once it exists.
+    merged = paths[0]
+    counted = [merged] if merged.is_file() else paths[1:]
+    total = 0
+    for path in counted:
+        try:
+            with path.open("rb") as fh:
+                total += sum(1 for _ in fh)
+        except OSError:
+            continue
+    return total
+
+
+@dataclass(kw_only=True)
+class Job:
+    """A submitted run: its ids, its run directory, and how to follow it."""
+
+    run_dir: Path
+    job_id: str
+    merge_job_id: str | None = None
+    shards: int = 1
+    slurm: SlurmClient = field(default_factory=Slurm, repr=False)
+
+    def state(self) -> JobStatus:
+        tasks = self.slurm.states(self.job_id)
+        if len(tasks) == 1 and tasks[0].state == UNKNOWN:
+            tasks = self._judged_by_run_dir(tasks[0])
+        merge = None
+        if self.merge_job_id:
+            merge = _settle(self.slurm.states(self.merge_job_id)[0], self.run_dir)
+        return JobStatus(tasks=tuple(tasks), merge=merge, samples_done=_samples_done(self.run_dir))
+
+    def _judged_by_run_dir(self, gone: TaskState) -> list[TaskState]:
+        if self.shards == 1:
+            return [_settle(gone, self.run_dir)]
+        return [
+            _settle(
+                TaskState(job_id=f"{self.job_id}_{i}", state=UNKNOWN, reason=gone.reason),
+                self.run_dir / "shards" / str(i),
+            )
+            for i in range(self.shards)
+        ]
+
+    def wait(
+        self,
+        *,
+        poll_s: float = 5.0,
+        timeout_s: float | None = None,
+        on_progress: Callable[[JobStatus], None] | None = None,
+    ) -> JobStatus:
+        """Block until the job (and its merge job) ended; returns the final status."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            status = self.state()
+            if on_progress:
+                on_progress(status)
+            if status.done:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SlurmError(
+                    f"Job {self.job_id} has not ended after {timeout_s:g} s ({status.line()}). "
+                    f"It keeps running; follow it with `evalpipe status {self.run_dir}`."
+                )
+            time.sleep(poll_s)
+
+    def log_paths(self) -> list[Path]:
+        return sorted((self.run_dir / "logs").glob("*.out"))
+
+    @classmethod
+    def load(cls, run_dir: Path, slurm: SlurmClient | None = None) -> Job:
+        """The job recorded in RUN_DIR/submission.json."""
+        path = run_dir / SUBMISSION
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError:
+            raise ConfigError(
+                f"{run_dir} holds no {SUBMISSION}: it was not submitted by `evalpipe submit`."
+            ) from None
+        except ValueError as exc:
+            raise ConfigError(f"{path} is not valid JSON: {exc}.") from exc
+        return cls(
+            run_dir=run_dir,
+            job_id=str(data["job_id"]),
+            merge_job_id=data.get("merge_job_id"),
+            shards=int(data.get("shards", 1)),
+            slurm=slurm or Slurm(),
+        )
+
+
+def _record(prepared: Prepared, *, scripts: bool) -> None:
+    run_dir = prepared.run_dir
+    # SLURM does not create the directory of --output: without it the logs are lost silently.
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    if scripts:
+        (run_dir / JOB_SCRIPT).write_text(prepared.script, encoding="utf-8")
+    if scripts and prepared.merge_script is not None:
+        (run_dir / MERGE_SCRIPT).write_text(prepared.merge_script, encoding="utf-8")
+    plan = prepared.spec.plan.to_dict()
+    (run_dir / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def submit_prepared(
+    prepared: Prepared, *, slurm: SlurmClient | None = None, executor: str = "sbatch"
+) -> Job:
+    """Write the scripts and plan, validate with --test-only, submit, record submission.json."""
+    spec = prepared.spec
+    if executor not in EXECUTORS:
+        raise ConfigError(
+            f"Unknown executor {executor!r}. Valid executors: {', '.join(EXECUTORS)}."
+        )
+    if executor == "submitit" and (spec.shards > 1 or spec.multi_node):
+        raise ConfigError(
+            "The submitit executor runs single-node, unsharded jobs; this one has "
+            f"{spec.nodes} node(s) and {spec.shards} shard(s). Use the default sbatch executor."
+        )
+    client = slurm or Slurm()
+    # submitit writes its own script; job.sbatch then holds a copy of it.
+    _record(prepared, scripts=executor == "sbatch")
+    run_dir = prepared.run_dir
+    if executor == "submitit":
+        from evalpipe.submitit_exec import submit_with_submitit
+
+        job_id = submit_with_submitit(spec, copy_script_to=run_dir / JOB_SCRIPT)
+        argvs: list[list[str]] = [["sbatch", str(run_dir / JOB_SCRIPT)]]
+        merge_id = None
+    else:
+        if spec.cluster.test_only:
+            client.test_only(run_dir / JOB_SCRIPT)
+            if prepared.merge_script is not None:
+                client.test_only(run_dir / MERGE_SCRIPT)
+        job_id = client.submit(run_dir / JOB_SCRIPT)
+        argvs = prepared.argv(job_id)
+        merge_id = None
+        if prepared.merge_script is not None:
+            merge_id = client.submit(run_dir / MERGE_SCRIPT, dependency=f"afterany:{job_id}")
+    _write_json(
+        run_dir / SUBMISSION,
+        {
+            "schema": 1,
+            "executor": executor,
+            "argv": argvs,
+            "job_id": job_id,
+            "merge_job_id": merge_id,
+            "shards": spec.shards,
+            "preset": spec.preset.name,
+            "cluster": spec.cluster.name,
+            "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
+    )
+    return Job(
+        run_dir=run_dir, job_id=job_id, merge_job_id=merge_id, shards=spec.shards, slurm=client
+    )
+
+
+def default_out(presets: Sequence[str], results: Path = Path("results")) -> Path:
+    """A fresh run directory for one preset, or a fresh sweep directory for several."""
+    return new_run_dir(results, Path(presets[0]).stem if len(presets) == 1 else "sweep")
+
+
+def prepare_all(
+    presets: Sequence[str], cluster: str, options: JobOptions, out: Path
+) -> list[Prepared]:
+    """One preset: `out` is its run directory. Several (a sweep): each gets OUT/<preset>/.
+
+    Every preset is planned and rendered before anything is submitted, so one that does not
+    fit stops the whole sweep.
+    """
+    if len(presets) == 1:
+        return [prepare(presets[0], cluster, options, out)]
+    stems = [Path(p).stem for p in presets]
+    if len(set(stems)) != len(stems):
+        raise ConfigError(f"A sweep names a preset twice: {', '.join(presets)}.")
+    return [
+        prepare(p, cluster, options, out / stem) for p, stem in zip(presets, stems, strict=True)
+    ]
+
+
+def submit_all(
+    prepared: Sequence[Prepared],
+    *,
+    sweep_dir: Path | None = None,
+    slurm: SlurmClient | None = None,
+    executor: str = "sbatch",
+) -> list[Job]:
+    """Submit each prepared job; a sweep also gets SWEEP_DIR/sweep.json (preset → run, job)."""
+    client = slurm or Slurm()
+    jobs = [submit_prepared(p, slurm=client, executor=executor) for p in prepared]
+    if sweep_dir is not None:
+        _write_json(
+            sweep_dir / SWEEP,
+            {
+                "schema": 1,
+                "runs": [
+                    {"preset": p.spec.preset.name, "run_dir": j.run_dir.name, "job_id": j.job_id}
+                    for p, j in zip(prepared, jobs, strict=True)
+                ],
+            },
+        )
+    return jobs
+
+
+def submit(
+    preset: str,
+    cluster: str,
+    *,
+    options: JobOptions | None = None,
+    out: Path | None = None,
+    slurm: SlurmClient | None = None,
+    executor: str = "sbatch",
+) -> Job:
+    """Plan, render, validate and submit one preset; returns the job handle."""
+    run_dir = out or default_out([preset])
+    prepared = prepare(preset, cluster, options or JobOptions(), run_dir)
+    return submit_prepared(prepared, slurm=slurm, executor=executor)
+
+
+def submit_sweep(
+    presets: Sequence[str],
+    cluster: str,
+    *,
+    options: JobOptions | None = None,
+    out: Path | None = None,
+    slurm: SlurmClient | None = None,
+    executor: str = "sbatch",
+) -> list[Job]:
+    """One job per preset, each sized by the planner, under one sweep directory."""
+    if len(presets) < 2:
+        raise ConfigError("A sweep needs two or more presets; use submit() for one.")
+    sweep_dir = out or default_out(presets)
+    prepared = prepare_all(presets, cluster, options or JobOptions(), sweep_dir)
+    return submit_all(prepared, sweep_dir=sweep_dir, slurm=slurm, executor=executor)

@@ -1,0 +1,229 @@
+"""Aggregate sample records into summary.json (pure: values in, values out).
+
+Per task and metric: mean, standard error (sample standard deviation / sqrt(n), 0 for n = 1)
+and n. Per category: micro (all samples pooled) and macro (unweighted mean of task means).
+Sums use math.fsum, so results do not depend on record order: a resumed, sharded or merged run
+gives bit-identical numbers to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evalpipe.results import SCHEMA, SampleRecord
+from evalpipe.textable import format_table
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedTask:
+    """A task as the run planned it: its category and how many samples this run owes."""
+
+    name: str
+    category: str
+    n_total: int
+
+
+def metric_stats(values: Sequence[float]) -> dict[str, Any]:
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return {"mean": mean, "stderr": 0.0, "n": 1}
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return {"mean": mean, "stderr": math.sqrt(variance) / math.sqrt(n), "n": n}
+
+
+def _by_metric(records: Iterable[SampleRecord]) -> dict[str, list[float]]:
+    values: dict[str, list[float]] = {}
+    for record in records:
+        for metric, value in record.scores.items():
+            values.setdefault(metric, []).append(value)
+    return {m: values[m] for m in sorted(values)}
+
+
+def combine_devices(runs: Sequence[tuple[Sequence[Mapping[str, Any]], float]]) -> list[dict]:
+    """One entry per (host, device) from the device summaries of separate runs (the shards of
+    an array job), each weighted by its wall time.
+
+    Peak memory is the maximum, energy the sum (unknown if any run lacks it), utilisation the
+    wall-time weighted mean.
+    """
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    weights: dict[tuple[str, str], float] = {}
+    for devices, seconds in runs:
+        for d in devices:
+            key = (str(d.get("host")), str(d.get("device")))
+            if key not in merged:
+                merged[key] = dict(d)
+                weights[key] = seconds
+                continue
+            m = merged[key]
+            m["peak_memory_gib"] = _max(m["peak_memory_gib"], d.get("peak_memory_gib"))
+            m["energy_j"] = _sum(m["energy_j"], d.get("energy_j"))
+            m["mean_util_pct"] = _weighted(
+                m["mean_util_pct"], weights[key], d.get("mean_util_pct"), seconds
+            )
+            weights[key] += seconds
+    return list(merged.values())
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    present = [v for v in (a, b) if v is not None]
+    return max(present) if present else None
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _weighted(a: float | None, wa: float, b: float | None, wb: float) -> float | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return (a * wa + b * wb) / (wa + wb) if wa + wb > 0 else (a + b) / 2
+
+
+def summarize(
+    records: Sequence[SampleRecord],
+    *,
+    run_id: str,
+    preset: str,
+    planned: Sequence[PlannedTask],
+    timings: Mapping[str, float],
+    wall_s: float,
+    devices: Sequence[Mapping[str, Any]],
+    gpus: int,
+    oom_fallback: Sequence[str],
+) -> dict[str, Any]:
+    """summary.json for `records` of a run that planned `planned` (in run order)."""
+    by_task: dict[str, list[SampleRecord]] = {p.name: [] for p in planned}
+    for record in records:
+        by_task.setdefault(record.task, []).append(record)
+    tasks: dict[str, Any] = {}
+    categories: dict[str, dict[str, Any]] = {}
+    for p in planned:
+        values = _by_metric(by_task[p.name])
+        tasks[p.name] = {
+            "category": p.category,
+            "n": len(by_task[p.name]),
+            "n_total": p.n_total,
+            "metrics": {m: metric_stats(v) for m, v in values.items()},
+        }
+        cat = categories.setdefault(p.category, {"pooled": {}, "task_means": {}})
+        for metric, vals in values.items():
+            cat["pooled"].setdefault(metric, []).extend(vals)
+            cat["task_means"].setdefault(metric, []).append(
+                tasks[p.name]["metrics"][metric]["mean"]
+            )
+    n_done = sum(t["n"] for t in tasks.values())
+    n_total = sum(p.n_total for p in planned)
+    prompt_tokens = sum(r.prompt_tokens for r in records)
+    generated = sum(sum(r.completion_tokens) for r in records)
+    generate_s = math.fsum(v for k, v in timings.items() if k.startswith("generate:"))
+    tokens_per_s = generated / generate_s if generate_s > 0 else None
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "preset": preset,
+        "complete": n_done == n_total,
+        "n_done": n_done,
+        "n_total": n_total,
+        "tasks": tasks,
+        "categories": {
+            name: {
+                "micro": {m: metric_stats(v) for m, v in sorted(c["pooled"].items())},
+                "macro": {
+                    m: {"mean": math.fsum(v) / len(v), "n_tasks": len(v)}
+                    for m, v in sorted(c["task_means"].items())
+                },
+            }
+            for name, c in categories.items()
+        },
+        "throughput": {
+            "wall_s": round(wall_s, 3),
+            "load_s": round(timings.get("load", 0.0), 3),
+            "generate_s": round(generate_s, 3),
+            "prompt_tokens": prompt_tokens,
+            "generated_tokens": generated,
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_gpu": tokens_per_s / gpus if gpus and tokens_per_s else None,
+            "gpus": gpus,
+        },
+        "devices": [
+            {
+                **d,
+                "j_per_token": (
+                    d["energy_j"] / generated
+                    if d.get("energy_j") is not None and generated
+                    else None
+                ),
+            }
+            for d in devices
+        ],
+        "oom_fallback": list(oom_fallback),
+    }
+
+
+def _fmt(stats: Mapping[str, Any]) -> str:
+    return f"{stats['mean']:.3f}"
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """The results table printed at the end of `evalpipe run` and `evalpipe merge`."""
+    rows: list[tuple[object, ...]] = []
+    for name, task in summary["tasks"].items():
+        for metric, s in task["metrics"].items():
+            n = f"{task['n']}/{task['n_total']}"
+            rows.append((task["category"], name, metric, n, _fmt(s), f"±{s['stderr']:.3f}"))
+        if not task["metrics"]:
+            rows.append((task["category"], name, "-", f"0/{task['n_total']}", "-", ""))
+    for name, cat in summary["categories"].items():
+        for metric, s in cat["micro"].items():
+            rows.append((name, "(micro)", metric, s["n"], _fmt(s), f"±{s['stderr']:.3f}"))
+        for metric, s in cat["macro"].items():
+            rows.append((name, "(macro)", metric, f"{s['n_tasks']} tasks", _fmt(s), ""))
+    table = format_table(("category", "task", "metric", "n", "mean", "stderr"), rows)
+    t = summary["throughput"]
+    rate = f"{t['tokens_per_s']:.1f} tok/s" if t["tokens_per_s"] else "n/a"
+    status = "complete" if summary["complete"] else "INCOMPLETE"
+    return (
+        f"{table}\n\n{summary['n_done']}/{summary['n_total']} samples ({status}); "
+        f"{t['generated_tokens']} tokens generated in {t['generate_s']:.1f} s ({rate}); "
+        f"load {t['load_s']:.1f} s, wall {t['wall_s']:.1f} s"
+    )
+
+
+def planned_tasks(manifest: Mapping[str, Any]) -> list[PlannedTask]:
+    return [
+        PlannedTask(name=p["task"], category=p["category"], n_total=p["n_total"])
+        for p in manifest["samples_planned"]
+    ]
+
+
+def summarize_run(records: Sequence[SampleRecord], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """summary.json from a run directory's records and manifest (runner and merge alike).
+
+    Timings and wall time add up over every attempt (and shard) recorded in the manifest.
+    The GPU count is the engine's TP × PP when the monitor saw GPUs, else 0 (a CPU run).
+    """
+    devices = manifest.get("devices") or []
+    engine = manifest["config"].get("engine") or {}
+    layout = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
+    saw_gpu = any(str(d.get("device", "")).startswith("gpu") for d in devices)
+    return summarize(
+        records,
+        run_id=manifest["run_id"],
+        preset=manifest["preset"]["name"],
+        planned=planned_tasks(manifest),
+        timings=manifest.get("timings") or {},
+        wall_s=total_wall_s(manifest),
+        devices=devices,
+        gpus=layout if saw_gpu else 0,
+        oom_fallback=manifest.get("oom_fallback") or [],
+    )
+
+
+def total_wall_s(manifest: Mapping[str, Any]) -> float:
+    """Seconds the run's processes ran, over all attempts (and shards, once merged)."""
+    return math.fsum(a.get("wall_s", 0.0) for a in manifest.get("attempts") or [])

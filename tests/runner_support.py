@@ -1,0 +1,104 @@
+"""In-test tasks for the runner tests, and a driver that runs them in a child process.
+
+`python tests/runner_support.py OUT_DIR [--delay S] [--chunk-size N]` runs the toy tasks with
+the fake engine under the real signal handling, and exits with the runner's exit status, so
+tests can signal or kill -9 a real process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evalpipe.checkpoint import StopOnSignal
+from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.registry import Preset, load_preset
+from evalpipe.runner import RunOptions, Shard, run_evaluation
+from evalpipe.tasks.base import Sample, Scored
+
+ANSWER = re.compile(r"The answer is (\d+)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToyTask:
+    """Question i asks for 10 + i; accuracy is 1 when the completion says so.
+
+    The fake engine's hash-derived answers are single digits, so only scripted answers score.
+    """
+
+    name: str
+    category: str
+    size: int
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        n = self.size if limit is None else min(limit, self.size)
+        return [
+            Sample(
+                id=f"{self.name}-{i}",
+                prompt=f"Question {i} of {self.name}: what is 10 + {i}?",
+                target=str(10 + i),
+            )
+            for i in range(n)
+        ]
+
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
+        extracted = tuple((m.group(1) if (m := ANSWER.search(t)) else None) for t in texts)
+        return Scored(
+            extracted=extracted,
+            scores={"accuracy": float(extracted[0] == sample.target)},
+        )
+
+
+def toy_tasks() -> list[ToyTask]:
+    return [
+        ToyTask(name="alpha", category="math", size=9),
+        ToyTask(name="beta", category="math", size=4),
+        ToyTask(name="gamma", category="reasoning", size=7),
+    ]
+
+
+# The fake engine answers these questions right; every other answer comes from a hash.
+SCRIPT = {
+    "Question 0 of alpha:": "The answer is 10.",
+    "Question 1 of alpha:": "The answer is 11.",
+    "Question 2 of alpha:": "The answer is 12.",
+    "Question 3 of beta:": "The answer is 13.",
+    "Question 5 of gamma:": "The answer is 15.",
+}
+
+
+def preset() -> Preset:
+    return load_preset("tiny_random")
+
+
+def fake_engine(delay_s: float = 0.0) -> FakeEngine:
+    return FakeEngine(preset(), EngineSettings(), script=SCRIPT, delay_s=delay_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--chunk-size", type=int, default=2)
+    parser.add_argument("--shard", type=Shard.parse, default=None)
+    args = parser.parse_args(argv)
+    with StopOnSignal() as stop:
+        result = run_evaluation(
+            lambda: fake_engine(args.delay),
+            toy_tasks(),
+            args.out,
+            preset=preset(),
+            options=RunOptions(backend="fake", chunk_size=args.chunk_size, shard=args.shard),
+            stop=stop,
+        )
+    return result.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The fake engine: deterministic, scriptable, and shaped like the real one's output."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.factory import open_engine
+from evalpipe.engine.fake import DELAY_ENV, FakeEngine
+from evalpipe.errors import ConfigError
+from evalpipe.registry import load_preset
+
+
+@pytest.fixture
+def preset():
+    return load_preset("tiny_random")
+
+
+def test_same_prompt_same_completion_across_instances(preset) -> None:
+    prompts = ["What is 2 + 2?", [{"role": "user", "content": "Name a colour."}]]
+    a = FakeEngine(preset, EngineSettings()).generate(prompts, SamplingSettings())
+    b = open_engine("fake", preset, EngineSettings()).generate(prompts, SamplingSettings())
+    assert a == b
+    assert a[0].texts[0].startswith("The answer is ")
+    assert a[0].texts != a[1].texts or a[0].prompt_tokens != a[1].prompt_tokens
+
+
+def test_script_answers_and_token_counts(preset) -> None:
+    engine = FakeEngine(preset, EngineSettings(), script={"capital": "Paris is the capital."})
+    (gen,) = engine.generate(["The capital of France?"], SamplingSettings())
+    assert gen.texts == ("Paris is the capital.",)
+    assert gen.prompt_tokens == 4
+    assert gen.completion_tokens == (4,)
+    assert engine.served == ["The capital of France?"]
+
+
+def test_n_completions_greedy_identical_sampled_vary(preset) -> None:
+    engine = FakeEngine(preset, EngineSettings())
+    (greedy,) = engine.generate(["q"], SamplingSettings(n=4))
+    assert len(set(greedy.texts)) == 1 and len(greedy.completion_tokens) == 4
+    (sampled,) = engine.generate(["q"], SamplingSettings(n=8, temperature=0.8))
+    assert len(set(sampled.texts)) > 1
+
+
+def test_stop_strings_and_max_tokens_cut_output(preset) -> None:
+    engine = FakeEngine(preset, EngineSettings(), script={"q": "one two three. four five"})
+    (stopped,) = engine.generate(["q"], SamplingSettings(stop=("four", ".")))
+    assert stopped.texts == ("one two three",)
+    (short,) = engine.generate(["q"], SamplingSettings(max_tokens=2))
+    assert short.texts == ("one two",) and short.completion_tokens == (2,)
+
+
+def test_describe_and_close(preset) -> None:
+    engine = FakeEngine(preset, EngineSettings())
+    assert engine.describe()["backend"] == "fake"
+    assert engine.describe()["model"] == preset.model
+    assert engine.fallback_steps == []
+    engine.close()
+    with pytest.raises(RuntimeError):
+        engine.generate(["q"], SamplingSettings())
+
+
+def test_delay_from_environment(preset, monkeypatch) -> None:
+    monkeypatch.setenv(DELAY_ENV, "0.25")
+    assert FakeEngine(preset, EngineSettings()).delay_s == 0.25
+    monkeypatch.setenv(DELAY_ENV, "soon")
+    with pytest.raises(ConfigError, match=DELAY_ENV):
+        FakeEngine(preset, EngineSettings())

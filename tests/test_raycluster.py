@@ -1,0 +1,67 @@
+"""Waiting for a job's Ray cluster: ready when all nodes and GPUs show, a clear failure if not."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalpipe.raycluster import ClusterView, wait_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_ready_once_every_node_and_gpu_is_there() -> None:
+    answers = iter(
+        [
+            ConnectionError("head not up"),
+            ClusterView(nodes=1, gpus=4),
+            ClusterView(nodes=2, gpus=8),
+        ]
+    )
+
+    def view() -> ClusterView:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    clock = Clock()
+    ready, last, error = wait_for(
+        view, nodes=2, gpus=8, timeout_s=60, clock=clock, sleep=clock.sleep
+    )
+    assert ready and last == ClusterView(nodes=2, gpus=8) and error == ""
+    assert clock.now == pytest.approx(4.0)  # two polls of 2 s
+
+
+def test_gives_up_at_the_deadline_with_what_it_saw() -> None:
+    clock = Clock()
+    ready, last, _ = wait_for(
+        lambda: ClusterView(nodes=1, gpus=4),
+        nodes=2,
+        gpus=8,
+        timeout_s=10,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert not ready and last == ClusterView(nodes=1, gpus=4)
+    assert clock.now == pytest.approx(10.0)
+
+
+def test_reports_the_last_connection_error() -> None:
+    def view() -> ClusterView:
+        raise ConnectionError("GCS at 10.0.0.1:6379 unreachable")
+
+    clock = Clock()
+    ready, last, error = wait_for(
+        view, nodes=1, gpus=0, timeout_s=4, clock=clock, sleep=clock.sleep
+    )
+    assert not ready and last is None
+    assert error == "ConnectionError: GCS at 10.0.0.1:6379 unreachable"

@@ -1,0 +1,300 @@
+"""Against the real local SLURM (`scripts/local-slurm.sh start`): test-only validation of every
+preset, end-to-end submit --wait, a 2-shard array + merge, preemption with requeue and resume,
+a 2-node Ray cluster, status without accounting, and the submitit executor.
+
+Jobs run the real runner with the deterministic fake engine (`--backend fake`): these tests are
+about the scheduler path; the vLLM engine has its own tier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evalpipe import registry
+from evalpipe.errors import SlurmError
+from evalpipe.jobspec import JobOptions
+from evalpipe.slurm import UNKNOWN, Slurm
+from evalpipe.submit import Job, prepare, submit_prepared
+
+pytestmark = pytest.mark.slurm
+
+ROOT = Path(__file__).resolve().parent.parent
+START = "scripts/local-slurm.sh start"
+# A small, fixed slice of the tasks: every run below evaluates the same samples.
+LIMIT = "3"
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    """Jobs inherit the submitter's environment (sbatch --export=ALL): this venv and checkout."""
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    return {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT), **extra}
+
+
+@pytest.fixture(scope="session")
+def local_slurm() -> Slurm:
+    """The local SLURM must be up with node1 and node2; say how to start it if not."""
+    if shutil.which("scontrol") is None:
+        pytest.fail(f"SLURM is not installed: run scripts/setup.sh as root, then {START}")
+    ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True)
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        pytest.fail(f"slurmctld does not answer ({(ping.stdout + ping.stderr).strip()}): {START}")
+    nodes = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", "local", "-o", "%N %t"], capture_output=True, text=True
+    ).stdout.split("\n")
+    up = {line.split()[0] for line in nodes if re.search(r" (idle|mix|alloc|comp)", line)}
+    if not {"node1", "node2"} <= up:
+        pytest.fail(f"local SLURM nodes are not both up (sinfo: {nodes}): {START}")
+    return Slurm()
+
+
+def evalpipe(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300):
+    return subprocess.run(
+        [sys.executable, "-m", "evalpipe", *args],
+        cwd=cwd,
+        env=env or job_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def samples(run_dir: Path) -> dict[tuple[str, str], dict]:
+    """samples.jsonl keyed by (task, sample_id); fails on a duplicate."""
+    out: dict[tuple[str, str], dict] = {}
+    for line in (run_dir / "samples.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        key = (record["task"], record["sample_id"])
+        assert key not in out, f"duplicated sample {key} in {run_dir}"
+        out[key] = record
+    return out
+
+
+def outcome(record: dict) -> tuple:
+    return (record["completions"], record["extracted"], record["scores"])
+
+
+def wait_for_state(job: Job, state: str, reason: str = "", timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        (task,) = job.slurm.states(job.job_id)
+        if task.state == state and (not reason or task.reason == reason):
+            return
+        time.sleep(0.3)
+    pytest.fail(f"job {job.job_id} never reached {state} {reason}: {job.slurm.states(job.job_id)}")
+
+
+def submit_fake(tmp_path: Path, name: str, *options: str, env: dict[str, str] | None = None) -> Job:
+    """`evalpipe submit` with the fake engine, without waiting; the Job handle to follow it."""
+    result = evalpipe(
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--backend", "fake",
+        "--limit", LIMIT, "--out", name, *options, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    return Job.load((tmp_path / name).resolve())
+
+
+@pytest.fixture(scope="module")
+def reference(local_slurm: Slurm, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted, unsharded run: what the array and the preempted run must reproduce."""
+    tmp = tmp_path_factory.mktemp("reference")
+    result = evalpipe(
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--backend", "fake",
+        "--limit", LIMIT, "--out", "run", "--wait", "--poll", "1", cwd=tmp,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "completed; results in" in result.stdout
+    return tmp / "run"
+
+
+def test_submit_wait_runs_the_runner_and_leaves_results(reference: Path) -> None:
+    summary = json.loads((reference / "summary.json").read_text())
+    manifest = json.loads((reference / "manifest.json").read_text())
+    assert summary["complete"] and summary["n_done"] == summary["n_total"] > 0
+    assert manifest["status"] == "complete"
+    assert (
+        manifest["slurm"]["job_id"]
+        == json.loads((reference / "submission.json").read_text())["job_id"]
+    )
+    assert manifest["hosts"] and manifest["hosts"][0] in ("node1", "node2")
+    for name in ("job.sbatch", "plan.json", "submission.json"):
+        assert (reference / name).is_file()
+    logs = list((reference / "logs").glob("evalpipe-tiny_random-*.out"))
+    assert len(logs) == 1 and "evalpipe: job" in logs[0].read_text()
+    assert len(samples(reference)) == summary["n_done"]
+
+
+@pytest.mark.vllm
+def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> None:
+    """The README's demo path: the real runner and the CPU build of vLLM inside a SLURM job."""
+    from evalpipe import models
+
+    models.prepare("tiny_random")  # built once into the cache the job reads too
+    result = evalpipe(
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--categories", "math",
+        "--limit", "1", "--out", "run", "--wait", "--poll", "2", cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    run_dir = tmp_path / "run"
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    assert result.returncode == 0, result.stderr + logs[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert summary["complete"] and summary["n_done"] == summary["n_total"] > 0
+    assert manifest["config"]["backend"] == "vllm" and manifest["versions"]["vllm"]
+    assert summary["throughput"]["generated_tokens"] > 0
+
+
+def test_status_reads_the_queue_and_lists_logs(reference: Path) -> None:
+    result = evalpipe("status", str(reference), "--json", cwd=reference.parent)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["tasks"][0]["state"] == "COMPLETED"
+    assert report["logs"] and report["samples_done"] > 0
+    table = evalpipe("status", str(reference), cwd=reference.parent)
+    assert "COMPLETED" in table.stdout and "logs:" in table.stdout
+
+
+def test_every_preset_passes_sbatch_test_only(local_slurm: Slurm, tmp_path: Path) -> None:
+    """All shipped presets fit the local profile (2 nodes × 4 fake H100s): SLURM accepts each."""
+    for name in registry.preset_names():
+        prepared = prepare(name, "local", JobOptions(), tmp_path / name)
+        script = tmp_path / f"{name}.sbatch"
+        script.write_text(prepared.script)
+        answer = local_slurm.test_only(script)
+        nodes = "node[1-2]" if prepared.spec.nodes == 2 else "node"
+        assert re.search(rf"to start at .* on nodes {re.escape(nodes)}", answer), (name, answer)
+
+
+def test_an_impossible_request_is_refused_in_slurms_words(
+    local_slurm: Slurm, tmp_path: Path
+) -> None:
+    site = tmp_path / "bigger.yaml"
+    site.write_text(
+        (registry.config_dir() / "clusters" / "local.yaml")
+        .read_text()
+        .replace("max_nodes: 2", "max_nodes: 3")
+        .replace("gpus_per_node: 4", "gpus_per_node: 1")
+    )
+    prepared = prepare("smollm2_135m", str(site), JobOptions(pp=3), tmp_path / "run")
+    assert prepared.spec.nodes == 3
+    with pytest.raises(SlurmError, match="Requested node configuration is not available"):
+        submit_prepared(prepared, slurm=local_slurm)
+    assert not (tmp_path / "run" / "submission.json").exists()
+
+
+def test_a_vanished_job_without_accounting_is_unknown(local_slurm: Slurm) -> None:
+    (state,) = local_slurm.states("999999")
+    assert state.state == UNKNOWN and state.source == "none"
+
+
+def test_array_of_two_shards_and_merge_equals_the_unsharded_run(
+    reference: Path, tmp_path: Path
+) -> None:
+    job = submit_fake(tmp_path, "sharded", "--shards", "2")
+    status = job.wait(poll_s=1, timeout_s=300)
+    assert status.ok, status
+    assert len(status.tasks) == 2 and status.merge is not None
+    merged, whole = samples(job.run_dir), samples(reference)
+    assert merged.keys() == whole.keys()
+    assert {k: outcome(v) for k, v in merged.items()} == {k: outcome(v) for k, v in whole.items()}
+    got = json.loads((job.run_dir / "summary.json").read_text())
+    want = json.loads((reference / "summary.json").read_text())
+    assert got["complete"] and got["n_done"] == want["n_done"]
+    assert got["tasks"] == want["tasks"] and got["categories"] == want["categories"]
+    assert len(list((job.run_dir / "logs").glob("*_[01].out"))) == 2
+
+
+def test_preemption_checkpoints_requeues_and_resumes(reference: Path, tmp_path: Path) -> None:
+    # One second per generate call, so the job is still running when the signal comes.
+    job = submit_fake(tmp_path, "preempted", env=job_env(EVALPIPE_FAKE_DELAY_S="1"))
+    preempt(job, "--signal=USR1", "--batch")  # what SLURM's --signal=B:USR1@N warning does
+    status = job.wait(poll_s=1, timeout_s=180)
+    assert status.ok, status
+
+    log = next((job.run_dir / "logs").glob("*.out")).read_text()
+    assert "stopped at a checkpoint; requeueing job" in log
+    assert "start 2 of at most 3" in log
+    manifest = json.loads((job.run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["slurm"]["restart_count"] == 1
+    resumed, whole = samples(job.run_dir), samples(reference)  # samples() refuses duplicates
+    assert resumed.keys() == whole.keys()
+    assert {k: outcome(v) for k, v in resumed.items()} == {k: outcome(v) for k, v in whole.items()}
+
+
+def raylets(job_id: str) -> list[str]:
+    marker = f"evalpipe-ray-{job_id}"
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in text:
+            found.append(text)
+    return found
+
+
+@pytest.mark.ray
+def test_two_node_job_brings_up_ray_on_both_nodes_and_tears_it_down(
+    local_slurm: Slurm, tmp_path: Path
+) -> None:
+    job = submit_fake(tmp_path, "ray", "--tp", "4", "--pp", "2", "--limit", "1")
+    status = job.wait(poll_s=1, timeout_s=300)
+    log = next((job.run_dir / "logs").glob("*.out")).read_text()
+    assert status.ok, log[-3000:]
+    assert re.search(r"Ray cluster at \S+ is up: 2 node\(s\), 8 GPU\(s\)", log), log[-3000:]
+    active = log.split("Active:", 1)[1].split("Pending:", 1)[0]
+    assert len(re.findall(r"^ 1 node_[0-9a-f]+$", active, re.M)) == 2  # `ray status` saw both
+    assert "--distributed-executor-backend ray" in (job.run_dir / "job.sbatch").read_text()
+    assert raylets(job.job_id) == []
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"evalpipe-ray-{job.job_id}"
+    assert not tmp.exists()
+
+
+def preempt(job: Job, *scancel: str) -> None:
+    """Once the job has written samples, send the signal; release the requeued job at once."""
+    wait_for_state(job, "RUNNING")
+    deadline = time.monotonic() + 60
+    while not (job.run_dir / "samples.jsonl").is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    subprocess.run(["scancel", *scancel, job.job_id], check=True)
+    # SLURM holds a requeued batch job for 120 s (BeginTime); release it to keep the test short.
+    wait_for_state(job, "PENDING", "BeginTime")
+    subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)
+
+
+def test_submitit_executor_checkpoints_requeues_and_resumes(
+    reference: Path, tmp_path: Path
+) -> None:
+    env = job_env(EVALPIPE_FAKE_DELAY_S="2")
+    job = submit_fake(tmp_path, "run", "--executor", "submitit", env=env)
+    assert "python -u -m submitit.core._submit" in (job.run_dir / "job.sbatch").read_text()
+    preempt(job, "--signal=USR2")  # submitit's preemption signal, to every process of the step
+    status = job.wait(poll_s=1, timeout_s=180)
+    assert status.ok, status
+    log = "".join(p.read_text() for p in (job.run_dir / "submitit").glob("*_log.*"))
+    assert "Calling checkpoint method" in log and "resuming:" in log
+    got = samples(job.run_dir)
+    assert {k: outcome(v) for k, v in got.items()} == {
+        k: outcome(v) for k, v in samples(reference).items()
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cancel_leftover_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A failed test must not leave its jobs holding the local nodes: cancel what it submitted."""
+    yield
+    base = str(tmp_path_factory.getbasetemp())
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True)
+    ours = [line.split()[0] for line in queue.stdout.splitlines() if base in line]
+    if ours:
+        subprocess.run(["scancel", *ours], check=False)
