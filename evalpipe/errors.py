@@ -49,3 +49,7 @@ class ResumeMismatchError(EvalpipeError):
 
 class RunDirError(EvalpipeError):
     """A run directory's files are missing, corrupt or inconsistent (e.g. shards that disagree)."""
+
+
+class SandboxError(EvalpipeError):
+    """The code sandbox could not start or talk to its server process."""

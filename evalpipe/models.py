@@ -145,15 +145,15 @@ def build_smollm2_gguf(dest: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # float32: transformers dequantises GGUF fastest into it; the copy below casts to bf16.
     loaded = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
     config = loaded.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.torch_dtype = "bfloat16"
     model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.load_state_dict(loaded.state_dict(), strict=False)
+    model.load_state_dict(loaded.state_dict())
     model.tie_weights()
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
@@ -161,6 +161,8 @@ def build_smollm2_gguf(dest: Path) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
+    """A named way to build a model folder from what is installed, without a hub."""
+
     name: str
     description: str
     build: Callable[[Path], None]
@@ -266,6 +268,8 @@ def prepare(name_or_preset: str | Preset, *, force: bool = False) -> Path:
             "build_s": round(time.monotonic() - start, 2),
         }
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
+        for path in tmp.rglob("*"):  # some writers create private files; the cache is shared
+            path.chmod(0o755 if path.is_dir() else 0o644)
         if force and final.is_dir():
             old = final.parent / f".{recipe.name}.old-{os.getpid()}"
             final.rename(old)

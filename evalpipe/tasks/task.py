@@ -1,0 +1,175 @@
+"""A Task built from a task file: samples with stable ids, deterministic limits, scoring."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from evalpipe.errors import ConfigError, DatasetError
+from evalpipe.tasks.base import Sample, Scored
+from evalpipe.tasks.config import TaskConfig
+from evalpipe.tasks.datasets import Row, load_rows
+from evalpipe.tasks.prompts import PromptBuilder
+from evalpipe.tasks.records import Record, build_record, lookup, target
+from evalpipe.tasks.scorers import RunPrograms, build_scorer
+
+# (sample id, subset or None, raw row)
+Item = tuple[str, str | None, Row]
+
+
+class ConfiguredTask:
+    """Implements the Task protocol for one TaskConfig.
+
+    Sample ids: the `id` field (or an `id` column), else the row's position in its split;
+    prefixed with `SUBSET/` when the task has subsets. `limit` keeps the N samples whose
+    SHA-256 of "seed:id" is smallest, in dataset order: a spread over the whole set (not its
+    first N, which for MMLU would be one subject), stable across runs and machines, and nested
+    (the samples of --limit 20 are among those of --limit 40).
+    """
+
+    def __init__(
+        self, config: TaskConfig, *, path: Path, run_programs: RunPrograms | None = None
+    ) -> None:
+        self.config = config
+        self.name = config.name
+        self.category = config.category
+        self.sampling = config.sampling
+        self.path = path
+        self._prompts = PromptBuilder(config.prompt, str(path))
+        self._scorer = build_scorer(config.scorer, run_programs=run_programs)
+        self._items: dict[str, list[Item]] = {}
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """Names of the per-sample metrics `score` reports."""
+        scorer = self.config.scorer
+        if scorer.kind == "code":
+            return tuple(f"pass@{k}" for k in scorer.k)
+        return ("accuracy",)
+
+    def describe(self) -> dict[str, Any]:
+        """The resolved task definition, for a run's manifest."""
+        return {"file": str(self.path), **dataclasses.asdict(self.config)}
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        if limit is not None and (not isinstance(limit, int) or limit <= 0):
+            raise ConfigError(f"limit must be a positive integer, got {limit!r}.")
+        items = self._load(self.config.source.split)
+        if limit is not None and limit < len(items):
+            seed = self.config.seed
+            keep = set(sorted((i[0] for i in items), key=lambda x: _rank(seed, x))[:limit])
+            items = [i for i in items if i[0] in keep]
+        shots = self._shot_pools()
+        return [self._sample(item, shots) for item in items]
+
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
+        return self.score_many([(sample, texts)])[0]
+
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        """Score several samples at once: code tasks run all their programs in one pool."""
+        return self._scorer.score_many([(s.target, texts) for s, texts in items])
+
+    # --- loading ----------------------------------------------------------------------------
+
+    def _record(self, item: Item) -> Record:
+        try:
+            return build_record(item[2], self.config.fields, self.config.scorer)
+        except DatasetError as exc:
+            raise self._at(item[0], exc) from exc
+
+    def _at(self, sample_id: str, exc: DatasetError) -> DatasetError:
+        return DatasetError(f"Task {self.name!r} ({self.path}), sample {sample_id}: {exc}")
+
+    def _sample(self, item: Item, shots: dict[str | None, list[Record]]) -> Sample:
+        sample_id, subset, _ = item
+        record = self._record(item)
+        try:
+            reference = target(record, self.config.scorer)
+        except DatasetError as exc:
+            raise self._at(sample_id, exc) from exc
+        examples = shots.get(subset if subset in shots else None, [])
+        return Sample(
+            id=sample_id,
+            prompt=self._prompts.build(record, examples),
+            target=reference,
+            meta={"subset": subset} if subset is not None else {},
+        )
+
+    def _shot_pools(self) -> dict[str | None, list[Record]]:
+        """The first `shots` records of the examples split, per subset (None: all)."""
+        prompt = self.config.prompt
+        if not prompt.shots or prompt.shots_split is None:
+            return {}
+        pools: dict[str | None, list[Record]] = {}
+        for item in self._load(prompt.shots_split):
+            for key in {item[1], None}:
+                pool = pools.setdefault(key, [])
+                if len(pool) < prompt.shots:
+                    pool.append(self._record(item))
+        return pools
+
+    def _load(self, split: str) -> list[Item]:
+        if split not in self._items:
+            self._items[split] = self._read(split)
+        return self._items[split]
+
+    def _read(self, split: str) -> list[Item]:
+        cfg = self.config
+        base = self.path.parent
+        subsets = cfg.subsets
+        if subsets is not None and subsets.by == "config":
+            items = []
+            for value in subsets.values:
+                rows = load_rows(cfg.name, cfg.source, split=split, config=value, base_dir=base)
+                items += self._identify(rows, value)
+            return _unique(cfg.name, items)
+        rows = load_rows(cfg.name, cfg.source, split=split, config=cfg.source.config, base_dir=base)
+        if subsets is None:
+            return _unique(cfg.name, self._identify(rows, None))
+        column = subsets.by
+        if rows and column not in rows[0]:
+            raise DatasetError(
+                f"Task {cfg.name!r}: subsets by {column!r}, but rows have no such column; "
+                f"columns: {', '.join(sorted(rows[0]))}."
+            )
+        wanted = set(subsets.values)
+        unknown = wanted - {str(r[column]) for r in rows}
+        if unknown:
+            raise DatasetError(
+                f"Task {cfg.name!r}: no rows with {column} = {', '.join(sorted(unknown))} in split "
+                f"{split!r}; check subsets.values against the dataset."
+            )
+        items = [
+            (f"{row[column]}/{sample_id}", str(row[column]), row)
+            for sample_id, _, row in self._identify(rows, None)
+            if not wanted or str(row[column]) in wanted
+        ]
+        return _unique(cfg.name, items)
+
+    def _identify(self, rows: list[Row], subset: str | None) -> list[Item]:
+        path = self.config.fields.get("id")
+        prefix = f"{subset}/" if subset is not None else ""
+        items = []
+        for index, row in enumerate(rows):
+            raw = lookup(row, path) if path is not None else row.get("id", index)
+            items.append((f"{prefix}{raw}", subset, row))
+        return items
+
+
+def _unique(task: str, items: list[Item]) -> list[Item]:
+    seen: set[str] = set()
+    for sample_id, _, _ in items:
+        if sample_id in seen:
+            raise DatasetError(
+                f"Task {task!r}: sample id {sample_id!r} occurs twice; map a unique column as "
+                "`fields: {id: COLUMN}` or remove the duplicate rows."
+            )
+        seen.add(sample_id)
+    return items
+
+
+def _rank(seed: int, sample_id: str) -> str:
+    return hashlib.sha256(f"{seed}:{sample_id}".encode()).hexdigest()

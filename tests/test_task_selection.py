@@ -1,0 +1,115 @@
+"""Choosing tasks by category and name; stable sample ids; deterministic --limit subsets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from evalpipe.errors import ConfigError, UnknownNameError
+from evalpipe.tasks import category_names, load_task, load_tasks, task_names
+from evalpipe.tasks.generated import generate
+
+OFFLINE_DEFAULTS = ["humaneval", "pyfuncs", "arithmetic", "ordering"]
+
+
+def test_shipped_tasks_and_categories() -> None:
+    assert set(task_names()) >= {
+        "arc_challenge", "mmlu", "bbh", "gsm8k", "math500", "humaneval", "mbpp",
+        "arithmetic", "ordering", "pyfuncs",
+    }  # fmt: skip
+    assert category_names() == ["coding", "math", "reasoning"]
+
+
+def test_default_run_is_each_categorys_offline_tasks() -> None:
+    assert [t.name for t in load_tasks()] == OFFLINE_DEFAULTS
+    chosen = load_tasks(categories=["reasoning", "math"])
+    assert [(t.name, t.category) for t in chosen] == [
+        ("ordering", "reasoning"),
+        ("arithmetic", "math"),
+    ]
+
+
+def test_hub_tasks_run_when_named_and_add_to_categories() -> None:
+    assert [t.name for t in load_tasks(tasks=["gsm8k", "mmlu"])] == ["gsm8k", "mmlu"]
+    chosen = load_tasks(categories=["math"], tasks=["gsm8k", "arithmetic"])
+    assert [t.name for t in chosen] == ["arithmetic", "gsm8k"]
+
+
+def test_unknown_names_suggest_the_closest() -> None:
+    with pytest.raises(UnknownNameError) as err:
+        load_tasks(categories=["maths"])
+    assert "Unknown category 'maths'. Did you mean 'math'?" in str(err.value)
+    with pytest.raises(UnknownNameError, match=r"Unknown task 'gsm8'\. Did you mean 'gsm8k'"):
+        load_tasks(tasks=["gsm8"])
+
+
+def test_task_files_by_path_and_categories_without_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "configs" / "tasks"
+    folder.mkdir(parents=True)
+    task = {
+        "category": "trivia",
+        "source": {"uri": "generated:ordering", "size": 4},
+        "prompt": {"template": "{{ question }}"},
+        "scorer": {"kind": "multiple_choice"},
+    }
+    (folder / "quiz.yaml").write_text(yaml.safe_dump(task), encoding="utf-8")
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text(yaml.safe_dump(task), encoding="utf-8")
+    monkeypatch.setenv("EVALPIPE_CONFIG_DIR", str(tmp_path / "configs"))
+    assert category_names() == ["trivia"]
+    with pytest.raises(ConfigError, match=r"'trivia' has no default tasks.*its tasks: quiz"):
+        load_tasks(categories=["trivia"])
+    (loaded,) = load_tasks(tasks=[str(outside)])
+    assert (loaded.name, len(loaded.samples())) == ("elsewhere", 4)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_tasks(tasks=[str(tmp_path / "missing.yaml")])
+
+
+def test_sample_ids_are_stable_and_limit_is_a_nested_spread() -> None:
+    task = load_task("ordering")
+    everything = [s.id for s in task.samples()]
+    assert everything[:2] == ["ordering-0000", "ordering-0001"]
+    assert len(everything) == len(set(everything)) == 200
+    twenty = [s.id for s in task.samples(limit=20)]
+    forty = [s.id for s in load_task("ordering").samples(limit=40)]
+    assert twenty == [s.id for s in task.samples(limit=20)]  # same subset every time
+    assert set(twenty) < set(forty)  # nested
+    assert twenty == [i for i in everything if i in set(twenty)]  # dataset order
+    assert max(everything.index(i) for i in twenty) > 100  # a spread, not the first 20
+    assert len(task.samples(limit=1000)) == 200
+    with pytest.raises(ConfigError, match="limit must be a positive integer"):
+        task.samples(limit=0)
+
+
+def test_generated_sets_are_deterministic() -> None:
+    first = generate("arithmetic", split="test")
+    assert first == generate("arithmetic", split="test")
+    assert first != generate("arithmetic", split="train")
+    assert first != generate("arithmetic", split="test", seed=1)
+    # Pinned: changing a generator changes every score measured on it.
+    assert first[0] == {
+        "id": "arithmetic-0000",
+        "question": "There are 6 boxes with 3 pencils in each box. "
+        "How many pencils are there in total?",
+        "answer": "6 * 3 = 18\n#### 18",
+        "kind": "multiply",
+    }
+
+
+def test_ordering_answers_are_spread_over_the_letters() -> None:
+    task = load_task("ordering")
+    letters = [s.target["answer"] for s in task.samples()]
+    for letter in "ABCD":
+        assert 0.15 < letters.count(letter) / len(letters) < 0.35
+
+
+def test_humaneval_comes_from_the_installed_package() -> None:
+    samples = load_task("humaneval").samples()
+    assert len(samples) == 164
+    assert samples[0].id == "HumanEval/0"
+    assert samples[0].target["entry_point"] == "has_close_elements"
+    assert "def has_close_elements" in str(samples[0].prompt)
