@@ -357,25 +357,27 @@ def run_evaluation(
     sampler = monitor(out_dir / METRICS) if monitor else None
     engine: Engine | None = None
     try:
-        _phase(sampler, "load")
-        t0 = time.monotonic()
-        engine = open_engine(options.engine)
-        run.add_time("load", time.monotonic() - t0)
-        run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
-        run.note_engine(engine)
-        run.save()
-        bar = progress(len(planned_keys), len(done))
-        for task, samples in pending:
-            for chunk in _chunks(samples, options.chunk_size):
-                if stop is not None and stop.requested:
-                    break
-                new = _run_chunk(engine, task, chunk, options, run, sampler)
-                append_samples(out_dir / SAMPLES, new)
-                records.extend(new)
-                bar.advance(len(new), sum(sum(r.completion_tokens) for r in new))
-                run.note_engine(engine)
-                run.save()
-        bar.close()
+        # A signal that came while starting up stops the run before it pays for a model load.
+        if not _stopping(stop):
+            _phase(sampler, "load")
+            t0 = time.monotonic()
+            engine = open_engine(options.engine)
+            run.add_time("load", time.monotonic() - t0)
+            run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
+            run.note_engine(engine)
+            run.save()
+            bar = progress(len(planned_keys), len(done))
+            for task, samples in pending:
+                for chunk in _chunks(samples, options.chunk_size):
+                    if _stopping(stop):
+                        break
+                    new = _run_chunk(engine, task, chunk, options, run, sampler)
+                    append_samples(out_dir / SAMPLES, new)
+                    records.extend(new)
+                    bar.advance(len(new), sum(sum(r.completion_tokens) for r in new))
+                    run.note_engine(engine)
+                    run.save()
+            bar.close()
     except BaseException as exc:
         status = "failed" if isinstance(exc, Exception) else "interrupted"
         _close(engine, sampler, run)
@@ -384,6 +386,10 @@ def run_evaluation(
     _close(engine, sampler, run)
     status = "complete" if len(records) == len(planned_keys) else "interrupted"
     return RunResult(status=status, run_dir=out_dir, summary=run.finish(status, records))
+
+
+def _stopping(stop: StopFlag | None) -> bool:
+    return stop is not None and stop.requested is not None
 
 
 def _phase(sampler: PhaseMonitor | None, name: str) -> None:
