@@ -260,7 +260,7 @@ def _new_manifest(
         "schema": SCHEMA,
         "run_id": out_dir.name,
         "status": "running",
-        "preset": json.loads(json.dumps(dataclasses.asdict(preset))),
+        "preset": None,  # set for every attempt
         "plan": read_json(plan_file) if plan_file.exists() else None,
         "config": config,
         "config_hash": config_hash(config),
@@ -343,7 +343,10 @@ def run_evaluation(
     manifest, records = _load_existing(out_dir, config, planned_keys)
     if manifest is None:
         manifest = _new_manifest(out_dir, preset, config, planned)
-    # A merged directory resumed unsharded owes more than its shards planned.
+    # What this attempt runs with: the fingerprint matched, but the engine layout may differ,
+    # and a merged directory resumed unsharded owes more than its shards planned.
+    manifest["config"] = config
+    manifest["preset"] = json.loads(json.dumps(dataclasses.asdict(preset)))
     manifest["samples_planned"] = planned
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]

@@ -170,6 +170,8 @@ def test_engine_layout_may_change_between_attempts(tmp_path: Path) -> None:
     run(out, stop=StopAfter(2))
     other = dataclasses.replace(OPTIONS, engine=EngineSettings(tensor_parallel_size=2))
     assert run(out, options=other).status == "complete"
+    engine = read_json(out / "manifest.json")["config"]["engine"]
+    assert engine["tensor_parallel_size"] == 2  # the manifest says what the last attempt used
 
 
 def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:
