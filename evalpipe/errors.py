@@ -48,12 +48,9 @@ class ResumeMismatchError(EvalpipeError):
 
 
 class RunDirError(EvalpipeError):
-    """A run directory's files are missing, corrupt or inconsistent (e.g. shards that disagree)."""
+    """A results path or run directory is missing, unreadable or inconsistent (e.g. shards that
+    disagree); the message names the file."""
 
 
 class SandboxError(EvalpipeError):
     """The code sandbox could not start or talk to its server process."""
-
-
-class ResultsError(EvalpipeError):
-    """A results path or run directory cannot be found or read; the message names the file."""

@@ -182,11 +182,14 @@ def merge_run(run_dir: Path, *, allow_incomplete: bool = False) -> MergeResult:
     if not dirs:
         raise RunDirError(f"{shards_dir} holds no shard directories to merge.")
     existing = run_dir / MANIFEST
-    if existing.exists() and "shards" not in read_json(existing):
-        raise RunDirError(
-            f"{run_dir} already holds an unsharded run ({MANIFEST} without shards); "
-            "merging would overwrite it."
-        )
+    if existing.exists():
+        previous = read_json(existing)
+        continued = any("shard" not in a for a in previous.get("attempts") or [])
+        if "shards" not in previous or continued:
+            raise RunDirError(
+                f"{run_dir} holds samples of an unsharded run ({MANIFEST} lists attempts not "
+                "made by a shard); merging again would overwrite them."
+            )
     missing: list[str] = []
     shards: list[ShardRun] = []
     for path in dirs:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from evalpipe import exitcodes, provenance
 from evalpipe.checkpoint import check_resume, config_hash
-from evalpipe.engine.base import Engine, EngineSettings
+from evalpipe.engine.base import Engine, EngineSettings, Prompt
 from evalpipe.errors import ConfigError, EngineError, RunDirError
 from evalpipe.progress import Progress
 from evalpipe.registry import Preset
@@ -42,6 +42,11 @@ from evalpipe.tasks.base import Sample, Task
 # Prompts per generate() call: enough for vLLM to keep its batch full (it schedules up to
 # max_num_seqs at once), small enough that a chunk finishes well inside a preemption warning.
 DEFAULT_CHUNK_SIZE = 256
+
+# Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt such
+# as SmolLM2's), and per further message. Generous on purpose: see prompt_token_bound.
+TEMPLATE_TOKENS = 64
+MESSAGE_TOKENS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +160,25 @@ def select_samples(task: Task, options: RunOptions) -> list[Sample]:
     return options.shard.select(samples) if options.shard else samples
 
 
+def prompt_token_bound(prompt: Prompt) -> int:
+    """An upper bound on a prompt's length in tokens, without loading a tokenizer: byte-level
+    BPE and byte-fallback tokenizers spend at least one UTF-8 byte per token."""
+    if isinstance(prompt, str):
+        return TEMPLATE_TOKENS + len(prompt.encode())
+    return TEMPLATE_TOKENS + sum(
+        len(str(m.get("content", "")).encode()) + MESSAGE_TOKENS for m in prompt
+    )
+
+
+def needed_model_len(work: Sequence[tuple[Task, Sequence[Sample]]]) -> int:
+    """The longest sequence the run may need (prompt bound + max_tokens): the OOM ladder may
+    shorten max_model_len down to this, never below."""
+    return max(
+        (prompt_token_bound(s.prompt) + task.sampling.max_tokens for task, ss in work for s in ss),
+        default=1,
+    )
+
+
 def _chunks(items: Sequence[Sample], size: int) -> Iterator[Sequence[Sample]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -179,6 +203,7 @@ class _Run:
             "status": "running",
             "host": provenance.host(),
             "slurm": provenance.slurm_ids(),
+            "git_sha": provenance.git_sha(),
             "wall_s": 0.0,
         }
         m = self.manifest
@@ -186,6 +211,7 @@ class _Run:
         m["status"] = "running"
         m["finished_at"] = None
         m["slurm"] = self.attempt["slurm"]
+        m["git_sha"] = self.attempt["git_sha"]
         if self.attempt["host"] not in m["hosts"]:
             m["hosts"].append(self.attempt["host"])
         self.save()
@@ -234,7 +260,7 @@ def _new_manifest(
         "schema": SCHEMA,
         "run_id": out_dir.name,
         "status": "running",
-        "preset": json.loads(json.dumps(dataclasses.asdict(preset))),
+        "preset": None,  # set for every attempt
         "plan": read_json(plan_file) if plan_file.exists() else None,
         "config": config,
         "config_hash": config_hash(config),
@@ -286,7 +312,7 @@ def _load_existing(
 
 
 def run_evaluation(
-    open_engine: Callable[[], Engine],
+    open_engine: Callable[[EngineSettings], Engine],
     tasks: Sequence[Task],
     out_dir: Path,
     *,
@@ -298,21 +324,29 @@ def run_evaluation(
 ) -> RunResult:
     """Evaluate `tasks` into `out_dir`, resuming whatever it already holds.
 
-    `open_engine` is called at most once, and only if samples remain. `monitor(metrics_csv)`
-    starts a sampler for this attempt. `progress(total, done)` builds the progress display.
+    `open_engine(settings)` is called at most once, and only if samples remain; `settings` are
+    `options.engine` with `min_model_len` filled in from the tasks unless set.
+    `monitor(metrics_csv)` starts a sampler for this attempt. `progress(total, done)` builds the
+    progress display.
     Raises ResumeMismatchError if `out_dir` belongs to another configuration.
     """
     if not tasks:
         raise ConfigError("No tasks selected: name at least one category or task.")
     out_dir.mkdir(parents=True, exist_ok=True)
-    config = run_config(preset, tasks, options)
     work = [(task, select_samples(task, options)) for task in tasks]
+    if options.engine.min_model_len is None:
+        settings = dataclasses.replace(options.engine, min_model_len=needed_model_len(work))
+        options = dataclasses.replace(options, engine=settings)
+    config = run_config(preset, tasks, options)
     planned = [{"task": t.name, "category": t.category, "n_total": len(s)} for t, s in work]
     planned_keys = {(t.name, s.id) for t, samples in work for s in samples}
     manifest, records = _load_existing(out_dir, config, planned_keys)
     if manifest is None:
         manifest = _new_manifest(out_dir, preset, config, planned)
-    # A merged directory resumed unsharded owes more than its shards planned.
+    # What this attempt runs with: the fingerprint matched, but the engine layout may differ,
+    # and a merged directory resumed unsharded owes more than its shards planned.
+    manifest["config"] = config
+    manifest["preset"] = json.loads(json.dumps(dataclasses.asdict(preset)))
     manifest["samples_planned"] = planned
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
@@ -326,25 +360,27 @@ def run_evaluation(
     sampler = monitor(out_dir / METRICS) if monitor else None
     engine: Engine | None = None
     try:
-        _phase(sampler, "load")
-        t0 = time.monotonic()
-        engine = open_engine()
-        run.add_time("load", time.monotonic() - t0)
-        run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
-        run.note_engine(engine)
-        run.save()
-        bar = progress(len(planned_keys), len(done))
-        for task, samples in pending:
-            for chunk in _chunks(samples, options.chunk_size):
-                if stop is not None and stop.requested:
-                    break
-                new = _run_chunk(engine, task, chunk, options, run, sampler)
-                append_samples(out_dir / SAMPLES, new)
-                records.extend(new)
-                bar.advance(len(new), sum(sum(r.completion_tokens) for r in new))
-                run.note_engine(engine)
-                run.save()
-        bar.close()
+        # A signal that came while starting up stops the run before it pays for a model load.
+        if not _stopping(stop):
+            _phase(sampler, "load")
+            t0 = time.monotonic()
+            engine = open_engine(options.engine)
+            run.add_time("load", time.monotonic() - t0)
+            run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
+            run.note_engine(engine)
+            run.save()
+            bar = progress(len(planned_keys), len(done))
+            for task, samples in pending:
+                for chunk in _chunks(samples, options.chunk_size):
+                    if _stopping(stop):
+                        break
+                    new = _run_chunk(engine, task, chunk, options, run, sampler)
+                    append_samples(out_dir / SAMPLES, new)
+                    records.extend(new)
+                    bar.advance(len(new), sum(sum(r.completion_tokens) for r in new))
+                    run.note_engine(engine)
+                    run.save()
+            bar.close()
     except BaseException as exc:
         status = "failed" if isinstance(exc, Exception) else "interrupted"
         _close(engine, sampler, run)
@@ -353,6 +389,10 @@ def run_evaluation(
     _close(engine, sampler, run)
     status = "complete" if len(records) == len(planned_keys) else "interrupted"
     return RunResult(status=status, run_dir=out_dir, summary=run.finish(status, records))
+
+
+def _stopping(stop: StopFlag | None) -> bool:
+    return stop is not None and stop.requested is not None
 
 
 def _phase(sampler: PhaseMonitor | None, name: str) -> None:

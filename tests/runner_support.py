@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with StopOnSignal() as stop:
         result = run_evaluation(
-            lambda: fake_engine(args.delay),
+            lambda settings: fake_engine(args.delay),
             toy_tasks(),
             args.out,
             preset=preset(),

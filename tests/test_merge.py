@@ -21,7 +21,7 @@ from evalpipe.runner import RunOptions, Shard, run_evaluation
 def run_shard(run_dir: Path, i: int, n: int, **options) -> Path:
     out = run_dir / "shards" / str(i)
     opts = RunOptions(backend="fake", chunk_size=2, shard=Shard(index=i, count=n), **options)
-    run_evaluation(fake_engine, toy_tasks(), out, preset=preset(), options=opts)
+    run_evaluation(lambda settings: fake_engine(), toy_tasks(), out, preset=preset(), options=opts)
     return out
 
 
@@ -77,10 +77,14 @@ def test_missing_or_unfinished_shards_are_refused_unless_allowed(
     # The merged directory is an unsharded run: running into it fills the gap.
     opts = RunOptions(backend="fake", chunk_size=2)
     engine = fake_engine()
-    done = run_evaluation(lambda: engine, toy_tasks(), run_dir, preset=preset(), options=opts)
+    done = run_evaluation(
+        lambda settings: engine, toy_tasks(), run_dir, preset=preset(), options=opts
+    )
     assert len(engine.served) == 6
     assert done.status == "complete"
     assert done.summary["tasks"] == read_json(reference / "summary.json")["tasks"]
+    with pytest.raises(RunDirError, match="merging again would overwrite"):
+        merge_run(run_dir, allow_incomplete=True)
 
 
 def test_unfinished_shard_is_named(tmp_path: Path) -> None:
@@ -122,7 +126,7 @@ def test_an_unsharded_run_is_never_overwritten(tmp_path: Path, reference: Path) 
     run_dir = tmp_path / "job"
     shutil.copytree(reference, run_dir)
     run_shard(run_dir, 0, 1)
-    with pytest.raises(RunDirError, match="already holds an unsharded run"):
+    with pytest.raises(RunDirError, match="samples of an unsharded run"):
         merge_run(run_dir)
     with pytest.raises(RunDirError, match="no shard directories"):
         merge_run(tmp_path / "empty")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalpipe.errors import ResultsError
+from evalpipe.errors import RunDirError
 from evalpipe.reports import aggregate
 from evalpipe.reports.compare import paired_tasks
 from evalpipe.reports.discover import find_run_dirs
@@ -44,13 +44,13 @@ def test_finds_nested_runs_and_never_counts_shards_as_runs(tmp_path: Path) -> No
 
 
 def test_missing_path_is_an_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(ResultsError, match=r"nope.*does not exist"):
+    with pytest.raises(RunDirError, match=r"nope.*does not exist"):
         find_run_dirs([tmp_path / "nope"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ResultsError, match=r"No run directories under .*empty"):
+    with pytest.raises(RunDirError, match=r"No run directories under .*empty"):
         find_run_dirs([tmp_path / "empty"])
     (tmp_path / "file.txt").write_text("x")
-    with pytest.raises(ResultsError, match=r"file.txt.*is not a directory"):
+    with pytest.raises(RunDirError, match=r"file.txt.*is not a directory"):
         find_run_dirs([tmp_path / "file.txt"])
 
 
@@ -58,7 +58,7 @@ def test_missing_path_is_an_error_naming_it(tmp_path: Path) -> None:
 def test_unreadable_file_is_an_error_naming_it(tmp_path: Path) -> None:
     run = write_run(tmp_path / "a", _run("a"))
     (run / "summary.json").chmod(0)
-    with pytest.raises(ResultsError, match=r"summary.json"):
+    with pytest.raises(RunDirError, match=r"summary.json"):
         load_runs([run])
 
 

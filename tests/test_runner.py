@@ -25,7 +25,7 @@ OPTIONS = RunOptions(backend="fake", chunk_size=2)
 def run(out: Path, *, engine=None, tasks=None, options=OPTIONS, **kwargs):
     engine = engine or fake_engine()
     return run_evaluation(
-        lambda: engine,
+        lambda settings: engine,
         toy_tasks() if tasks is None else tasks,
         out,
         preset=preset(),
@@ -103,7 +103,7 @@ def test_finished_run_is_not_loaded_again(tmp_path: Path) -> None:
     out = tmp_path / "run"
     first = run(out)
 
-    def must_not_load():
+    def must_not_load(settings):
         raise AssertionError("engine loaded although nothing was left to do")
 
     again = run_evaluation(must_not_load, toy_tasks(), out, preset=preset(), options=OPTIONS)
@@ -125,7 +125,7 @@ class StopAfter:
 
 def test_stop_request_checkpoints_at_a_chunk_boundary(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result = run(out, stop=StopAfter(3))
+    result = run(out, stop=StopAfter(4))  # one check before loading, one per chunk
     assert result.status == "interrupted" and result.exit_status == exitcodes.RESUMABLE
     assert len(lines(out)) == 3 * 2  # three chunks of two
     manifest = read_json(out / "manifest.json")
@@ -167,9 +167,11 @@ def test_resume_with_other_configuration_is_refused_saying_what_differs(tmp_path
 
 def test_engine_layout_may_change_between_attempts(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run(out, stop=StopAfter(1))
+    run(out, stop=StopAfter(2))
     other = dataclasses.replace(OPTIONS, engine=EngineSettings(tensor_parallel_size=2))
     assert run(out, options=other).status == "complete"
+    engine = read_json(out / "manifest.json")["config"]["engine"]
+    assert engine["tensor_parallel_size"] == 2  # the manifest says what the last attempt used
 
 
 def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:
@@ -297,3 +299,33 @@ def test_real_monitor_with_fake_nvml_tags_phases_and_carries_energy_over(tmp_pat
     tokens = result.summary["throughput"]["generated_tokens"]
     assert device["j_per_token"] == pytest.approx(device["energy_j"] / tokens)
     assert result.summary["throughput"]["gpus"] == 1
+
+
+def test_engine_gets_the_shortest_model_len_the_tasks_allow(tmp_path: Path) -> None:
+    seen: list[EngineSettings] = []
+
+    def open_engine(settings: EngineSettings):
+        seen.append(settings)
+        return fake_engine()
+
+    long = ToyTask(name="long", category="math", size=2, sampling=SamplingSettings(max_tokens=50))
+    run_evaluation(open_engine, [long], tmp_path / "run", preset=preset(), options=OPTIONS)
+    # "Question 1 of long: what is 10 + 1?" is 35 bytes: 64 template tokens + 35 + 50 to generate.
+    assert seen[0].min_model_len == 64 + 35 + 50
+    assert read_json(tmp_path / "run" / "manifest.json")["config"]["engine"]["min_model_len"] == 149
+    pinned = dataclasses.replace(OPTIONS, engine=EngineSettings(min_model_len=500))
+    run_evaluation(open_engine, [long], tmp_path / "pinned", preset=preset(), options=pinned)
+    assert seen[1].min_model_len == 500
+
+
+def test_stop_requested_during_start_up_skips_the_model_load(tmp_path: Path) -> None:
+    def must_not_load(settings):
+        raise AssertionError("engine loaded although a stop was requested")
+
+    result = run_evaluation(
+        must_not_load, toy_tasks(), tmp_path / "run", preset=preset(), options=OPTIONS,
+        stop=StopAfter(0),
+    )  # fmt: skip
+    assert result.status == "interrupted" and result.exit_status == exitcodes.RESUMABLE
+    assert read_json(tmp_path / "run" / "manifest.json")["status"] == "interrupted"
+    assert run(tmp_path / "run").status == "complete"

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.errors import EvalpipeError, ResultsError
+from evalpipe.errors import EvalpipeError, RunDirError
 
 HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
 ORDER = 60
@@ -143,7 +143,7 @@ def _write_text(output: str | None, text: str) -> None:
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise ResultsError(f"Cannot write {output!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot write {output!r}: {exc.strerror}.") from exc
 
 
 def _write_plots(folder: Path, images: dict[str, bytes]) -> None:
@@ -152,4 +152,4 @@ def _write_plots(folder: Path, images: dict[str, bytes]) -> None:
         for name, png in images.items():
             (folder / name).write_bytes(png)
     except OSError as exc:
-        raise ResultsError(f"Cannot write plots to {str(folder)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot write plots to {str(folder)!r}: {exc.strerror}.") from exc

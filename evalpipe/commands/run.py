@@ -139,37 +139,39 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.runner import RunOptions, run_evaluation
     from evalpipe.summary import format_summary
 
-    preset = load_preset(args.preset)
-    if args.resume and args.out is None:
-        raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
-    if args.resume and not (args.out / MANIFEST).is_file():
-        raise ConfigError(
-            f"--resume: {args.out} holds no {MANIFEST}, so there is no run to resume. "
-            "Drop --resume to start a new run there."
-        )
-    categories = args.categories or (None if args.tasks else preset.categories)
-    tasks = _load_tasks(categories, args.tasks)
-    settings = EngineSettings(
-        tensor_parallel_size=_layout(args.tp, preset.tensor_parallel),
-        pipeline_parallel_size=_layout(args.pp, preset.pipeline_parallel),
-        max_model_len=args.max_model_len,
-        distributed_executor_backend=args.distributed_executor_backend,
-        oom_fallback=not args.no_oom_fallback,
-    )
-    options = RunOptions(
-        backend=args.backend,
-        engine=settings,
-        categories=categories,
-        limit=args.limit,
-        shard=args.shard,
-        chunk_size=args.chunk_size,
-    )
-    out = args.out or default_out(preset.name)
-    _log_to_stderr()
-    print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
+    # Handle the stop signals from the start: one that arrives while tasks and the model load
+    # must still end in a checkpoint and exit 75, not kill the process.
     with StopOnSignal() as stop:
+        preset = load_preset(args.preset)
+        if args.resume and args.out is None:
+            raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
+        if args.resume and not (args.out / MANIFEST).is_file():
+            raise ConfigError(
+                f"--resume: {args.out} holds no {MANIFEST}, so there is no run to resume. "
+                "Drop --resume to start a new run there."
+            )
+        categories = args.categories or (None if args.tasks else preset.categories)
+        tasks = _load_tasks(categories, args.tasks)
+        settings = EngineSettings(
+            tensor_parallel_size=_layout(args.tp, preset.tensor_parallel),
+            pipeline_parallel_size=_layout(args.pp, preset.pipeline_parallel),
+            max_model_len=args.max_model_len,
+            distributed_executor_backend=args.distributed_executor_backend,
+            oom_fallback=not args.no_oom_fallback,
+        )
+        options = RunOptions(
+            backend=args.backend,
+            engine=settings,
+            categories=categories,
+            limit=args.limit,
+            shard=args.shard,
+            chunk_size=args.chunk_size,
+        )
+        out = args.out or default_out(preset.name)
+        _log_to_stderr()
+        print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
         result = run_evaluation(
-            lambda: open_engine(args.backend, preset, settings),
+            lambda settings: open_engine(args.backend, preset, settings),
             tasks,
             out,
             preset=preset,

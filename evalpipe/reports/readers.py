@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.errors import ResultsError
+from evalpipe.errors import RunDirError
 
 SCHEMA = 1  # the run-directory schema this reader understands (see the run directory contract)
 
@@ -38,7 +38,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise ResultsError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
 
 
 def read_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
@@ -129,7 +129,7 @@ def read_metrics(path: Path, warnings: list[str]) -> pd.DataFrame | None:
         warnings.append(f"{path}: not readable as CSV ({exc}); ignored it.")
         return None
     except OSError as exc:
-        raise ResultsError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
     missing = [c for c in ("time_s", "device") if c not in frame.columns]
     if missing:
         warnings.append(f"{path}: lacks column(s) {', '.join(missing)}; ignored it.")
