@@ -426,9 +426,9 @@ def _run_chunk(
         )
     _phase(sampler, f"score:{task.category}")
     t0 = time.monotonic()
+    scores = task.score_many([(s, g.texts) for s, g in zip(chunk, generations, strict=True)])
     records = []
-    for sample, generation in zip(chunk, generations, strict=True):
-        scored = task.score(sample, generation.texts)
+    for sample, generation, scored in zip(chunk, generations, scores, strict=True):
         records.append(
             SampleRecord(
                 task=task.name,

@@ -54,6 +54,9 @@ class ToyTask:
             scores={"accuracy": float(extracted[0] == sample.target)},
         )
 
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        return [self.score(sample, texts) for sample, texts in items]
+
 
 def toy_tasks() -> list[ToyTask]:
     return [
