@@ -277,7 +277,7 @@ def test_submitit_executor_checkpoints_requeues_and_resumes(
 ) -> None:
     env = job_env(EVALPIPE_FAKE_DELAY_S="2")
     job = submit_fake(tmp_path, "run", "--executor", "submitit", env=env)
-    assert "python -u -m submitit.core._submit" in (job.run_dir / "job.sbatch").read_text()
+    assert " -u -m submitit.core._submit " in (job.run_dir / "job.sbatch").read_text()
     preempt(job, "--signal=USR2")  # submitit's preemption signal, to every process of the step
     status = job.wait(poll_s=1, timeout_s=180)
     assert status.ok, status
