@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.commands._jobargs import add_job_arguments, job_options
+from evalpipe.commands._options import add_job_arguments, job_options
 
 HELP = "Print (or write) the sbatch script for a preset on a cluster; submits nothing."
 ORDER = 50
