@@ -15,23 +15,8 @@ from typing import Any
 import pandas as pd
 
 from evalpipe.errors import RunDirError
-
-SCHEMA = 1  # the run-directory schema this reader understands (see the run directory contract)
-
-METRICS_COLUMNS = (
-    "time_s",
-    "host",
-    "device",
-    "phase",
-    "memory_used_gib",
-    "memory_total_gib",
-    "util_pct",
-    "mem_util_pct",
-    "temperature_c",
-    "power_w",
-    "sm_clock_mhz",
-    "energy_j",
-)
+from evalpipe.monitor import COLUMNS as METRICS_COLUMNS
+from evalpipe.results import SCHEMA  # the run-directory schema this reader understands
 
 
 def _read_bytes(path: Path) -> bytes:
