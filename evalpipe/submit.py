@@ -11,17 +11,16 @@ Only the SlurmClient touches the scheduler; pass FakeSlurm to see what would be 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from evalpipe import registry, render
 from evalpipe.errors import ConfigError, SlurmError
 from evalpipe.jobspec import JobOptions, JobSpec, make_jobspec
+from evalpipe.results import new_run_dir, write_json
 from evalpipe.slurm import UNKNOWN, Slurm, SlurmClient, TaskState, sbatch_argv
 
 EXECUTORS = ("sbatch", "submitit")
@@ -30,15 +29,6 @@ MERGE_SCRIPT = "merge.sbatch"
 PLAN = "plan.json"
 SUBMISSION = "submission.json"
 SWEEP = "sweep.json"
-
-
-def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-
-
-def new_run_dir(results: Path, name: str) -> Path:
-    """results/<name>-<UTC yyyymmdd-HHMMSS>-<4 hex>, as `evalpipe run` names its runs."""
-    return results / f"{name}-{_stamp()}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,12 +223,6 @@ def _record(prepared: Prepared, *, scripts: bool) -> None:
     (run_dir / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def submit_prepared(
     prepared: Prepared, *, slurm: SlurmClient | None = None, executor: str = "sbatch"
 ) -> Job:
@@ -273,7 +257,7 @@ def submit_prepared(
         merge_id = None
         if prepared.merge_script is not None:
             merge_id = client.submit(run_dir / MERGE_SCRIPT, dependency=f"afterany:{job_id}")
-    _write_json(
+    write_json(
         run_dir / SUBMISSION,
         {
             "schema": 1,
@@ -326,7 +310,7 @@ def submit_all(
     client = slurm or Slurm()
     jobs = [submit_prepared(p, slurm=client, executor=executor) for p in prepared]
     if sweep_dir is not None:
-        _write_json(
+        write_json(
             sweep_dir / SWEEP,
             {
                 "schema": 1,

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import secrets
 import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 from evalpipe.commands._options import (
@@ -67,11 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def default_out(preset: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{preset}-{stamp}-{secrets.token_hex(2)}"
-
-
 def _load_tasks(categories: tuple[str, ...] | None, tasks: tuple[str, ...] | None) -> list:
     from evalpipe.errors import MissingDependencyError
 
@@ -110,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.errors import ConfigError
     from evalpipe.monitor import Monitor
     from evalpipe.registry import load_preset
-    from evalpipe.results import MANIFEST
+    from evalpipe.results import MANIFEST, new_run_dir
     from evalpipe.runner import RunOptions, run_evaluation
     from evalpipe.summary import format_summary
 
@@ -142,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             shard=args.shard,
             chunk_size=args.chunk_size,
         )
-        out = args.out or default_out(preset.name)
+        out = args.out or new_run_dir(Path("results"), preset.name)
         _log_to_stderr()
         print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
         result = run_evaluation(
