@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from evalpipe import registry, render
-from evalpipe.errors import ConfigError, SlurmError
+from evalpipe.errors import ConfigError, RunDirError, SlurmError
 from evalpipe.jobspec import JobOptions, JobSpec, make_jobspec
-from evalpipe.results import new_run_dir, write_json
+from evalpipe.results import new_run_dir, read_json, write_json
 from evalpipe.slurm import UNKNOWN, Slurm, SlurmClient, TaskState, sbatch_argv
 
 EXECUTORS = ("sbatch", "submitit")
@@ -194,14 +194,13 @@ class Job:
     def load(cls, run_dir: Path, slurm: SlurmClient | None = None) -> Job:
         """The job recorded in RUN_DIR/submission.json."""
         path = run_dir / SUBMISSION
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError:
-            raise ConfigError(
+        if not path.exists():
+            raise RunDirError(
                 f"{run_dir} holds no {SUBMISSION}: it was not submitted by `evalpipe submit`."
-            ) from None
-        except ValueError as exc:
-            raise ConfigError(f"{path} is not valid JSON: {exc}.") from exc
+            )
+        data = read_json(path)
+        if "job_id" not in data:
+            raise RunDirError(f"{path} names no job_id; it was not written by `evalpipe submit`.")
         return cls(
             run_dir=run_dir,
             job_id=str(data["job_id"]),
