@@ -12,7 +12,7 @@ class EvalpipeError(Exception):
 
 
 class ConfigError(EvalpipeError):
-    """A YAML file or a value in it is malformed, unknown or inconsistent."""
+    """A setting (in a YAML file or a command-line option) is malformed, unknown or inconsistent."""
 
 
 class UnknownNameError(ConfigError):

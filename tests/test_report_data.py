@@ -4,7 +4,6 @@ scores with hand-checked CIs, costs (GPU-hours, J/token), statistics and paired 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +53,15 @@ def test_missing_path_is_an_error_naming_it(tmp_path: Path) -> None:
         find_run_dirs([tmp_path / "file.txt"])
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_unreadable_file_is_an_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["summary.json", "manifest.json", "samples.jsonl", "metrics.csv"])
+def test_unreadable_file_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    # A directory where the file should be cannot be opened, even by root (unlike a mode-0 file).
     run = write_run(tmp_path / "a", _run("a"))
-    (run / "summary.json").chmod(0)
-    with pytest.raises(RunDirError, match=r"summary.json"):
-        load_runs([run])
+    (run / name).unlink()
+    (run / name).mkdir()
+    with pytest.raises(RunDirError, match=rf"Cannot read .*{name}.*Is a directory"):
+        _, table = _load(run)
+        load_metrics(table)
 
 
 # --- robust reading --------------------------------------------------------------------------

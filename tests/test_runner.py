@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_support import ToyTask, fake_engine, preset, toy_tasks
+from runner_support import ToyTask, fake_engine, lines, preset, toy_tasks
 
 from evalpipe import exitcodes
 from evalpipe.engine.base import EngineSettings, SamplingSettings
@@ -32,10 +31,6 @@ def run(out: Path, *, engine=None, tasks=None, options=OPTIONS, **kwargs):
         options=options,
         **kwargs,
     )
-
-
-def lines(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
 def test_complete_run_writes_the_run_directory(tmp_path: Path) -> None:
