@@ -269,6 +269,10 @@ def preempt(job: Job, *scancel: str) -> None:
     subprocess.run(["scancel", *scancel, job.job_id], check=True)
     # SLURM holds a requeued batch job for 120 s (BeginTime); release it to keep the test short.
     wait_for_state(job, "PENDING", "BeginTime")
+    # But not within the second of the requeue: slurmd refuses a relaunch whose credential is
+    # no newer (whole seconds) than the revocation of the killed attempt ("Job credential
+    # revoked"), which fails the job.
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)
 
 
