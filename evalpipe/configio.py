@@ -24,11 +24,16 @@ def suggest(name: str, choices: typing.Iterable[str]) -> str:
     return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
+def plural(noun: str) -> str:
+    """English plural of a registry noun ('category' → 'categories', 'GPU' → 'GPUs')."""
+    return noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+
+
 def unknown_name(kind: str, name: str, choices: typing.Iterable[str]) -> UnknownNameError:
     """The error for a name missing from a registry, with near matches and the full list."""
     names = sorted(choices)
     return UnknownNameError(
-        f"Unknown {kind} {name!r}.{suggest(name, names)} Known {kind}s: {', '.join(names)}."
+        f"Unknown {kind} {name!r}.{suggest(name, names)} Known {plural(kind)}: {', '.join(names)}."
     )
 
 

@@ -12,7 +12,7 @@ class EvalpipeError(Exception):
 
 
 class ConfigError(EvalpipeError):
-    """A YAML file or a value in it is malformed, unknown or inconsistent."""
+    """A setting (in a YAML file or a command-line option) is malformed, unknown or inconsistent."""
 
 
 class UnknownNameError(ConfigError):
@@ -48,11 +48,8 @@ class ResumeMismatchError(EvalpipeError):
 
 
 class RunDirError(EvalpipeError):
-    """A run directory's files are missing, corrupt or inconsistent (e.g. shards that disagree)."""
-
-
-class ResultsError(EvalpipeError):
-    """A results path or run directory cannot be found or read; the message names the file."""
+    """A results path or run directory is missing, unreadable or inconsistent (e.g. shards that
+    disagree); the message names the file."""
 
 
 class SandboxError(EvalpipeError):

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from evalpipe import planner
+from evalpipe.engine.factory import BACKENDS
 from evalpipe.errors import ConfigError, DoesNotFitError
 from evalpipe.planner import Plan
 from evalpipe.registry import MAX_SIGNAL_SECONDS, Cluster, Gpu, Preset, slurm_minutes
 
-BACKENDS = ("vllm", "fake")
 # Characters a run directory may not hold: SLURM expands % in --output patterns, and #SBATCH
 # lines cannot carry quotes, backslashes or line breaks.
 _BAD_RUN_DIR = re.compile(r'[%"\\\n\r]')

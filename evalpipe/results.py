@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,12 @@ MANIFEST = "manifest.json"
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
 SCHEMA = 1
+
+
+def new_run_dir(results: Path, name: str) -> Path:
+    """results/<name>-<UTC yyyymmdd-HHMMSS>-<4 hex>: how `evalpipe run` and `submit` name runs."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return results / f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -260,7 +260,7 @@ def _new_manifest(
         "schema": SCHEMA,
         "run_id": out_dir.name,
         "status": "running",
-        "preset": json.loads(json.dumps(dataclasses.asdict(preset))),
+        "preset": None,  # set for every attempt
         "plan": read_json(plan_file) if plan_file.exists() else None,
         "config": config,
         "config_hash": config_hash(config),
@@ -343,7 +343,10 @@ def run_evaluation(
     manifest, records = _load_existing(out_dir, config, planned_keys)
     if manifest is None:
         manifest = _new_manifest(out_dir, preset, config, planned)
-    # A merged directory resumed unsharded owes more than its shards planned.
+    # What this attempt runs with: the fingerprint matched, but the engine layout may differ,
+    # and a merged directory resumed unsharded owes more than its shards planned.
+    manifest["config"] = config
+    manifest["preset"] = json.loads(json.dumps(dataclasses.asdict(preset)))
     manifest["samples_planned"] = planned
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
@@ -357,25 +360,27 @@ def run_evaluation(
     sampler = monitor(out_dir / METRICS) if monitor else None
     engine: Engine | None = None
     try:
-        _phase(sampler, "load")
-        t0 = time.monotonic()
-        engine = open_engine(options.engine)
-        run.add_time("load", time.monotonic() - t0)
-        run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
-        run.note_engine(engine)
-        run.save()
-        bar = progress(len(planned_keys), len(done))
-        for task, samples in pending:
-            for chunk in _chunks(samples, options.chunk_size):
-                if stop is not None and stop.requested:
-                    break
-                new = _run_chunk(engine, task, chunk, options, run, sampler)
-                append_samples(out_dir / SAMPLES, new)
-                records.extend(new)
-                bar.advance(len(new), sum(sum(r.completion_tokens) for r in new))
-                run.note_engine(engine)
-                run.save()
-        bar.close()
+        # A signal that came while starting up stops the run before it pays for a model load.
+        if not _stopping(stop):
+            _phase(sampler, "load")
+            t0 = time.monotonic()
+            engine = open_engine(options.engine)
+            run.add_time("load", time.monotonic() - t0)
+            run.manifest["versions"] = provenance.versions()  # the engine may have imported torch
+            run.note_engine(engine)
+            run.save()
+            bar = progress(len(planned_keys), len(done))
+            for task, samples in pending:
+                for chunk in _chunks(samples, options.chunk_size):
+                    if _stopping(stop):
+                        break
+                    new = _run_chunk(engine, task, chunk, options, run, sampler)
+                    append_samples(out_dir / SAMPLES, new)
+                    records.extend(new)
+                    bar.advance(len(new), sum(sum(r.completion_tokens) for r in new))
+                    run.note_engine(engine)
+                    run.save()
+            bar.close()
     except BaseException as exc:
         status = "failed" if isinstance(exc, Exception) else "interrupted"
         _close(engine, sampler, run)
@@ -384,6 +389,10 @@ def run_evaluation(
     _close(engine, sampler, run)
     status = "complete" if len(records) == len(planned_keys) else "interrupted"
     return RunResult(status=status, run_dir=out_dir, summary=run.finish(status, records))
+
+
+def _stopping(stop: StopFlag | None) -> bool:
+    return stop is not None and stop.requested is not None
 
 
 def _phase(sampler: PhaseMonitor | None, name: str) -> None:
@@ -417,9 +426,9 @@ def _run_chunk(
         )
     _phase(sampler, f"score:{task.category}")
     t0 = time.monotonic()
+    scores = task.score_many([(s, g.texts) for s, g in zip(chunk, generations, strict=True)])
     records = []
-    for sample, generation in zip(chunk, generations, strict=True):
-        scored = task.score(sample, generation.texts)
+    for sample, generation, scored in zip(chunk, generations, scores, strict=True):
         records.append(
             SampleRecord(
                 task=task.name,

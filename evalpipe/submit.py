@@ -11,17 +11,16 @@ Only the SlurmClient touches the scheduler; pass FakeSlurm to see what would be 
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from evalpipe import registry, render
-from evalpipe.errors import ConfigError, SlurmError
+from evalpipe.errors import ConfigError, RunDirError, SlurmError
 from evalpipe.jobspec import JobOptions, JobSpec, make_jobspec
+from evalpipe.results import new_run_dir, read_json, write_json
 from evalpipe.slurm import UNKNOWN, Slurm, SlurmClient, TaskState, sbatch_argv
 
 EXECUTORS = ("sbatch", "submitit")
@@ -30,15 +29,6 @@ MERGE_SCRIPT = "merge.sbatch"
 PLAN = "plan.json"
 SUBMISSION = "submission.json"
 SWEEP = "sweep.json"
-
-
-def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-
-
-def new_run_dir(results: Path, name: str) -> Path:
-    """results/<name>-<UTC yyyymmdd-HHMMSS>-<4 hex>, as `evalpipe run` names its runs."""
-    return results / f"{name}-{_stamp()}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,14 +194,13 @@ class Job:
     def load(cls, run_dir: Path, slurm: SlurmClient | None = None) -> Job:
         """The job recorded in RUN_DIR/submission.json."""
         path = run_dir / SUBMISSION
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError:
-            raise ConfigError(
+        if not path.exists():
+            raise RunDirError(
                 f"{run_dir} holds no {SUBMISSION}: it was not submitted by `evalpipe submit`."
-            ) from None
-        except ValueError as exc:
-            raise ConfigError(f"{path} is not valid JSON: {exc}.") from exc
+            )
+        data = read_json(path)
+        if "job_id" not in data:
+            raise RunDirError(f"{path} names no job_id; it was not written by `evalpipe submit`.")
         return cls(
             run_dir=run_dir,
             job_id=str(data["job_id"]),
@@ -231,12 +220,6 @@ def _record(prepared: Prepared, *, scripts: bool) -> None:
         (run_dir / MERGE_SCRIPT).write_text(prepared.merge_script, encoding="utf-8")
     plan = prepared.spec.plan.to_dict()
     (run_dir / PLAN).write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def submit_prepared(
@@ -273,7 +256,7 @@ def submit_prepared(
         merge_id = None
         if prepared.merge_script is not None:
             merge_id = client.submit(run_dir / MERGE_SCRIPT, dependency=f"afterany:{job_id}")
-    _write_json(
+    write_json(
         run_dir / SUBMISSION,
         {
             "schema": 1,
@@ -326,7 +309,7 @@ def submit_all(
     client = slurm or Slurm()
     jobs = [submit_prepared(p, slurm=client, executor=executor) for p in prepared]
     if sweep_dir is not None:
-        _write_json(
+        write_json(
             sweep_dir / SWEEP,
             {
                 "schema": 1,

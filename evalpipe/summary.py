@@ -182,7 +182,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         for metric, s in cat["micro"].items():
             rows.append((name, "(micro)", metric, s["n"], _fmt(s), f"±{s['stderr']:.3f}"))
         for metric, s in cat["macro"].items():
-            rows.append((name, "(macro)", metric, f"{s['n_tasks']} tasks", _fmt(s), ""))
+            tasks = f"{s['n_tasks']} task" + ("s" if s["n_tasks"] != 1 else "")
+            rows.append((name, "(macro)", metric, tasks, _fmt(s), ""))
     table = format_table(("category", "task", "metric", "n", "mean", "stderr"), rows)
     t = summary["throughput"]
     rate = f"{t['tokens_per_s']:.1f} tok/s" if t["tokens_per_s"] else "n/a"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe import exitcodes
+
 # -- engine fixtures: locally prepared models and the real vLLM engine on the CPU ---------------
 # One prepared tiny_random and one tiny_random engine per test session: every LLM() build costs
 # seconds on the CPU, so tests share them instead of building their own.
@@ -49,3 +51,14 @@ def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
     engine = VllmEngine.open(load_preset("tiny_random"), EngineSettings())
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An uninterrupted fake-engine run of runner_support's toy tasks, for interrupted, resumed
+    and sharded runs to equal. Read-only: copy it before changing it."""
+    import runner_support
+
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert runner_support.main([str(out), "--chunk-size", "2"]) == exitcodes.OK
+    return out

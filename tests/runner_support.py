@@ -8,11 +8,13 @@ tests can signal or kill -9 a real process.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from evalpipe.checkpoint import StopOnSignal
 from evalpipe.engine.base import EngineSettings, SamplingSettings
@@ -54,6 +56,9 @@ class ToyTask:
             scores={"accuracy": float(extracted[0] == sample.target)},
         )
 
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        return [self.score(sample, texts) for sample, texts in items]
+
 
 def toy_tasks() -> list[ToyTask]:
     return [
@@ -79,6 +84,11 @@ def preset() -> Preset:
 
 def fake_engine(delay_s: float = 0.0) -> FakeEngine:
     return FakeEngine(preset(), EngineSettings(), script=SCRIPT, delay_s=delay_s)
+
+
+def lines(out: Path) -> list[dict[str, Any]]:
+    """The records of a run directory's samples.jsonl, in file order."""
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -186,33 +186,46 @@ def test_presets_table_has_a_row_per_preset() -> None:
     assert "behemoth_r1_123b" in done.stdout and "bfloat16/fp8" in done.stdout
 
 
-HEAVY = ("vllm", "torch", "pandas", "pynvml", "matplotlib", "datasets", "ray")
+HEAVY = ("vllm", "torch", "pandas", "pynvml", "matplotlib", "datasets", "ray", "transformers")
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "status"),
     [
-        ["plan", "--preset", "deepseek_v2_5", "--gpu", "h100-80gb", "--json"],
-        ["plan", "--preset", "falcon_180b", "--all-gpus"],
-        ["presets", "--json"],
-        ["plan", "--help"],
-        ["presets", "--help"],
+        (["--help"], 0),
+        (["plan", "--preset", "deepseek_v2_5", "--gpu", "h100-80gb", "--json"], 0),
+        (["plan", "--preset", "falcon_180b", "--all-gpus"], 0),
+        (["presets", "--json"], 0),
+        (["plan", "--help"], 0),
+        (["presets", "--help"], 0),
+        (["render", "--preset", "smollm2_135m", "--cluster", "local"], 0),
+        (["submit", "--preset", "smollm2_135m", "--cluster", "local", "--dry-run"], 0),
+        (["submit", "--help"], 0),
+        # A directory never submitted: status fails before asking the scheduler.
+        (["status", "never-submitted"], 1),
     ],
 )
-def test_plan_and_presets_import_no_heavy_library(argv: list[str]) -> None:
+def test_login_node_commands_import_no_heavy_library(
+    argv: list[str], status: int, tmp_path: Path
+) -> None:
     probe = (
         "import sys, contextlib, io\n"
         "from evalpipe.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    try:\n"
-        f"        main({argv!r})\n"
-        "    except SystemExit:\n"
-        "        pass\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        f"        status = main({argv!r})\n"
+        "    except SystemExit as exc:\n"
+        "        status = exc.code\n"
+        f"print(status, sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip() == f"{status} []", done.stderr

@@ -44,3 +44,7 @@ def test_unknown_name_suggests_closest() -> None:
     err = unknown_name("preset", "falcon40b", ["falcon_40b", "llama2_70b"])
     assert "Did you mean 'falcon_40b'?" in str(err)
     assert "Known presets: falcon_40b, llama2_70b." in str(err)
+
+
+def test_unknown_name_pluralises_the_kind() -> None:
+    assert "Known categories: math." in str(unknown_name("category", "maths", ["math"]))

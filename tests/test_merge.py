@@ -7,8 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-import runner_support
-from runner_support import fake_engine, preset, toy_tasks
+from runner_support import fake_engine, lines, preset, toy_tasks
 
 from evalpipe import exitcodes
 from evalpipe.cli import main as cli
@@ -22,17 +21,6 @@ def run_shard(run_dir: Path, i: int, n: int, **options) -> Path:
     out = run_dir / "shards" / str(i)
     opts = RunOptions(backend="fake", chunk_size=2, shard=Shard(index=i, count=n), **options)
     run_evaluation(lambda settings: fake_engine(), toy_tasks(), out, preset=preset(), options=opts)
-    return out
-
-
-def lines(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("reference") / "run"
-    assert runner_support.main([str(out), "--chunk-size", "2"]) == exitcodes.OK
     return out
 
 

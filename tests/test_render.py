@@ -71,6 +71,10 @@ def test_golden_files_are_shellcheck_clean() -> None:
     shellcheck(sorted(GOLDEN.glob("*.sbatch")))
 
 
+def test_local_slurm_script_is_shellcheck_clean() -> None:
+    shellcheck([Path(__file__).parent.parent / "scripts" / "local-slurm.sh"])
+
+
 def test_every_preset_renders_shellcheck_clean_on_every_cluster(tmp_path: Path) -> None:
     paths = []
     for cluster in registry.cluster_names():

@@ -4,13 +4,12 @@ scores with hand-checked CIs, costs (GPU-hours, J/token), statistics and paired 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from evalpipe.errors import ResultsError
+from evalpipe.errors import RunDirError
 from evalpipe.reports import aggregate
 from evalpipe.reports.compare import paired_tasks
 from evalpipe.reports.discover import find_run_dirs
@@ -44,22 +43,25 @@ def test_finds_nested_runs_and_never_counts_shards_as_runs(tmp_path: Path) -> No
 
 
 def test_missing_path_is_an_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(ResultsError, match=r"nope.*does not exist"):
+    with pytest.raises(RunDirError, match=r"nope.*does not exist"):
         find_run_dirs([tmp_path / "nope"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ResultsError, match=r"No run directories under .*empty"):
+    with pytest.raises(RunDirError, match=r"No run directories under .*empty"):
         find_run_dirs([tmp_path / "empty"])
     (tmp_path / "file.txt").write_text("x")
-    with pytest.raises(ResultsError, match=r"file.txt.*is not a directory"):
+    with pytest.raises(RunDirError, match=r"file.txt.*is not a directory"):
         find_run_dirs([tmp_path / "file.txt"])
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_unreadable_file_is_an_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["summary.json", "manifest.json", "samples.jsonl", "metrics.csv"])
+def test_unreadable_file_is_an_error_naming_it(tmp_path: Path, name: str) -> None:
+    # A directory where the file should be cannot be opened, even by root (unlike a mode-0 file).
     run = write_run(tmp_path / "a", _run("a"))
-    (run / "summary.json").chmod(0)
-    with pytest.raises(ResultsError, match=r"summary.json"):
-        load_runs([run])
+    (run / name).unlink()
+    (run / name).mkdir()
+    with pytest.raises(RunDirError, match=rf"Cannot read .*{name}.*Is a directory"):
+        _, table = _load(run)
+        load_metrics(table)
 
 
 # --- robust reading --------------------------------------------------------------------------

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from evalpipe import exitcodes
 from evalpipe.cli import main
+from evalpipe.results import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -54,3 +58,60 @@ def test_help_does_not_import_heavy_libraries() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def run_cli(*argv: str) -> int:
+    return main(["run", "--preset", "tiny_random", "--backend", "fake", *argv])
+
+
+def test_fake_backend_end_to_end_with_the_shipped_tasks(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert run_cli("--categories", "math,reasoning", "--limit", "3", "--out", str(out)) == 0
+    printed = capsys.readouterr().out
+    assert "arithmetic" in printed and "(micro)" in printed and f"Run directory: {out}" in printed
+    summary = read_json(out / "summary.json")
+    assert summary["complete"] and summary["n_done"] == summary["n_total"] > 0
+    assert set(summary["categories"]) == {"math", "reasoning"}
+    assert [d["device"] for d in summary["devices"]] == ["cpu"]  # no NVML here
+    assert (out / "metrics.csv").read_text().startswith("time_s,host,device,phase")
+    manifest = read_json(out / "manifest.json")
+    assert manifest["config"]["categories"] == ["math", "reasoning"]
+
+    # Rerunning resumes: nothing left, so nothing new happens and the summary stands.
+    assert (
+        run_cli("--categories", "math,reasoning", "--limit", "3", "--out", str(out), "--resume")
+        == 0
+    )
+    assert read_json(out / "summary.json")["tasks"] == summary["tasks"]
+    assert len(read_json(out / "manifest.json")["attempts"]) == 1
+
+    code = run_cli("--categories", "math,reasoning", "--limit", "4", "--out", str(out))
+    assert code == exitcodes.ERROR
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "limit: 3 → 4" in err
+
+
+def test_sigusr1_through_the_command_line_exits_resumable(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "evalpipe", "run", "--preset", "tiny_random", "--backend",
+            "fake", "--tasks", "arithmetic", "--limit", "6", "--chunk-size", "1",
+            "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "EVALPIPE_FAKE_DELAY_S": "0.3"}
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    samples = out / "samples.jsonl"
+    deadline = time.monotonic() + 60
+    while not (samples.exists() and samples.read_text().count("\n") >= 1):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == exitcodes.RESUMABLE, stderr
+    assert "INCOMPLETE" in stdout
+    assert "to resume" in stderr and "--out" in stderr
+    assert read_json(out / "manifest.json")["status"] == "interrupted"
+    env.pop("EVALPIPE_FAKE_DELAY_S")
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == exitcodes.OK, done.stderr
+    assert read_json(out / "summary.json")["n_done"] == 6

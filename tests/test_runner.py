@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runner_support import ToyTask, fake_engine, preset, toy_tasks
+from runner_support import ToyTask, fake_engine, lines, preset, toy_tasks
 
 from evalpipe import exitcodes
 from evalpipe.engine.base import EngineSettings, SamplingSettings
@@ -32,10 +31,6 @@ def run(out: Path, *, engine=None, tasks=None, options=OPTIONS, **kwargs):
         options=options,
         **kwargs,
     )
-
-
-def lines(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
 def test_complete_run_writes_the_run_directory(tmp_path: Path) -> None:
@@ -125,7 +120,7 @@ class StopAfter:
 
 def test_stop_request_checkpoints_at_a_chunk_boundary(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    result = run(out, stop=StopAfter(3))
+    result = run(out, stop=StopAfter(4))  # one check before loading, one per chunk
     assert result.status == "interrupted" and result.exit_status == exitcodes.RESUMABLE
     assert len(lines(out)) == 3 * 2  # three chunks of two
     manifest = read_json(out / "manifest.json")
@@ -167,9 +162,11 @@ def test_resume_with_other_configuration_is_refused_saying_what_differs(tmp_path
 
 def test_engine_layout_may_change_between_attempts(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    run(out, stop=StopAfter(1))
+    run(out, stop=StopAfter(2))
     other = dataclasses.replace(OPTIONS, engine=EngineSettings(tensor_parallel_size=2))
     assert run(out, options=other).status == "complete"
+    engine = read_json(out / "manifest.json")["config"]["engine"]
+    assert engine["tensor_parallel_size"] == 2  # the manifest says what the last attempt used
 
 
 def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:
@@ -314,3 +311,16 @@ def test_engine_gets_the_shortest_model_len_the_tasks_allow(tmp_path: Path) -> N
     pinned = dataclasses.replace(OPTIONS, engine=EngineSettings(min_model_len=500))
     run_evaluation(open_engine, [long], tmp_path / "pinned", preset=preset(), options=pinned)
     assert seen[1].min_model_len == 500
+
+
+def test_stop_requested_during_start_up_skips_the_model_load(tmp_path: Path) -> None:
+    def must_not_load(settings):
+        raise AssertionError("engine loaded although a stop was requested")
+
+    result = run_evaluation(
+        must_not_load, toy_tasks(), tmp_path / "run", preset=preset(), options=OPTIONS,
+        stop=StopAfter(0),
+    )  # fmt: skip
+    assert result.status == "interrupted" and result.exit_status == exitcodes.RESUMABLE
+    assert read_json(tmp_path / "run" / "manifest.json")["status"] == "interrupted"
+    assert run(tmp_path / "run").status == "complete"

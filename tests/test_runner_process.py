@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import runner_support
+from runner_support import lines
 
 from evalpipe import exitcodes
 from evalpipe.results import read_json
@@ -42,17 +42,6 @@ def wait_for_lines(out: Path, n: int, proc: subprocess.Popen, timeout: float = 3
         time.sleep(0.02)
     proc.kill()
     pytest.fail(f"{samples} never reached {n} lines")
-
-
-def lines(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("reference") / "run"
-    assert runner_support.main([str(out), "--chunk-size", "2"]) == exitcodes.OK
-    return out
 
 
 @pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM], ids=["USR1", "TERM"])

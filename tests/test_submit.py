@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.errors import ConfigError, DoesNotFitError, SlurmError
+from evalpipe import exitcodes
+from evalpipe.cli import main
+from evalpipe.errors import ConfigError, DoesNotFitError, RunDirError, SlurmError
 from evalpipe.jobspec import JobOptions
 from evalpipe.slurm import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
 from evalpipe.submit import Job, submit, submit_sweep
@@ -143,9 +145,21 @@ def test_a_job_gone_without_accounting_is_judged_by_its_run_dir(tmp_path: Path) 
     assert status.samples_done == 2
 
 
-def test_load_needs_a_submission_record(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"holds no submission\.json"):
+def test_load_needs_a_readable_submission_record(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError, match=r"holds no submission\.json"):
         Job.load(tmp_path)
+    (tmp_path / "submission.json").write_text("{not json")
+    with pytest.raises(RunDirError, match=r"submission\.json cannot be read as JSON"):
+        Job.load(tmp_path)
+    (tmp_path / "submission.json").write_text("{}")
+    with pytest.raises(RunDirError, match=r"submission\.json names no job_id"):
+        Job.load(tmp_path)
+
+
+def test_status_of_a_damaged_sweep_is_an_error_naming_it(tmp_path: Path, capsys) -> None:
+    (tmp_path / "sweep.json").write_text('{"schema": 1}')
+    assert main(["status", str(tmp_path)]) == exitcodes.ERROR
+    assert "sweep.json lists no runs" in capsys.readouterr().err
 
 
 def test_submitit_executor_refuses_arrays(tmp_path: Path) -> None:

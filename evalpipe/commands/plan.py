@@ -8,22 +8,13 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from evalpipe import exitcodes, planner, registry
+from evalpipe.commands._options import positive_int
 from evalpipe.configio import unknown_name
 from evalpipe.errors import EvalpipeError
 from evalpipe.textable import format_table
 
 HELP = "Plan GPUs, tensor/pipeline parallel layout and memory for a preset on a GPU type."
 ORDER = 20
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,14 +25,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all-gpus", action="store_true", help="one row per catalogue GPU: which can run it"
     )
     parser.add_argument(
-        "--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)"
+        "--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)"
     )
-    parser.add_argument("--tp", type=_positive_int, help="tensor parallel size (default: auto)")
-    parser.add_argument("--pp", type=_positive_int, help="pipeline parallel size (default: auto)")
+    parser.add_argument("--tp", type=positive_int, help="tensor parallel size (default: auto)")
+    parser.add_argument("--pp", type=positive_int, help="pipeline parallel size (default: auto)")
     parser.add_argument(
-        "--max-model-len", type=_positive_int, help="context length to size for (default: preset)"
+        "--max-model-len", type=positive_int, help="context length to size for (default: preset)"
     )
-    parser.add_argument("--max-nodes", type=_positive_int, help="most nodes the job may use")
+    parser.add_argument("--max-nodes", type=positive_int, help="most nodes the job may use")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

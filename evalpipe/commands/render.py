@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.commands._jobargs import add_job_arguments, job_options
+from evalpipe.commands._options import add_job_arguments, job_options
 
 HELP = "Print (or write) the sbatch script for a preset on a cluster; submits nothing."
 ORDER = 50
@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.errors import ConfigError
-    from evalpipe.submit import new_run_dir, prepare
+    from evalpipe.results import new_run_dir
+    from evalpipe.submit import prepare
 
     run_dir = args.out or new_run_dir(Path("results"), Path(args.preset).stem)
     prepared = prepare(args.preset, args.cluster, job_options(args), run_dir)

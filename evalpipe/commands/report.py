@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.errors import EvalpipeError, ResultsError
+from evalpipe.errors import ConfigError, RunDirError
 
 HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
 ORDER = 60
@@ -45,17 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     if args.compare and args.paths:
-        raise EvalpipeError(
+        raise ConfigError(
             f"Give either PATH... ({' '.join(args.paths)}) or --compare RUN_A RUN_B, not both."
         )
     if not args.compare and not args.paths:
-        raise EvalpipeError("Nothing to report: give a run directory or results/ folder as PATH.")
+        raise ConfigError("Nothing to report: give a run directory or results/ folder as PATH.")
     if args.format == "xlsx" and not args.output:
-        raise EvalpipeError("--format xlsx writes a binary workbook: add -o FILE.xlsx.")
+        raise ConfigError("--format xlsx writes a binary workbook: add -o FILE.xlsx.")
     if args.resamples < 100:
-        raise EvalpipeError(f"--resamples {args.resamples} is too few: use at least 100.")
+        raise ConfigError(f"--resamples {args.resamples} is too few: use at least 100.")
     if not 0 < args.alpha < 1:
-        raise EvalpipeError(f"--alpha {args.alpha} must lie between 0 and 1, e.g. 0.05.")
+        raise ConfigError(f"--alpha {args.alpha} must lie between 0 and 1, e.g. 0.05.")
 
 
 def _warn(warnings: list[str]) -> None:
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         run_dirs = [_single_run(path, find_run_dirs([path])) for path in args.compare]
         if run_dirs[0] == run_dirs[1]:
-            raise EvalpipeError(f"RUN_A and RUN_B are the same run directory: {run_dirs[0]}.")
+            raise ConfigError(f"RUN_A and RUN_B are the same run directory: {run_dirs[0]}.")
     else:
         run_dirs = find_run_dirs(args.paths)
     runset = loading.load_runs(run_dirs)
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _single_run(path: str, found: list[Path]) -> Path:
     if len(found) != 1:
-        raise EvalpipeError(
+        raise ConfigError(
             f"--compare needs one run directory per side, but {path!r} holds {len(found)} runs."
         )
     return found[0]
@@ -143,7 +143,7 @@ def _write_text(output: str | None, text: str) -> None:
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise ResultsError(f"Cannot write {output!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot write {output!r}: {exc.strerror}.") from exc
 
 
 def _write_plots(folder: Path, images: dict[str, bytes]) -> None:
@@ -152,4 +152,4 @@ def _write_plots(folder: Path, images: dict[str, bytes]) -> None:
         for name, png in images.items():
             (folder / name).write_bytes(png)
     except OSError as exc:
-        raise ResultsError(f"Cannot write plots to {str(folder)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot write plots to {str(folder)!r}: {exc.strerror}.") from exc

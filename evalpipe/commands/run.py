@@ -4,41 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import secrets
 import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
+
+from evalpipe.commands._options import (
+    add_engine_arguments,
+    add_selection_arguments,
+    positive_int,
+    seconds,
+)
 
 HELP = "Run an evaluation locally or inside a job: load the model once, run the tasks, checkpoint."
 ORDER = 40
-
-
-def _names(text: str) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
-    return names
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def _shard(text: str) -> object:
@@ -53,9 +31,7 @@ def _shard(text: str) -> object:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
-    parser.add_argument("--categories", type=_names, help="comma list (default: the preset's)")
-    parser.add_argument("--tasks", type=_names, help="comma list of task names")
-    parser.add_argument("--limit", type=_positive_int, help="at most N samples per task")
+    add_selection_arguments(parser)
     parser.add_argument(
         "--shard", type=_shard, help="run slice i of N (every N-th sample, from the i-th)"
     )
@@ -68,14 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="require --out to be an existing run and resume it"
     )
-    parser.add_argument("--backend", choices=("vllm", "fake"), default="vllm")
-    parser.add_argument("--tp", type=_positive_int, help="tensor parallel size")
-    parser.add_argument("--pp", type=_positive_int, help="pipeline parallel size")
-    parser.add_argument("--max-model-len", type=_positive_int)
+    add_engine_arguments(parser, layout_default="the preset's; 1 for auto")
     parser.add_argument("--distributed-executor-backend", choices=("ray", "mp"))
     parser.add_argument(
         "--monitor-interval",
-        type=_positive_float,
+        type=seconds,
         default=1.0,
         help="seconds between GPU/CPU samples (default 1)",
     )
@@ -86,15 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--chunk-size",
-        type=_positive_int,
+        type=positive_int,
         default=256,
         help="prompts per generate call; a stop signal takes effect between chunks (default 256)",
     )
-
-
-def default_out(preset: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{preset}-{stamp}-{secrets.token_hex(2)}"
 
 
 def _load_tasks(categories: tuple[str, ...] | None, tasks: tuple[str, ...] | None) -> list:
@@ -135,39 +103,41 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.errors import ConfigError
     from evalpipe.monitor import Monitor
     from evalpipe.registry import load_preset
-    from evalpipe.results import MANIFEST
+    from evalpipe.results import MANIFEST, new_run_dir
     from evalpipe.runner import RunOptions, run_evaluation
     from evalpipe.summary import format_summary
 
-    preset = load_preset(args.preset)
-    if args.resume and args.out is None:
-        raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
-    if args.resume and not (args.out / MANIFEST).is_file():
-        raise ConfigError(
-            f"--resume: {args.out} holds no {MANIFEST}, so there is no run to resume. "
-            "Drop --resume to start a new run there."
-        )
-    categories = args.categories or (None if args.tasks else preset.categories)
-    tasks = _load_tasks(categories, args.tasks)
-    settings = EngineSettings(
-        tensor_parallel_size=_layout(args.tp, preset.tensor_parallel),
-        pipeline_parallel_size=_layout(args.pp, preset.pipeline_parallel),
-        max_model_len=args.max_model_len,
-        distributed_executor_backend=args.distributed_executor_backend,
-        oom_fallback=not args.no_oom_fallback,
-    )
-    options = RunOptions(
-        backend=args.backend,
-        engine=settings,
-        categories=categories,
-        limit=args.limit,
-        shard=args.shard,
-        chunk_size=args.chunk_size,
-    )
-    out = args.out or default_out(preset.name)
-    _log_to_stderr()
-    print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
+    # Handle the stop signals from the start: one that arrives while tasks and the model load
+    # must still end in a checkpoint and exit 75, not kill the process.
     with StopOnSignal() as stop:
+        preset = load_preset(args.preset)
+        if args.resume and args.out is None:
+            raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
+        if args.resume and not (args.out / MANIFEST).is_file():
+            raise ConfigError(
+                f"--resume: {args.out} holds no {MANIFEST}, so there is no run to resume. "
+                "Drop --resume to start a new run there."
+            )
+        categories = args.categories or (None if args.tasks else preset.categories)
+        tasks = _load_tasks(categories, args.tasks)
+        settings = EngineSettings(
+            tensor_parallel_size=_layout(args.tp, preset.tensor_parallel),
+            pipeline_parallel_size=_layout(args.pp, preset.pipeline_parallel),
+            max_model_len=args.max_model_len,
+            distributed_executor_backend=args.distributed_executor_backend,
+            oom_fallback=not args.no_oom_fallback,
+        )
+        options = RunOptions(
+            backend=args.backend,
+            engine=settings,
+            categories=categories,
+            limit=args.limit,
+            shard=args.shard,
+            chunk_size=args.chunk_size,
+        )
+        out = args.out or new_run_dir(Path("results"), preset.name)
+        _log_to_stderr()
+        print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
         result = run_evaluation(
             lambda settings: open_engine(args.backend, preset, settings),
             tasks,

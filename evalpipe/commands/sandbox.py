@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from evalpipe import exitcodes
+from evalpipe.commands._options import seconds
 
 HELP = "Run a Python file in the code sandbox; it passes if it runs to its end cleanly."
 ORDER = 80
@@ -19,20 +20,10 @@ def _source(path: str) -> str:
         raise argparse.ArgumentTypeError(f"cannot read {path!r}: {exc}") from exc
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE.py", type=_source, help="the program to run")
     parser.add_argument(
-        "--timeout", type=_seconds, default=10.0, metavar="S", help="wall-clock limit (10)"
+        "--timeout", type=seconds, default=10.0, metavar="S", help="wall-clock limit (10)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 

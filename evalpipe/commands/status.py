@@ -22,14 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _newest(results: Path) -> Path:
-    from evalpipe.errors import ConfigError
+    from evalpipe.errors import RunDirError
     from evalpipe.submit import SUBMISSION, SWEEP
 
     found = [
         p.parent for name in (SUBMISSION, SWEEP) for p in results.glob(f"*/{name}") if p.is_file()
     ]
     if not found:
-        raise ConfigError(
+        raise RunDirError(
             f"No submitted runs under {results}/. Name a run directory, or submit one with "
             "`evalpipe submit`."
         )
@@ -37,12 +37,16 @@ def _newest(results: Path) -> Path:
 
 
 def _run_dirs(root: Path) -> list[Path]:
+    from evalpipe.errors import RunDirError
+    from evalpipe.results import read_json
     from evalpipe.submit import SWEEP
 
     sweep = root / SWEEP
-    if not sweep.is_file():
+    if not sweep.exists():
         return [root]
-    runs = json.loads(sweep.read_text(encoding="utf-8")).get("runs", [])
+    runs = read_json(sweep).get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) and "run_dir" in r for r in runs):
+        raise RunDirError(f"{sweep} lists no runs; it was not written by `evalpipe submit`.")
     return [root / r["run_dir"] for r in runs]
 
 

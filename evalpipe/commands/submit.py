@@ -7,7 +7,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from evalpipe.commands._jobargs import add_job_arguments, job_options, names
+from evalpipe.commands._options import add_job_arguments, job_options, names, seconds
 
 HELP = "Size, render, validate (sbatch --test-only) and submit presets as SLURM jobs."
 ORDER = 55
@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--wait", action="store_true", help="block until the jobs end; exit 1 if any failed"
     )
     parser.add_argument(
-        "--poll", type=_seconds, default=5.0, help="seconds between state checks with --wait"
+        "--poll", type=seconds, default=5.0, help="seconds between state checks with --wait"
     )
     parser.add_argument(
         "--executor",
@@ -45,16 +45,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="sbatch",
         help="submit evalpipe's script with sbatch, or through submitit's SlurmExecutor",
     )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def _print_dry_run(prepared: list) -> None:

@@ -113,19 +113,17 @@ def llm_kwargs(preset: Preset, settings: EngineSettings, model_path: str) -> dic
 
 
 def _set_env_defaults(*, cpu: bool, oom_fallback: bool) -> dict[str, str]:
-    """Set vLLM environment defaults evalpipe relies on, where the user has not; return them."""
-    defaults: dict[str, str] = {}
-    # The engine core in this process: its failures (out of memory above all) reach the OOM
-    # ladder as exceptions instead of "see root cause above", and on the CPU LLM() builds in
-    # seconds instead of a minute.
-    if cpu or oom_fallback:
-        defaults["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    applied = {}
-    for key, value in defaults.items():
-        if key not in os.environ:
-            os.environ[key] = value
-            applied[key] = value
-    return applied
+    """Set the vLLM environment evalpipe relies on, where the user has not; return what was set.
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps vLLM's engine core in this process: its failures (out
+    of memory above all) then reach the OOM ladder as exceptions instead of "see root cause
+    above", and on the CPU LLM() builds in seconds instead of a minute.
+    """
+    key = "VLLM_ENABLE_V1_MULTIPROCESSING"
+    if not (cpu or oom_fallback) or key in os.environ:
+        return {}
+    os.environ[key] = "0"
+    return {key: "0"}
 
 
 def _cpu_kv_default(preset: Preset, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from evalpipe.errors import ResultsError
+from evalpipe.errors import RunDirError
 
 # Any of these marks a run directory (a run killed early may have only some of them).
 RUN_FILES = ("manifest.json", "summary.json", "samples.jsonl")
@@ -45,17 +45,17 @@ def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     for raw in paths:
         path = Path(raw)
         if not path.exists():
-            raise ResultsError(
+            raise RunDirError(
                 f"{str(path)!r} does not exist: give a run directory or a folder of them."
             )
         if not path.is_dir():
-            raise ResultsError(
+            raise RunDirError(
                 f"{str(path)!r} is not a directory: give a run directory (with manifest.json, "
                 "summary.json or samples.jsonl) or a folder of them such as results/."
             )
         runs = list(_walk(path))
         if not runs:
-            raise ResultsError(
+            raise RunDirError(
                 f"No run directories under {str(path)!r}: looked for folders holding "
                 f"{', '.join(RUN_FILES)} or {SHARDS}/<i>/."
             )
@@ -71,7 +71,7 @@ def _walk(folder: Path) -> Iterable[Path]:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
-        raise ResultsError(f"Cannot read {str(folder)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot read {str(folder)!r}: {exc.strerror}.") from exc
     for entry in entries:
         if entry.is_dir() and not entry.name.startswith("."):
             yield from _walk(Path(entry.path))

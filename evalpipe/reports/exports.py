@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.errors import ResultsError
+from evalpipe.errors import RunDirError
 from evalpipe.reports.aggregate import COST_COLUMNS
 from evalpipe.reports.compare import Comparison
 
@@ -84,4 +84,4 @@ def write_xlsx(path: Path, sheets: Mapping[str, pd.DataFrame]) -> None:
             for name, frame in sheets.items():
                 frame.to_excel(writer, sheet_name=name, index=False, freeze_panes=(1, 0))
     except OSError as exc:
-        raise ResultsError(f"Cannot write {str(path)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot write {str(path)!r}: {exc.strerror}.") from exc

@@ -346,7 +346,7 @@ def metrics_files(part: Path) -> list[Path]:
     """metrics.csv, then metrics-<host>.csv: the series other nodes of a multi-node job record
     (`evalpipe monitor --follow`) on the same clock and phases."""
     own = part / "metrics.csv"
-    return ([own] if own.is_file() else []) + sorted(part.glob("metrics-*.csv"))
+    return ([own] if own.exists() else []) + sorted(part.glob("metrics-*.csv"))
 
 
 def _read_all_metrics(part: Path, warnings: list[str]) -> pd.DataFrame | None:

@@ -14,36 +14,21 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.errors import ResultsError
-
-SCHEMA = 1  # the run-directory schema this reader understands (see the run directory contract)
-
-METRICS_COLUMNS = (
-    "time_s",
-    "host",
-    "device",
-    "phase",
-    "memory_used_gib",
-    "memory_total_gib",
-    "util_pct",
-    "mem_util_pct",
-    "temperature_c",
-    "power_w",
-    "sm_clock_mhz",
-    "energy_j",
-)
+from evalpipe.errors import RunDirError
+from evalpipe.monitor import COLUMNS as METRICS_COLUMNS
+from evalpipe.results import SCHEMA  # the run-directory schema this reader understands
 
 
 def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise ResultsError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
 
 
 def read_json(path: Path, warnings: list[str]) -> dict[str, Any] | None:
     """The JSON object in `path`; None (with a warning when damaged) when absent or unusable."""
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
         data = json.loads(_read_bytes(path))
@@ -69,7 +54,7 @@ def read_samples(path: Path, warnings: list[str]) -> list[dict[str, Any]] | None
     None when the file does not exist. A damaged last line is the normal trace of a run killed
     while writing; a damaged line elsewhere is reported by its number.
     """
-    if not path.is_file():
+    if not path.exists():
         return None
     text = _read_bytes(path).decode("utf-8", errors="replace")
     numbered = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
@@ -118,7 +103,7 @@ def _is_sample(record: Any) -> bool:
 
 def read_metrics(path: Path, warnings: list[str]) -> pd.DataFrame | None:
     """The monitor's time series (metrics.csv) with its known columns; None when absent."""
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
         frame = pd.read_csv(path, on_bad_lines="skip")
@@ -129,7 +114,7 @@ def read_metrics(path: Path, warnings: list[str]) -> pd.DataFrame | None:
         warnings.append(f"{path}: not readable as CSV ({exc}); ignored it.")
         return None
     except OSError as exc:
-        raise ResultsError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
+        raise RunDirError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
     missing = [c for c in ("time_s", "device") if c not in frame.columns]
     if missing:
         warnings.append(f"{path}: lacks column(s) {', '.join(missing)}; ignored it.")

@@ -8,11 +8,13 @@ random, so tests can check the report's arithmetic by hand.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from evalpipe.results import SCHEMA
+from evalpipe.summary import metric_stats
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,13 +40,6 @@ class SyntheticRun:
     energy_j: Sequence[float] | None = (20_000.0,)  # None: no NVML (CPU fallback)
     on_cpu: bool = False  # the monitor's CPU fallback: one "cpu" device, no energy
     metrics_csv: bool = True
-
-
-def _mean_stderr(values: Sequence[float]) -> dict[str, float | int]:
-    n = len(values)
-    mean = sum(values) / n if n else 0.0
-    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return {"mean": mean, "stderr": math.sqrt(var / n) if n > 1 else 0.0, "n": n}
 
 
 def _devices(run: SyntheticRun) -> list[dict[str, Any]]:
@@ -92,13 +87,13 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
             "category": category,
             "n": len(values),
             "n_total": run.n_total.get(task, len(values)),
-            "metrics": {run.metric: _mean_stderr(values)},
+            "metrics": {run.metric: metric_stats(values)} if values else {},
         }
     (path / "samples.jsonl").write_text("".join(line + "\n" for line in lines))
     n_done = sum(len(v) for _, v in run.tasks.values())
     n_total = sum(t["n_total"] for t in tasks_summary.values())
     summary = {
-        "schema": 1,
+        "schema": SCHEMA,
         "run_id": run.run_id,
         "preset": run.preset,
         "complete": run.status == "complete" and n_done == n_total,
@@ -106,7 +101,7 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
         "n_total": n_total,
         "tasks": tasks_summary,
         "categories": {
-            cat: {"micro": {run.metric: _mean_stderr(values)}, "macro": {}}
+            cat: {"micro": {run.metric: metric_stats(values)} if values else {}, "macro": {}}
             for cat, values in by_category.items()
         },
         "throughput": {
@@ -123,7 +118,7 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
         "oom_fallback": [],
     }
     manifest = {
-        "schema": 1,
+        "schema": SCHEMA,
         "run_id": run.run_id,
         "status": run.status,
         "preset": {"name": run.preset},

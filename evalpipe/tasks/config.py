@@ -112,8 +112,10 @@ class PromptConfig:
     separator: str = "\n\n"  # between examples in a plain-text prompt
 
     def __post_init__(self) -> None:
-        if self.shots < 0:
-            raise ValueError(f"shots must be >= 0, got {self.shots!r}")
+        if not isinstance(self.chat, bool):
+            raise ValueError(f"chat must be true or false, got {self.chat!r}")
+        if not isinstance(self.shots, int) or self.shots < 0:
+            raise ValueError(f"shots must be a whole number >= 0, got {self.shots!r}")
         if self.shots and (self.answer is None or self.shots_split is None):
             raise ValueError("few-shot prompts (shots > 0) need both answer and shots_split")
 
@@ -185,6 +187,8 @@ class TaskConfig:
                 raise ValueError(
                     f"{key} {value!r} must be lowercase letters, digits and underscores"
                 )
+        if not isinstance(self.default, bool):
+            raise ValueError(f"default must be true or false, got {self.default!r}")
         if not isinstance(self.fields, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.fields.items()
         ):

@@ -86,6 +86,8 @@ def _choices(record: Record) -> Record:
     choices = [str(c) for c in choices]
     letters = list(string.ascii_uppercase[: len(choices)])
     labels = [str(x) for x in record.get("labels") or letters]
+    if len(labels) != len(choices):
+        raise DatasetError(f"labels {labels!r} do not match the {len(choices)} choices")
     index = _answer_index(record["answer"], choices, labels, letters)
     return {
         "choices": choices,

@@ -1,10 +1,13 @@
-"""Options shared by `evalpipe render` and `evalpipe submit`: what to run and how to size it."""
+"""Command-line options shared by subcommands: argument types, and the option groups that
+`evalpipe run` and the job commands (`render`, `submit`) both take, defined once."""
 
 from __future__ import annotations
 
 import argparse
+import math
 
-from evalpipe.jobspec import BACKENDS, JobOptions
+from evalpipe.engine.factory import BACKENDS
+from evalpipe.jobspec import JobOptions
 
 
 def names(text: str) -> tuple[str, ...]:
@@ -35,15 +38,50 @@ def count(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which tasks and how many samples of each."""
+    parser.add_argument("--categories", type=names, help="comma list (default: the preset's)")
+    parser.add_argument("--tasks", type=names, help="comma list of task names")
+    parser.add_argument("--limit", type=positive_int, help="at most N samples per task")
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, *, layout_default: str) -> None:
+    """The engine and its layout; `layout_default` says where --tp/--pp come from when absent."""
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="vllm",
+        help="engine; fake: the deterministic test engine, no model (default vllm)",
+    )
+    parser.add_argument(
+        "--tp", type=positive_int, help=f"tensor parallel size (default: {layout_default})"
+    )
+    parser.add_argument(
+        "--pp", type=positive_int, help=f"pipeline parallel size (default: {layout_default})"
+    )
+    parser.add_argument(
+        "--max-model-len", type=positive_int, help="context length (default: the preset's)"
+    )
+
+
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster",
         required=True,
         help="cluster profile: a name from configs/clusters/ or a path to a YAML file",
     )
-    parser.add_argument("--categories", type=names, help="comma list (default: the preset's)")
-    parser.add_argument("--tasks", type=names, help="comma list of task names")
-    parser.add_argument("--limit", type=positive_int, help="at most N samples per task")
+    add_selection_arguments(parser)
     parser.add_argument(
         "--shards",
         type=positive_int,
@@ -61,15 +99,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         type=count,
         help="requeues after a checkpointed stop (default: the cluster's)",
     )
-    parser.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default="vllm",
-        help="engine in the job; fake: the deterministic test engine, no model (default vllm)",
-    )
-    parser.add_argument("--tp", type=positive_int, help="tensor parallel size (default: planned)")
-    parser.add_argument("--pp", type=positive_int, help="pipeline parallel size (default: planned)")
-    parser.add_argument("--max-model-len", type=positive_int)
+    add_engine_arguments(parser, layout_default="planned")
 
 
 def job_options(args: argparse.Namespace) -> JobOptions:

@@ -1,0 +1,70 @@
+"""`evalpipe tasks`: list the evaluation tasks, show their prompts, fetch their datasets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from evalpipe.tasks import ConfiguredTask
+
+HELP = "List evaluation tasks, show their rendered samples, or fetch their datasets."
+ORDER = 12
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    listing = actions.add_parser("list", help="list the tasks (the default action)")
+    listing.add_argument("--json", action="store_true", help="print a JSON list")
+    show = actions.add_parser("show", help="print a task's samples as JSON lines")
+    show.add_argument("task", help="task name or task file")
+    show.add_argument("--limit", type=int, default=3, help="how many samples (default 3)")
+    fetch = actions.add_parser(
+        "fetch",
+        help="load every split the tasks read, filling the Hugging Face cache "
+        "(run on a machine with network; set HF_DATASETS_CACHE to a shared folder)",
+    )
+    fetch.add_argument("tasks", nargs="+", help="task names or task files")
+    parser.set_defaults(json=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from evalpipe import tasks
+
+    if args.action == "show":
+        task = tasks.load_task(args.task)
+        for sample in task.samples(limit=args.limit):
+            row = {"id": sample.id, "prompt": sample.prompt, "target": sample.target}
+            print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
+        return 0
+    if args.action == "fetch":
+        for name in args.tasks:
+            task = tasks.load_task(name)
+            print(f"{task.name}: {len(task.samples())} samples available")
+        return 0
+    rows = [_describe(tasks.load_task(name)) for name in tasks.task_names()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from evalpipe.textable import format_table
+
+    header = ("task", "category", "default", "source", "metrics")
+    table = [
+        (r["name"], r["category"], "yes" if r["default"] else "", r["source"], r["metrics"])
+        for r in rows
+    ]
+    print(format_table(header, table))
+    return 0
+
+
+def _describe(task: ConfiguredTask) -> dict[str, object]:
+    config = task.config
+    return {
+        "name": config.name,
+        "category": config.category,
+        "default": config.default,
+        "source": config.source.uri,
+        "metrics": ",".join(task.metrics),
+        "description": config.description,
+    }

@@ -1,0 +1,122 @@
+"""`evalpipe run` with the real vLLM engine on the CPU: signals, kill -9, files (slow tier).
+
+Each vLLM start costs seconds, so there are three `evalpipe run` processes on one directory
+(stopped by SIGUSR1, killed with -9, finished) and one uninterrupted reference run in this
+process, through the same runner with the same options.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evalpipe import exitcodes
+from evalpipe.results import read_json
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[1]
+# Chunks of one prompt give the signals many boundaries; the reference uses the same chunks, so
+# every run batches the same prompts together.
+# A task with short prompts and answers keeps generation to a fraction of the process start.
+RUN = ["--preset", "tiny_random", "--backend", "vllm", "--tasks", "ordering", "--limit", "6",
+       "--chunk-size", "1"]  # fmt: skip
+TOTAL = 6
+
+
+def start(out: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evalpipe", "run", *RUN, "--out", str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def lines(out: Path) -> list[dict]:
+    path = out / "samples.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for_lines(out: Path, n: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 240
+    while len(lines(out)) < n:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"run ended or stalled before {n} samples: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def reference(
+    tmp_path_factory: pytest.TempPathFactory, vllm_env: dict, tiny_random_path: Path
+) -> Path:
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.factory import open_engine
+    from evalpipe.registry import load_preset
+    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.tasks import load_tasks
+
+    out = tmp_path_factory.mktemp("vllm-reference") / "run"
+    preset = load_preset("tiny_random")
+    result = run_evaluation(
+        lambda settings: open_engine("vllm", preset, settings),
+        load_tasks(tasks=["ordering"]),
+        out,
+        preset=preset,
+        options=RunOptions(backend="vllm", engine=EngineSettings(), limit=TOTAL, chunk_size=1),
+    )
+    assert result.status == "complete"
+    return out
+
+
+def test_signal_then_kill_9_then_rerun_equals_an_uninterrupted_run(
+    tmp_path: Path, reference: Path
+) -> None:
+    out = tmp_path / "run"
+    first = start(out)
+    wait_for_lines(out, 1, first)
+    first.send_signal(signal.SIGUSR1)
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == exitcodes.RESUMABLE, stderr[-3000:]
+    stopped = len(lines(out))
+    assert 1 <= stopped < TOTAL
+    assert read_json(out / "manifest.json")["status"] == "interrupted"
+
+    second = start(out)
+    wait_for_lines(out, stopped + 2, second)
+    second.kill()
+    second.communicate(timeout=60)
+    assert len(lines(out)) < TOTAL, "the run finished before it could be killed"
+
+    third = start(out)
+    stdout, stderr = third.communicate(timeout=600)
+    assert third.returncode == exitcodes.OK, stderr[-3000:]
+    assert lines(out) == lines(reference)  # same completions, nothing lost or duplicated
+    manifest = read_json(out / "manifest.json")
+    assert [a["status"] for a in manifest["attempts"]] == ["interrupted", "lost", "complete"]
+    got, want = read_json(out / "summary.json"), read_json(reference / "summary.json")
+    assert (got["tasks"], got["categories"]) == (want["tasks"], want["categories"])
+    assert manifest["config_hash"] == read_json(reference / "manifest.json")["config_hash"]
+
+    # What the command line left behind is a complete run directory.
+    records = lines(out)
+    assert [r["task"] for r in records] == ["ordering"] * TOTAL
+    assert all(r["prompt_tokens"] > 0 and r["completion_tokens"][0] > 0 for r in records)
+    assert (got["complete"], got["n_done"], got["n_total"]) == (True, TOTAL, TOTAL)
+    assert got["throughput"]["tokens_per_s"] > 0
+    assert manifest["status"] == "complete"
+    assert manifest["engine"]["backend"] == "vllm"
+    assert manifest["versions"]["vllm"] and manifest["versions"]["torch"]
+    assert manifest["timings"]["load"] > 0
+    metrics = (out / "metrics.csv").read_text()
+    assert ",load," in metrics and ",generate:reasoning," in metrics
+    assert "ordering" in stdout and "(micro)" in stdout
