@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchlib import (
     REPO,
@@ -45,8 +46,11 @@ from benchlib import (
     verdict,
 )
 
-from evalpipe.engine.base import SamplingSettings  # light: no vLLM, no torch
+from evalpipe.engine.base import EngineSettings, SamplingSettings  # light: no vLLM, no torch
 from evalpipe.tasks.base import Sample, Scored
+
+if TYPE_CHECKING:
+    from evalpipe.engine.fake import FakeEngine
 
 PLAN_RENDER_TARGET_S = 2.0
 RESUME_TARGET_S = 2.0
@@ -133,39 +137,50 @@ class TinyTask:
         answers = tuple(t.rstrip(".")[-1:] or None for t in texts)
         return Scored(extracted=answers, scores={"accuracy": float(answers[0] == sample.target)})
 
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        return [self.score(sample, texts) for sample, texts in items]
 
-class StopAfterChunks:
-    """The runner's stop flag, raised once `chunks` chunks have run (as a SIGUSR1 would be)."""
 
-    def __init__(self, chunks: int) -> None:
-        self.left = chunks
+class StopAfterServed:
+    """The runner's stop flag, raised once the engine has generated for `n` prompts (as a
+    SIGUSR1 arriving then would be): the runner stops at the next chunk boundary."""
+
+    def __init__(self, engines: list[FakeEngine], n: int | None) -> None:
+        self.engines = engines
+        self.n = n
 
     @property
     def requested(self) -> str | None:
-        self.left -= 1
-        return "bench" if self.left < 0 else None
+        served = sum(len(e.served) for e in self.engines)
+        return "bench" if self.n is not None and served >= self.n else None
 
 
-def _run(out: Path, n_samples: int, stop: StopAfterChunks | None) -> str:
+def _run(out: Path, n_samples: int, stop_after: int | None) -> str:
     from evalpipe.engine.fake import FakeEngine
     from evalpipe.registry import load_preset
     from evalpipe.runner import RunOptions, run_evaluation
 
     preset = load_preset("tiny_random")
+    engines: list[FakeEngine] = []
+
+    def open_engine(settings: EngineSettings) -> FakeEngine:
+        engines.append(FakeEngine(preset, settings))
+        return engines[-1]
+
     result = run_evaluation(
-        lambda settings: FakeEngine(preset, settings),
+        open_engine,
         [TinyTask(n_samples)],
         out,
         preset=preset,
         options=RunOptions(backend="fake", chunk_size=CHUNK),
-        stop=stop,
+        stop=StopAfterServed(engines, stop_after),
     )
     return result.status
 
 
 def child_write_run(out: Path, recorded: int) -> dict:
     t0 = time.perf_counter()
-    status = _run(out, recorded + PENDING, StopAfterChunks(recorded // CHUNK))
+    status = _run(out, recorded + PENDING, recorded)
     return {"status": status, "wall_s": time.perf_counter() - t0}
 
 
