@@ -48,3 +48,15 @@ def test_unknown_name_suggests_closest() -> None:
 
 def test_unknown_name_pluralises_the_kind() -> None:
     assert "Known categories: math." in str(unknown_name("category", "maths", ["math"]))
+
+
+def test_read_yaml_returns_fresh_copies_and_sees_edits(tmp_path) -> None:
+    from evalpipe.configio import read_yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text("a: {b: 1}\n")
+    first = read_yaml(path)
+    first["a"]["b"] = 99  # a caller mutating its copy must not change the next read
+    assert read_yaml(path) == {"a": {"b": 1}}
+    path.write_text("a: {b: 22}\n")  # size changes, so the cached parse is not reused
+    assert read_yaml(path) == {"a": {"b": 22}}
