@@ -1,5 +1,9 @@
 """Wait until a Ray cluster started by a multi-node job has all its nodes and GPUs.
 
+A node counts once the GCS has it alive and the autoscaler's status report (what `ray status`
+prints) lists it too: the report is refreshed every few seconds and lags the GCS by 5-10 s, so a
+job that logs `ray status` straight after a GCS-only check could show a node missing.
+
 Called by slurm_templates/multi_node.sbatch.j2 as
 `python -m evalpipe.raycluster wait --address HOST:PORT --nodes N [--gpus G] [--timeout S]`;
 exits 0 once the cluster is complete, 1 with what is missing when the time runs out.
@@ -8,6 +12,7 @@ exits 0 once the cluster is complete, 1 with what is missing when the time runs 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -16,19 +21,37 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterView:
-    nodes: int  # alive nodes
+    nodes: int  # alive nodes, per the GCS
     gpus: float  # total GPUs the alive nodes advertise
+    listed: int  # nodes the autoscaler's status report lists as active or idle
+
+    @property
+    def complete_nodes(self) -> int:
+        return min(self.nodes, self.listed)
+
+
+def listed_nodes(report: bytes | None) -> int:
+    """Nodes in the autoscaler's status report (JSON in the GCS KV store; None before the first)."""
+    if not report:
+        return 0
+    autoscaler = json.loads(report).get("autoscaler_report") or {}
+    active = autoscaler.get("active_nodes") or {}
+    idle = autoscaler.get("idle_nodes") or {}
+    return int(sum(active.values()) + sum(idle.values()))
 
 
 def ray_view(address: str) -> ClusterView:
     """What the cluster at `address` reports, read through a short-lived driver."""
     import ray
+    from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+    from ray.experimental.internal_kv import _internal_kv_get
 
     ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     try:
         alive = [n for n in ray.nodes() if n.get("Alive")]
         gpus = sum(float(n.get("Resources", {}).get("GPU", 0.0)) for n in alive)
-        return ClusterView(nodes=len(alive), gpus=gpus)
+        report = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)  # what `ray status` reads
+        return ClusterView(nodes=len(alive), gpus=gpus, listed=listed_nodes(report))
     finally:
         ray.shutdown()
 
@@ -51,7 +74,7 @@ def wait_for(
         try:
             last = view()
             error = ""
-            if last.nodes >= nodes and last.gpus >= gpus:
+            if last.complete_nodes >= nodes and last.gpus >= gpus:
                 return True, last, ""
         except Exception as exc:  # the head is not up yet: connection refused, timeouts
             error = f"{type(exc).__name__}: {exc}"
@@ -76,12 +99,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     took = time.monotonic() - started
     if ready and last is not None:
         print(
-            f"evalpipe: Ray cluster at {args.address} is up: {last.nodes} node(s), "
+            f"evalpipe: Ray cluster at {args.address} is up: {last.complete_nodes} node(s), "
             f"{last.gpus:g} GPU(s) after {took:.0f} s",
             flush=True,
         )
         return 0
-    seen = f"{last.nodes} node(s), {last.gpus:g} GPU(s)" if last else "no answer"
+    seen = (
+        f"{last.nodes} node(s) alive, {last.listed} in `ray status`, {last.gpus:g} GPU(s)"
+        if last
+        else "no answer"
+    )
     if error:
         seen += f"; {error}"
     print(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from evalpipe.raycluster import ClusterView, wait_for
+from evalpipe.raycluster import ClusterView, listed_nodes, wait_for
 
 
 class Clock:
@@ -22,8 +24,8 @@ def test_ready_once_every_node_and_gpu_is_there() -> None:
     answers = iter(
         [
             ConnectionError("head not up"),
-            ClusterView(nodes=1, gpus=4),
-            ClusterView(nodes=2, gpus=8),
+            ClusterView(nodes=1, gpus=4, listed=1),
+            ClusterView(nodes=2, gpus=8, listed=2),
         ]
     )
 
@@ -37,21 +39,21 @@ def test_ready_once_every_node_and_gpu_is_there() -> None:
     ready, last, error = wait_for(
         view, nodes=2, gpus=8, timeout_s=60, clock=clock, sleep=clock.sleep
     )
-    assert ready and last == ClusterView(nodes=2, gpus=8) and error == ""
+    assert ready and last == ClusterView(nodes=2, gpus=8, listed=2) and error == ""
     assert clock.now == pytest.approx(4.0)  # two polls of 2 s
 
 
 def test_gives_up_at_the_deadline_with_what_it_saw() -> None:
     clock = Clock()
     ready, last, _ = wait_for(
-        lambda: ClusterView(nodes=1, gpus=4),
+        lambda: ClusterView(nodes=1, gpus=4, listed=1),
         nodes=2,
         gpus=8,
         timeout_s=10,
         clock=clock,
         sleep=clock.sleep,
     )
-    assert not ready and last == ClusterView(nodes=1, gpus=4)
+    assert not ready and last == ClusterView(nodes=1, gpus=4, listed=1)
     assert clock.now == pytest.approx(10.0)
 
 
@@ -65,3 +67,31 @@ def test_reports_the_last_connection_error() -> None:
     )
     assert not ready and last is None
     assert error == "ConnectionError: GCS at 10.0.0.1:6379 unreachable"
+
+
+def test_not_ready_until_the_status_report_lists_every_node_the_gcs_has() -> None:
+    answers = iter(
+        [
+            ClusterView(nodes=2, gpus=8, listed=1),  # `ray status` would still show one node
+            ClusterView(nodes=2, gpus=8, listed=2),
+        ]
+    )
+    clock = Clock()
+    ready, last, _ = wait_for(
+        lambda: next(answers), nodes=2, gpus=8, timeout_s=60, clock=clock, sleep=clock.sleep
+    )
+    assert ready and last == ClusterView(nodes=2, gpus=8, listed=2)
+    assert clock.now == pytest.approx(2.0)
+
+
+def test_listed_nodes_counts_active_and_idle_nodes_of_the_report() -> None:
+    report = {
+        "autoscaler_report": {
+            "active_nodes": {"node_aa": 1, "node_bb": 1},
+            "idle_nodes": {"node_cc": 1},
+            "pending_nodes": [],
+        }
+    }
+    assert listed_nodes(json.dumps(report).encode()) == 3
+    assert listed_nodes(json.dumps({"autoscaler_report": {"idle_nodes": None}}).encode()) == 0
+    assert listed_nodes(None) == 0  # the autoscaler has not written its first report
