@@ -32,7 +32,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from benchlib import (
     REPO,
@@ -132,6 +132,9 @@ class TinyTask:
     def samples(self, limit: int | None = None) -> list[Sample]:
         count = self.n if limit is None else min(limit, self.n)
         return [Sample(id=str(i), prompt=f"{i} % 10 = ?", target=str(i % 10)) for i in range(count)]
+
+    def definition(self) -> dict[str, Any]:
+        return {"n": self.n, "name": self.name}
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         answers = tuple(t.rstrip(".")[-1:] or None for t in texts)

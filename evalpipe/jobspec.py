@@ -26,6 +26,7 @@ class JobOptions:
     categories: tuple[str, ...] | None = None
     tasks: tuple[str, ...] | None = None
     limit: int | None = None
+    mc_method: str | None = None  # None: each multiple-choice task file's method
     shards: int = 1
     time: str | None = None
     signal_seconds: int | None = None
@@ -48,6 +49,7 @@ class JobSpec:
     categories: tuple[str, ...] | None
     tasks: tuple[str, ...] | None
     limit: int | None
+    mc_method: str | None
     shards: int
     time_limit: str
     signal_seconds: int
@@ -125,6 +127,8 @@ class JobSpec:
             options.append(("--tasks", ",".join(self.tasks)))
         if self.limit is not None:
             options.append(("--limit", str(self.limit)))
+        if self.mc_method is not None:
+            options.append(("--mc-method", self.mc_method))
         return options
 
     @property
@@ -228,6 +232,7 @@ def make_jobspec(
         categories=options.categories,
         tasks=options.tasks,
         limit=options.limit,
+        mc_method=options.mc_method,
         shards=options.shards,
         time_limit=time_limit,
         signal_seconds=signal_seconds,

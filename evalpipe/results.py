@@ -46,6 +46,7 @@ class SampleRecord:
     prompt_tokens: int
     completion_tokens: tuple[int, ...]
     shard: int | None = None
+    option_logprobs: tuple[float, ...] = ()  # multiple choice by logprobs: one per option
 
     @property
     def key(self) -> tuple[str, str]:
@@ -63,7 +64,7 @@ class SampleRecord:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": list(self.completion_tokens),
             "shard": self.shard,
-        }
+        } | ({"option_logprobs": list(self.option_logprobs)} if self.option_logprobs else {})
 
     @classmethod
     def from_dict(cls, data: Any) -> SampleRecord:
@@ -82,6 +83,7 @@ class SampleRecord:
                 prompt_tokens=int(data["prompt_tokens"]),
                 completion_tokens=tuple(int(n) for n in data["completion_tokens"]),
                 shard=None if data.get("shard") is None else int(data["shard"]),
+                option_logprobs=tuple(float(x) for x in data.get("option_logprobs") or ()),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc

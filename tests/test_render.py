@@ -28,7 +28,7 @@ CASES = {
     "llama3_3_70b-example-h100-site": (
         "llama3_3_70b",
         "example-h100-site",
-        JobOptions(categories=("math", "coding"), time="12:00:00"),
+        JobOptions(categories=("reasoning", "coding"), time="12:00:00", mc_method="logprobs"),
     ),
     "falcon_180b-gh200": ("falcon_180b", "gh200", JobOptions()),
 }
@@ -215,7 +215,9 @@ def test_hostile_values_reach_the_runner_literally_and_run_nothing(tmp_path: Pat
         + f"cache_dir: {json.dumps(HOSTILE)}\n"
     )
     run_dir = tmp_path / "run $(touch PWNED) dir"
-    options = JobOptions(categories=("math", "a b$(touch PWNED)"), tasks=(HOSTILE,), limit=3)
+    options = JobOptions(
+        categories=("math", "a b$(touch PWNED)"), tasks=(HOSTILE,), limit=3, mc_method="logprobs"
+    )
     prepared = prepare(str(preset_file), str(site), options, run_dir)
     script = prepared.script
 
@@ -231,6 +233,7 @@ def test_hostile_values_reach_the_runner_literally_and_run_nothing(tmp_path: Pat
     assert argv[argv.index("--preset") + 1] == str(preset_file)
     assert argv[argv.index("--categories") + 1] == "math,a b$(touch PWNED)"
     assert argv[argv.index("--tasks") + 1] == HOSTILE
+    assert argv[argv.index("--mc-method") + 1] == "logprobs"
     assert argv[argv.index("--out") + 1] == str(run_dir)
     assert (tmp_path / "cache.env").read_text() == HOSTILE
     assert not list(tmp_path.rglob("PWNED")), "a hostile value was executed"

@@ -324,3 +324,71 @@ def test_stop_requested_during_start_up_skips_the_model_load(tmp_path: Path) -> 
     assert result.status == "interrupted" and result.exit_status == exitcodes.RESUMABLE
     assert read_json(tmp_path / "run" / "manifest.json")["status"] == "interrupted"
     assert run(tmp_path / "run").status == "complete"
+
+
+def test_multiple_choice_by_logprobs_records_the_likeliest_option(tmp_path: Path) -> None:
+    from evalpipe.engine.fake import FakeEngine
+    from evalpipe.tasks import load_tasks
+
+    [ordering] = load_tasks(tasks=["ordering"], mc_method="logprobs")
+    first = ordering.samples(limit=4)[0]
+    script = {first.prompt: first.target["answer"]}  # the fake engine finds this letter likeliest
+    engine = FakeEngine(preset(), EngineSettings(), script=script)
+    out = tmp_path / "run"
+    options = dataclasses.replace(OPTIONS, limit=4)
+    assert run(out, engine=engine, tasks=[ordering], options=options).status == "complete"
+    records = {r.sample_id: r for r in read_samples(out / "samples.jsonl")}
+    assert len(engine.served) == 4 * 4  # one scoring request per option, nothing generated
+    right = records[first.id]
+    assert right.completions == (first.target["answer"],) and right.scores["accuracy"] == 1.0
+    for record in records.values():
+        assert len(record.option_logprobs) == 4 and record.completion_tokens == (0,)
+        best = max(range(4), key=lambda i: record.option_logprobs[i])
+        assert record.completions == ("ABCD"[best],) == record.extracted
+    # The method is part of the fingerprint: resuming with generation instead is refused.
+    [generating] = load_tasks(tasks=["ordering"], mc_method="generate")
+    with pytest.raises(ResumeMismatchError, match=r'scorer\.method: "logprobs" → "generate"'):
+        run(out, tasks=[generating], options=options)
+
+
+class TableEngine:
+    """Returns fixed log-likelihoods per continuation: checks the ranking rule alone."""
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+
+    def loglikelihoods(self, requests):
+        from evalpipe.engine.base import Loglikelihood
+
+        return [
+            Loglikelihood(logprob=self.table[c], tokens=1, prompt_tokens=3) for _, c in requests
+        ]
+
+    def close(self) -> None:
+        pass
+
+
+def test_options_rank_by_logprob_per_byte(tmp_path: Path) -> None:
+    from evalpipe.tasks.base import Option, Sample
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Cloze(ToyTask):
+        def samples(self, limit: int | None = None) -> list[Sample]:
+            options = (
+                Option(answer="A", continuation=" no"),
+                Option(answer="B", continuation=" a longer answer"),
+            )
+            return [Sample(id="q", prompt="Q?", target="B", options=options)]
+
+        def score_many(self, items):
+            from evalpipe.tasks.base import Scored
+
+            return [
+                Scored(extracted=t, scores={"accuracy": float(t[0] == s.target)}) for s, t in items
+            ]
+
+    # " no": -3 over 3 bytes = -1/byte; " a longer answer": -8 over 16 bytes = -0.5/byte.
+    engine = TableEngine({" no": -3.0, " a longer answer": -8.0})
+    run(tmp_path / "run", engine=engine, tasks=[Cloze(name="cloze", category="reasoning", size=1)])
+    [record] = read_samples(tmp_path / "run" / "samples.jsonl")
+    assert record.completions == ("B",) and record.option_logprobs == (-3.0, -8.0)

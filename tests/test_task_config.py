@@ -63,6 +63,9 @@ def test_a_valid_file_loads_with_its_stem_as_name(tmp_path: Path) -> None:
         ({"scorer__kind": "exact"}, "scorer kind 'exact' is not one of multiple_choice, math"),
         ({"scorer__extractor": "letter"}, "extractor 'letter' does not fit scorer 'math'"),
         ({"scorer__k": [1, 5]}, "harness and k apply to code scorers only"),
+        ({"scorer__method": "logprobs"}, "multiple_choice scorers only, not 'math'"),
+        ({"scorer__method": "loglik"}, "scorer method 'loglik' is not one of generate, logprobs"),
+        ({"scorer__continuation": "text"}, "continuation applies to method: logprobs only"),
         ({"category": "Math Tasks"}, "category 'Math Tasks' must be lowercase"),
         ({"sampling": {"n": 4}}, "temperature 0 gives 4 identical completions"),
         ({"sampling": {"max_tokens": 0}}, "max_tokens must be a positive integer"),
@@ -89,6 +92,21 @@ def test_code_scorer_needs_a_harness_and_k_within_n(tmp_path: Path) -> None:
     too_big = _with(scorer={"kind": "code", "harness": "humaneval", "k": [1, 10]})
     too_big["sampling"] = {"n": 5, "temperature": 0.8}
     assert "pass@k needs k <= sampling.n (5); got k = [10]" in _error(tmp_path, too_big)
+
+
+def test_logprobs_method_is_for_one_answer_per_sample_and_known_continuations(
+    tmp_path: Path,
+) -> None:
+    mc = _with(
+        category="reasoning",
+        source={"uri": "generated:ordering", "size": 5},
+        scorer={"kind": "multiple_choice", "method": "logprobs"},
+    )
+    assert load_task_config(_write(tmp_path, mc)).scorer.continuation is None  # letters
+    sampled = dict(mc, sampling={"n": 4, "temperature": 0.8})
+    assert "sampling.n = 4 with scorer method logprobs" in _error(tmp_path, sampled)
+    unknown = dict(mc, scorer={**mc["scorer"], "continuation": "word"})
+    assert "continuation 'word' is not one of letter, text" in _error(tmp_path, unknown)
 
 
 def test_missing_required_key_is_named(tmp_path: Path) -> None:

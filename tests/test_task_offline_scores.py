@@ -6,11 +6,10 @@ Real vLLM on the CPU. Lean on purpose: 40 samples per set, the sets' own short m
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterator
 
 import pytest
 
-from evalpipe.engine.base import Engine, EngineSettings
+from evalpipe.engine.base import Engine
 from evalpipe.tasks import load_task
 
 pytestmark = pytest.mark.vllm
@@ -28,18 +27,6 @@ def _evaluate(engine: Engine, name: str) -> tuple[float, float]:
     scored = task.score_many([(s, g.texts) for s, g in zip(samples, generations, strict=True)])
     values = [r.scores[task.metrics[0]] for r in scored]
     return statistics.fmean(values), statistics.stdev(values) / len(values) ** 0.5
-
-
-@pytest.fixture(scope="module")
-def smollm2(vllm_env: dict[str, str]) -> Iterator[Engine]:
-    from evalpipe import models
-    from evalpipe.engine.factory import open_engine
-    from evalpipe.registry import load_preset
-
-    models.prepare("smollm2_135m")
-    engine = open_engine("vllm", load_preset("smollm2_135m"), EngineSettings())
-    yield engine
-    engine.close()
 
 
 @pytest.mark.parametrize("name", ["pyfuncs", "arithmetic"])

@@ -111,6 +111,41 @@ def test_ordering_answers_are_spread_over_the_letters() -> None:
         assert 0.15 < letters.count(letter) / len(letters) < 0.35
 
 
+def test_mc_method_override_gives_multiple_choice_tasks_ranked_options() -> None:
+    ordering, arithmetic = load_tasks(tasks=["ordering", "arithmetic"], mc_method="logprobs")
+    sample = ordering.samples(limit=1)[0]
+    assert [(o.answer, o.continuation) for o in sample.options] == [
+        ("A", " A"), ("B", " B"), ("C", " C"), ("D", " D"),
+    ]  # fmt: skip
+    assert ordering.definition()["scorer"]["method"] == "logprobs"  # in the run's fingerprint
+    assert arithmetic.samples(limit=1)[0].options == ()  # math still generates
+    assert arithmetic.definition() == load_task("arithmetic").definition()
+    by_default = load_tasks(tasks=["ordering"])[0]
+    assert by_default.samples(limit=1)[0].options == ()
+
+
+def test_text_continuations_rank_the_option_texts(tmp_path: Path) -> None:
+    shipped = yaml.safe_load((Path(load_task("ordering").path)).read_text())
+    shipped["scorer"] = {"kind": "multiple_choice", "method": "logprobs", "continuation": "text"}
+    path = tmp_path / "ordering_cloze.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    sample = load_task(str(path)).samples(limit=1)[0]
+    choices = sample.target["choices"]
+    assert [o.continuation for o in sample.options] == [f" {c}" for c in choices]
+    assert [o.answer for o in sample.options] == ["A", "B", "C", "D"]
+    # --mc-method generate turns it back into a generation task.
+    [generated] = load_tasks(tasks=[str(path)], mc_method="generate")
+    assert generated.samples(limit=1)[0].options == ()
+    assert generated.definition()["scorer"]["continuation"] is None
+
+
+def test_the_cli_offers_the_task_methods() -> None:
+    from evalpipe.commands._options import MC_METHODS
+    from evalpipe.tasks.config import METHODS
+
+    assert MC_METHODS == METHODS
+
+
 def test_humaneval_comes_from_the_installed_package() -> None:
     samples = load_task("humaneval").samples()
     assert len(samples) == 164

@@ -9,6 +9,10 @@ import math
 from evalpipe.engine.factory import BACKENDS
 from evalpipe.jobspec import JobOptions
 
+# evalpipe.tasks.config.METHODS, spelled out: importing the task package would cost the
+# planning commands ~50 ms of startup (a test keeps the two equal).
+MC_METHODS = ("generate", "logprobs")
+
 
 def names(text: str) -> tuple[str, ...]:
     """A comma-separated list of names."""
@@ -54,6 +58,12 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--categories", type=names, help="comma list (default: the preset's)")
     parser.add_argument("--tasks", type=names, help="comma list of task names")
     parser.add_argument("--limit", type=positive_int, help="at most N samples per task")
+    parser.add_argument(
+        "--mc-method",
+        choices=MC_METHODS,
+        help="how multiple-choice tasks answer: generate a completion and extract the letter, "
+        "or rank the option letters by log-probability (default: each task file's)",
+    )
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser, *, layout_default: str) -> None:
@@ -107,6 +117,7 @@ def job_options(args: argparse.Namespace) -> JobOptions:
         categories=args.categories,
         tasks=args.tasks,
         limit=args.limit,
+        mc_method=args.mc_method,
         shards=args.shards,
         time=args.time,
         signal_seconds=args.signal_seconds,

@@ -65,20 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_tasks(categories: tuple[str, ...] | None, tasks: tuple[str, ...] | None) -> list:
-    from evalpipe.errors import MissingDependencyError
-
-    try:
-        from evalpipe.tasks import load_tasks  # type: ignore[attr-defined]
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "This evalpipe installation has no task registry (evalpipe.tasks.load_tasks), so "
-            "`evalpipe run` has nothing to evaluate. Install a build of evalpipe that ships "
-            "evalpipe/tasks and configs/tasks."
-        ) from exc
-    return list(load_tasks(categories=categories, tasks=tasks))
-
-
 def _layout(value: int | None, preset_value: int | str) -> int:
     if value is not None:
         return value
@@ -106,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.results import MANIFEST, new_run_dir
     from evalpipe.runner import RunOptions, run_evaluation
     from evalpipe.summary import format_summary
+    from evalpipe.tasks import load_tasks
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.
@@ -119,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 "Drop --resume to start a new run there."
             )
         categories = args.categories or (None if args.tasks else preset.categories)
-        tasks = _load_tasks(categories, args.tasks)
+        tasks = load_tasks(categories=categories, tasks=args.tasks, mc_method=args.mc_method)
         settings = EngineSettings(
             tensor_parallel_size=_layout(args.tp, preset.tensor_parallel),
             pipeline_parallel_size=_layout(args.pp, preset.pipeline_parallel),

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         task = tasks.load_task(args.task)
         for sample in task.samples(limit=args.limit):
             row = {"id": sample.id, "prompt": sample.prompt, "target": sample.target}
+            if sample.options:  # ranked by log-probability: what is scored after the prompt
+                row["options"] = [o.continuation for o in sample.options]
             print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
         return 0
     if args.action == "fetch":

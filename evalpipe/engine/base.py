@@ -30,6 +30,18 @@ class Generation:
     texts: tuple[str, ...]
     prompt_tokens: int
     completion_tokens: tuple[int, ...]
+    # Multiple choice by log-probabilities: log p(option | prompt) per option, in option order;
+    # `texts` then holds the most likely option. Empty for generated completions.
+    option_logprobs: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loglikelihood:
+    """How likely the model finds a continuation of a prompt (nothing is generated)."""
+
+    logprob: float  # sum of the continuation tokens' log-probabilities, natural log
+    tokens: int  # continuation tokens
+    prompt_tokens: int  # tokens before the continuation (after any chat template)
 
 
 class Engine(Protocol):
@@ -38,6 +50,11 @@ class Engine(Protocol):
     def generate(
         self, prompts: Sequence[Prompt], settings: SamplingSettings
     ) -> list[Generation]: ...
+
+    def loglikelihoods(self, requests: Sequence[tuple[Prompt, str]]) -> list[Loglikelihood]:
+        """log p(continuation | prompt) for each (prompt, continuation), in order. A chat
+        model's continuation starts its reply, so leading whitespace is dropped for it."""
+        ...
 
     def close(self) -> None: ...
 

@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe import __version__
-from evalpipe.engine.base import EngineSettings, Generation, Prompt, SamplingSettings
+from evalpipe.engine.base import (
+    EngineSettings,
+    Generation,
+    Loglikelihood,
+    Prompt,
+    SamplingSettings,
+)
 from evalpipe.errors import ConfigError
 from evalpipe.registry import Preset
 
@@ -83,6 +89,30 @@ class FakeEngine:
                     texts=texts,
                     prompt_tokens=len(text.split()),
                     completion_tokens=tuple(len(t.split()) for t in texts),
+                )
+            )
+        return out
+
+    def loglikelihoods(self, requests: Sequence[tuple[Prompt, str]]) -> list[Loglikelihood]:
+        """A scripted completion that starts with the continuation scores 0 (the likeliest);
+        anything else a stable hash-derived log-probability in (-10, -0.01]."""
+        if self.closed:
+            raise RuntimeError("FakeEngine.loglikelihoods called after close()")
+        out = []
+        for prompt, continuation in requests:
+            text = prompt_text(prompt)
+            self.served.append(text)
+            scripted = next((c for k, c in self.script.items() if k in text), None)
+            if scripted is not None and scripted.strip().startswith(continuation.strip()):
+                logprob = 0.0
+            else:
+                digest = hashlib.sha256(f"{text}\0{continuation}".encode()).hexdigest()
+                logprob = -(1 + int(digest[:8], 16) % 1000) / 100
+            out.append(
+                Loglikelihood(
+                    logprob=logprob,
+                    tokens=len(continuation.split()),
+                    prompt_tokens=len(text.split()),
                 )
             )
         return out

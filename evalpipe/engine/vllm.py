@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import os
+import sys
 import time
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from evalpipe import models
 from evalpipe.configio import suggest
-from evalpipe.engine.base import EngineSettings, Generation, Prompt, SamplingSettings
+from evalpipe.engine.base import (
+    EngineSettings,
+    Generation,
+    Loglikelihood,
+    Prompt,
+    SamplingSettings,
+)
 from evalpipe.engine.fallback import Context, Ladder
 from evalpipe.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.registry import DTYPE_BYTES, Preset
@@ -275,17 +283,7 @@ class VllmEngine:
             # Per-request seeds make a sampled completion independent of its batch (resume).
             seed=settings.seed if settings.temperature > 0 else None,
         )
-        while True:
-            try:
-                outputs = self._run(prompts, params)
-            except EvalpipeError:
-                raise
-            except Exception as exc:
-                self._ladder.recover(exc, "generate")
-            else:
-                break
-            self.close()
-            self._build()
+        outputs = self._with_ladder(lambda: self._run(prompts, params))
         return [
             Generation(
                 texts=tuple(c.text for c in sorted(out.outputs, key=lambda c: c.index)),
@@ -297,19 +295,89 @@ class VllmEngine:
             for out in outputs
         ]
 
-    def _run(self, prompts: Sequence[Prompt], params: Any) -> list[Any]:
+    def loglikelihoods(self, requests: Sequence[tuple[Prompt, str]]) -> list[Loglikelihood]:
+        """Sum of the continuation tokens' prompt logprobs, from one batched prefill-only call.
+
+        The context is tokenised alone and with its continuation; the continuation's tokens are
+        those past the longest common prefix (a merge across the boundary, e.g. ":" + " A",
+        counts as continuation). Chat presets render the context with the tokenizer's chat
+        template and its generation prompt, as `LLM.chat` does.
+        """
+        if not requests:
+            return []
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        encoded = [self._encode(prompt, continuation) for prompt, continuation in requests]
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        token_prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in encoded]
+        outputs = self._with_ladder(
+            lambda: self._open_llm().generate(token_prompts, params, use_tqdm=False)
+        )
+        return [
+            _continuation_logprob(out.prompt_logprobs, ids, start)
+            for out, (ids, start) in zip(outputs, encoded, strict=True)
+        ]
+
+    def _encode(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
+        """Token ids of context + continuation, and where the continuation starts."""
+        tokenizer = self._open_llm().get_tokenizer()
+        if self.preset.chat:
+            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            context = tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=False
+            )
+            continuation, special = continuation.lstrip(), False  # the reply starts fresh
+        elif isinstance(prompt, str):
+            context, special = prompt, True
+        else:
+            raise self._not_chat()
+        before = tokenizer.encode(context, add_special_tokens=special)
+        ids = list(tokenizer.encode(context + continuation, add_special_tokens=special))
+        start = next(
+            (i for i, (a, b) in enumerate(zip(before, ids, strict=False)) if a != b),
+            min(len(before), len(ids)),
+        )
+        if start == 0 or start >= len(ids):
+            raise ConfigError(
+                f"Cannot score continuation {continuation!r} after prompt {str(prompt)[:60]!r} "
+                f"for preset {self.preset.name!r}: it needs a non-empty prompt and must add at "
+                "least one token to it; give options non-empty text."
+            )
+        return ids, start
+
+    def _with_ladder(self, call: Callable[[], list[Any]]) -> list[Any]:
+        """Run `call`; on a memory failure step down the ladder, rebuild and run it again."""
+        while True:
+            try:
+                return call()
+            except EvalpipeError:
+                raise
+            except Exception as exc:
+                self._ladder.recover(exc, "generate")
+            self.close()
+            self._build()
+
+    def _open_llm(self) -> Any:
         if self._llm is None:
             raise EngineError(f"The engine for preset {self.preset.name!r} is closed.")
+        return self._llm
+
+    def _not_chat(self) -> ConfigError:
+        return ConfigError(
+            f"Preset {self.preset.name!r} is not a chat model (chat: false) but was given "
+            "chat messages; give it plain-text prompts or set chat: true."
+        )
+
+    def _run(self, prompts: Sequence[Prompt], params: Any) -> list[Any]:
+        self._open_llm()
         if self.preset.chat:
             conversations = [
                 [{"role": "user", "content": p}] if isinstance(p, str) else list(p) for p in prompts
             ]
             return self._llm.chat(conversations, params, use_tqdm=False)
         if not all(isinstance(p, str) for p in prompts):
-            raise ConfigError(
-                f"Preset {self.preset.name!r} is not a chat model (chat: false) but was given "
-                "chat messages; give it plain-text prompts or set chat: true."
-            )
+            raise self._not_chat()
         return self._llm.generate(list(prompts), params, use_tqdm=False)
 
     def describe(self) -> dict[str, Any]:
@@ -358,3 +426,21 @@ class VllmEngine:
         llm.llm_engine.engine_core.shutdown()
         del llm
         _UNRELEASED = True
+
+
+def _continuation_logprob(prompt_logprobs: Any, ids: Sequence[int], start: int) -> Loglikelihood:
+    """Sum the logprobs vLLM reports for the prompt's own tokens from `start` on."""
+    total = 0.0
+    for position in range(start, len(ids)):
+        total += prompt_logprobs[position][ids[position]].logprob
+    if math.isnan(total):
+        raise EngineError(
+            "vLLM returned NaN log-probabilities; the model's weights or dtype "
+            "are broken for this input."
+        )
+    # A probability that underflowed to -inf is stored as the lowest finite float (JSON-safe).
+    return Loglikelihood(
+        logprob=max(total, -sys.float_info.max),
+        tokens=len(ids) - start,
+        prompt_tokens=start,
+    )

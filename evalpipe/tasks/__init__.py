@@ -10,6 +10,7 @@ state of a cache.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,11 +62,13 @@ def load_tasks(
     categories: Sequence[str] | None = None,
     tasks: Sequence[str] | None = None,
     *,
+    mc_method: str | None = None,
     run_programs: RunPrograms | None = None,
 ) -> list[ConfiguredTask]:
     """The tasks to run: the default tasks of `categories`, then the named `tasks`.
 
     With neither, every category's default tasks. Names may be task names or task-file paths.
+    `mc_method` overrides the scorer method of every multiple-choice task (None: each file's).
     `run_programs` replaces the sandbox for code tasks (tests pass a recorder; None = real).
     """
     shipped = _shipped()
@@ -97,4 +100,23 @@ def load_tasks(
                 "rename one (its `name:` key or its file)."
             )
         chosen.setdefault(task.name, task)
-    return list(chosen.values())
+    if mc_method is None:
+        return list(chosen.values())
+    return [_with_method(task, mc_method, run_programs) for task in chosen.values()]
+
+
+def _with_method(
+    task: ConfiguredTask, method: str, run_programs: RunPrograms | None
+) -> ConfiguredTask:
+    """`task` with its multiple-choice method replaced (other kinds unchanged)."""
+    scorer = task.config.scorer
+    if scorer.kind != "multiple_choice" or scorer.method == method:
+        return task
+    try:
+        config = dataclasses.replace(
+            task.config,
+            scorer=dataclasses.replace(scorer, method=method, continuation=None),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"--mc-method {method} does not fit task {task.name!r}: {exc}") from exc
+    return ConfiguredTask(config, path=task.path, run_programs=run_programs)

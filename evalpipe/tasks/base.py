@@ -17,6 +17,17 @@ class Sample:
     prompt: Prompt
     target: Any  # JSON-serialisable reference the scorer needs
     meta: dict[str, Any] = field(default_factory=dict)
+    # Options to rank by log-probability instead of generating (multiple choice by logprobs),
+    # in option order; the best one's `answer` becomes the completion. Empty: generate.
+    options: tuple[Option, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One multiple-choice option, for ranking by log-probability."""
+
+    answer: str  # recorded as the completion when this option ranks first (its letter)
+    continuation: str  # the text scored after the prompt: " B", or " Paris"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +42,11 @@ class Task(Protocol):
     name: str
     category: str
     sampling: SamplingSettings
+
+    def definition(self) -> dict[str, Any]:
+        """What the task asks and how it scores, JSON-serialisable. Part of a run's fingerprint:
+        resuming a run whose task definition changed is refused."""
+        ...
 
     def samples(self, limit: int | None = None) -> list[Sample]:
         """The task's samples in a deterministic order; `limit` takes a deterministic subset."""

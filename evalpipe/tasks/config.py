@@ -18,6 +18,12 @@ EXTRACTORS = {
     "code": ("python",),
 }
 HARNESSES = ("humaneval", "mbpp")
+# How a multiple-choice answer is obtained: extracted from a generated completion, or the
+# option letter the model finds most likely after the prompt (one scoring pass per option).
+METHODS = ("generate", "logprobs")
+# What a logprobs method scores after the prompt: the option's letter (" B", MMLU-style) or its
+# text (" Paris", the cloze form that small base models answer above chance).
+CONTINUATIONS = ("letter", "text")
 # Fields a scorer reads from every record, after the task's field mapping.
 REQUIRED_FIELDS = {
     "multiple_choice": ("question", "answer"),
@@ -125,6 +131,8 @@ class ScorerConfig:
     """How completions are turned into an answer and metric values."""
 
     kind: str
+    method: str = "generate"  # multiple_choice: generate or logprobs (see METHODS)
+    continuation: str | None = None  # method logprobs: letter (default) or text
     extractor: str | None = None  # None: the kind's default
     harness: str | None = None  # code: how the test program is assembled
     k: tuple[int, ...] = (1,)  # code: pass@k for each k (each <= sampling.n)
@@ -133,6 +141,20 @@ class ScorerConfig:
     def __post_init__(self) -> None:
         if self.kind not in SCORERS:
             raise ValueError(f"scorer kind {self.kind!r} is not one of {', '.join(SCORERS)}")
+        if self.method not in METHODS:
+            raise ValueError(f"scorer method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.method == "logprobs" and self.kind != "multiple_choice":
+            raise ValueError(
+                f"method logprobs ranks option letters, so it applies to multiple_choice "
+                f"scorers only, not {self.kind!r}; use method: generate"
+            )
+        if self.continuation is not None:
+            if self.method != "logprobs":
+                raise ValueError("continuation applies to method: logprobs only")
+            if self.continuation not in CONTINUATIONS:
+                raise ValueError(
+                    f"continuation {self.continuation!r} is not one of {', '.join(CONTINUATIONS)}"
+                )
         valid = EXTRACTORS[self.kind]
         if self.extractor is not None and self.extractor not in valid:
             raise ValueError(
@@ -218,6 +240,11 @@ def _check_sampling(s: SamplingSettings, scorer: ScorerConfig) -> None:
         raise ValueError(
             f"sampling.n = {s.n} with temperature 0 gives {s.n} identical completions; "
             "set temperature > 0 (e.g. 0.8 for pass@k)"
+        )
+    if scorer.method == "logprobs" and s.n != 1:
+        raise ValueError(
+            f"sampling.n = {s.n} with scorer method logprobs: ranking options by log-probability "
+            "is deterministic, so there is one answer per sample; set n: 1"
         )
     too_big = [k for k in scorer.k if k > s.n]
     if too_big:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.errors import ConfigError, DatasetError
-from evalpipe.tasks.base import Sample, Scored
+from evalpipe.tasks.base import Option, Sample, Scored
 from evalpipe.tasks.config import TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
 from evalpipe.tasks.prompts import PromptBuilder
@@ -50,9 +50,9 @@ class ConfiguredTask:
             return tuple(f"pass@{k}" for k in scorer.k)
         return ("accuracy",)
 
-    def describe(self) -> dict[str, Any]:
-        """The resolved task definition, for a run's manifest."""
-        return {"file": str(self.path), **dataclasses.asdict(self.config)}
+    def definition(self) -> dict[str, Any]:
+        """The resolved task file, without its path (the same task resumes on another host)."""
+        return dataclasses.asdict(self.config)
 
     def samples(self, limit: int | None = None) -> list[Sample]:
         if limit is not None and (not isinstance(limit, int) or limit <= 0):
@@ -96,6 +96,19 @@ class ConfiguredTask:
             prompt=self._prompts.build(record, examples),
             target=reference,
             meta={"subset": subset} if subset is not None else {},
+            options=self._options(record),
+        )
+
+    def _options(self, record: Record) -> tuple[Option, ...]:
+        """Ranked options for method logprobs: each follows the prompt after a space, as an
+        answer would in running text (" B" or " Paris"); a chat model's reply drops it."""
+        scorer = self.config.scorer
+        if scorer.method != "logprobs":
+            return ()
+        texts = record["letters"] if scorer.continuation in (None, "letter") else record["choices"]
+        return tuple(
+            Option(answer=letter, continuation=f" {text}")
+            for letter, text in zip(record["letters"], texts, strict=True)
         )
 
     def _shot_pools(self) -> dict[str | None, list[Record]]:

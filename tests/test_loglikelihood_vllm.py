@@ -1,0 +1,105 @@
+"""Log-likelihoods from the real vLLM engine: equal to what its sampler reports for the same
+token, plain and chat; they rank true continuations first; multiple choice by logprobs end to end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.errors import ConfigError
+from evalpipe.results import read_samples
+from evalpipe.runner import RunOptions, run_evaluation
+from evalpipe.tasks import load_tasks
+
+pytestmark = pytest.mark.vllm
+
+
+def greedy_token(engine, prompt: str, *, chat: bool) -> tuple[str, float]:
+    """vLLM's own greedy next token for `prompt` and the logprob its sampler gives it."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=0)
+    llm = engine._llm
+    if chat:
+        [out] = llm.chat([[{"role": "user", "content": prompt}]], params, use_tqdm=False)
+    else:
+        [out] = llm.generate([prompt], params, use_tqdm=False)
+    completion = out.outputs[0]
+    token = completion.token_ids[0]
+    return llm.get_tokenizer().decode([token]), completion.logprobs[0][token].logprob
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat"])
+def test_loglikelihood_equals_the_samplers_logprob_of_the_same_token(
+    smollm2, monkeypatch: pytest.MonkeyPatch, chat: bool
+) -> None:
+    monkeypatch.setattr(smollm2, "preset", dataclasses.replace(smollm2.preset, chat=chat))
+    prompt = "The capital of France is"
+    text, logprob = greedy_token(smollm2, prompt, chat=chat)
+    [scored] = smollm2.loglikelihoods([(prompt, text)])
+    assert scored.tokens == 1
+    assert scored.logprob == pytest.approx(logprob, abs=1e-3)
+    [generated] = smollm2.generate([prompt], SamplingSettings(max_tokens=1))
+    assert scored.prompt_tokens == generated.prompt_tokens  # the same (templated) context
+
+
+@pytest.mark.parametrize(
+    ("prompt", "options"),
+    [
+        ("The capital of France is", [" Paris", " London", " Berlin", " Madrid"]),
+        ("Question: What color is the sky on a clear day?\nAnswer:", [" blue", " green", " red"]),
+    ],
+)
+def test_the_true_continuation_is_the_likeliest(smollm2, prompt: str, options: list[str]) -> None:
+    scored = smollm2.loglikelihoods([(prompt, option) for option in options])
+    logprobs = [s.logprob for s in scored]
+    # Measured: Paris -5.7 vs ≤ -10.5 for the others; blue -8.2 vs ≤ -10.1.
+    assert max(logprobs) == logprobs[0] and logprobs[0] < 0, logprobs
+    assert all(math.isfinite(x) for x in logprobs)
+
+
+def test_an_empty_continuation_is_refused(smollm2) -> None:
+    with pytest.raises(ConfigError, match="must add at least one token"):
+        smollm2.loglikelihoods([("The capital of France is", "")])
+
+
+class KeepOpen:
+    """Hands the module's engine to the runner without letting it close it."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def close(self) -> None:
+        pass
+
+
+def test_multiple_choice_by_logprobs_runs_end_to_end(smollm2, tmp_path: Path) -> None:
+    from evalpipe.registry import load_preset
+
+    [ordering] = load_tasks(tasks=["ordering"], mc_method="logprobs")
+    out = tmp_path / "run"
+    result = run_evaluation(
+        lambda settings: KeepOpen(smollm2),
+        [ordering],
+        out,
+        preset=load_preset("smollm2_135m"),
+        options=RunOptions(backend="vllm", limit=8, engine=EngineSettings()),
+    )
+    assert result.status == "complete"
+    records = read_samples(out / "samples.jsonl")
+    assert len(records) == 8
+    for record in records:
+        assert len(record.option_logprobs) == 4
+        assert all(-50 < x < 0 for x in record.option_logprobs), record.option_logprobs
+        best = max(range(4), key=record.option_logprobs.__getitem__)
+        assert record.completions == ("ABCD"[best],) == record.extracted
+    accuracy = result.summary["tasks"]["ordering"]["metrics"]["accuracy"]
+    assert accuracy["n"] == 8 and 0 <= accuracy["mean"] <= 1
