@@ -296,12 +296,17 @@ class VllmEngine:
         ]
 
     def loglikelihoods(self, requests: Sequence[tuple[Prompt, str]]) -> list[Loglikelihood]:
-        """Sum of the continuation tokens' prompt logprobs, from one batched prefill-only call.
+        """Sum of the continuation tokens' log-probabilities, from one batched vLLM call.
 
         The context is tokenised alone and with its continuation; the continuation's tokens are
         those past the longest common prefix (a merge across the boundary, e.g. ":" + " A",
         counts as continuation). Chat presets render the context with the tokenizer's chat
         template and its generation prompt, as `LLM.chat` does.
+
+        One-token continuations of one context (option letters) are read from a single decoding
+        step of that context (`logprob_token_ids`, where this vLLM has it): one prefill per
+        question instead of one per option, and no output layer over every prompt position as
+        `prompt_logprobs` needs. Longer continuations use `prompt_logprobs`.
         """
         if not requests:
             return []
@@ -309,15 +314,38 @@ class VllmEngine:
         from vllm.inputs import TokensPrompt
 
         encoded = [self._encode(prompt, continuation) for prompt, continuation in requests]
-        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-        token_prompts = [TokensPrompt(prompt_token_ids=ids) for ids, _ in encoded]
-        outputs = self._with_ladder(
-            lambda: self._open_llm().generate(token_prompts, params, use_tqdm=False)
-        )
-        return [
-            _continuation_logprob(out.prompt_logprobs, ids, start)
-            for out, (ids, start) in zip(outputs, encoded, strict=True)
+        shared: dict[tuple[int, ...], list[int]] = {}  # context → requests one token past it
+        if hasattr(SamplingParams(), "logprob_token_ids"):
+            for i, (ids, start) in enumerate(encoded):
+                if len(ids) - start == 1:
+                    shared.setdefault(tuple(ids[:start]), []).append(i)
+        single = {i for members in shared.values() for i in members}
+        full = [i for i in range(len(encoded)) if i not in single]
+        prompts = [TokensPrompt(prompt_token_ids=list(context)) for context in shared]
+        params = [
+            SamplingParams(
+                max_tokens=1,
+                temperature=0.0,
+                logprob_token_ids=sorted({encoded[i][0][-1] for i in members}),
+            )
+            for members in shared.values()
         ]
+        prompts += [TokensPrompt(prompt_token_ids=encoded[i][0]) for i in full]
+        params += [SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)] * len(full)
+        outputs = self._with_ladder(
+            lambda: self._open_llm().generate(prompts, params, use_tqdm=False)
+        )
+        found: dict[int, Loglikelihood] = {}
+        for members, out in zip(shared.values(), outputs, strict=False):
+            step = out.outputs[0].logprobs[0]  # token id → Logprob at the first output position
+            for i in members:
+                ids, start = encoded[i]
+                found[i] = _loglikelihood([step[ids[-1]].logprob], ids, start)
+        for i, out in zip(full, outputs[len(shared) :], strict=True):
+            ids, start = encoded[i]
+            lps = [out.prompt_logprobs[p][ids[p]].logprob for p in range(start, len(ids))]
+            found[i] = _loglikelihood(lps, ids, start)
+        return [found[i] for i in range(len(encoded))]
 
     def _encode(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
         """Token ids of context + continuation, and where the continuation starts."""
@@ -428,11 +456,9 @@ class VllmEngine:
         _UNRELEASED = True
 
 
-def _continuation_logprob(prompt_logprobs: Any, ids: Sequence[int], start: int) -> Loglikelihood:
-    """Sum the logprobs vLLM reports for the prompt's own tokens from `start` on."""
-    total = 0.0
-    for position in range(start, len(ids)):
-        total += prompt_logprobs[position][ids[position]].logprob
+def _loglikelihood(logprobs: Sequence[float], ids: Sequence[int], start: int) -> Loglikelihood:
+    """The continuation ids[start:] scored by the sum of its tokens' `logprobs`."""
+    total = math.fsum(logprobs)
     if math.isnan(total):
         raise EngineError(
             "vLLM returned NaN log-probabilities; the model's weights or dtype "
