@@ -207,6 +207,8 @@ def test_mmlu_takes_integer_answers_and_same_subject_examples(tmp_path: Path) ->
     assert "elementary mathematics.\n\n1 + 1 = ?\nA. 2\nB. 3\nC. 4\nD. 5\nAnswer: A\n\n" in prompt
     assert prompt.endswith("2 + 2 = ?\nA. 3\nB. 4\nC. 5\nD. 6\nAnswer:")
     assert "Faust" not in prompt and "Faust" in str(literature.prompt)
+    # Ranked by log-probability: the letters follow "Answer:" as the worked examples' do.
+    assert [o.continuation for o in maths.options] == [" A", " B", " C", " D"]
     assert _score(task, [" B", "C. Shakespeare"]) == [{"accuracy": 1.0}, {"accuracy": 1.0}]
 
 

