@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import math
 import os
 import sys
@@ -313,7 +314,8 @@ class VllmEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        encoded = [self._encode(prompt, continuation) for prompt, continuation in requests]
+        contexts: dict[str, tuple[str, list[int]]] = {}
+        encoded = [self._encode(prompt, option, contexts) for prompt, option in requests]
         shared: dict[tuple[int, ...], list[int]] = {}  # context → requests one token past it
         if hasattr(SamplingParams(), "logprob_token_ids"):
             for i, (ids, start) in enumerate(encoded):
@@ -347,21 +349,24 @@ class VllmEngine:
             found[i] = _loglikelihood(lps, ids, start)
         return [found[i] for i in range(len(encoded))]
 
-    def _encode(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
-        """Token ids of context + continuation, and where the continuation starts."""
+    def _encode(
+        self,
+        prompt: Prompt,
+        continuation: str,
+        contexts: dict[str, tuple[str, list[int]]] | None = None,
+    ) -> tuple[list[int], int]:
+        """Token ids of context + continuation, and where the continuation starts. `contexts`
+        keeps each prompt's rendered and tokenised context for its other options."""
+        contexts = {} if contexts is None else contexts
+        key = prompt if isinstance(prompt, str) else json.dumps(prompt)
+        if key not in contexts:
+            contexts[key] = self._context(prompt)
+        context, before = contexts[key]
+        chat = self.preset.chat
+        if chat:
+            continuation = continuation.lstrip()  # the reply starts fresh
         tokenizer = self._open_llm().get_tokenizer()
-        if self.preset.chat:
-            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-            context = tokenizer.apply_chat_template(
-                list(messages), add_generation_prompt=True, tokenize=False
-            )
-            continuation, special = continuation.lstrip(), False  # the reply starts fresh
-        elif isinstance(prompt, str):
-            context, special = prompt, True
-        else:
-            raise self._not_chat()
-        before = tokenizer.encode(context, add_special_tokens=special)
-        ids = list(tokenizer.encode(context + continuation, add_special_tokens=special))
+        ids = list(tokenizer.encode(context + continuation, add_special_tokens=not chat))
         start = next(
             (i for i, (a, b) in enumerate(zip(before, ids, strict=False)) if a != b),
             min(len(before), len(ids)),
@@ -373,6 +378,22 @@ class VllmEngine:
                 "least one token to it; give options non-empty text."
             )
         return ids, start
+
+    def _context(self, prompt: Prompt) -> tuple[str, list[int]]:
+        """The text a continuation follows and its token ids: a chat preset's rendered chat
+        template up to the reply (special tokens as the template writes them), else the prompt
+        with the tokenizer's special tokens (BOS)."""
+        tokenizer = self._open_llm().get_tokenizer()
+        if self.preset.chat:
+            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+            text = tokenizer.apply_chat_template(
+                list(messages), add_generation_prompt=True, tokenize=False
+            )
+        elif isinstance(prompt, str):
+            text = prompt
+        else:
+            raise self._not_chat()
+        return text, list(tokenizer.encode(text, add_special_tokens=not self.preset.chat))
 
     def _with_ladder(self, call: Callable[[], list[Any]]) -> list[Any]:
         """Run `call`; on a memory failure step down the ladder, rebuild and run it again."""
