@@ -34,17 +34,22 @@ def greedy_token(engine, prompt: str, *, chat: bool) -> tuple[str, float]:
     return llm.get_tokenizer().decode([token]), completion.logprobs[0][token].logprob
 
 
-@pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat"])
-def test_loglikelihood_equals_the_samplers_logprob_of_the_same_token(
-    smollm2, monkeypatch: pytest.MonkeyPatch, chat: bool
-) -> None:
-    monkeypatch.setattr(smollm2, "preset", dataclasses.replace(smollm2.preset, chat=chat))
+@pytest.fixture(params=[False, True], ids=["plain", "chat"])
+def either(request: pytest.FixtureRequest, smollm2, monkeypatch: pytest.MonkeyPatch):
+    """The module's engine as a plain-text model, then as a chat model: the same weights, only
+    the way prompts are rendered differs."""
+    chat_or_not = dataclasses.replace(smollm2.preset, chat=request.param)
+    monkeypatch.setattr(smollm2, "preset", chat_or_not)
+    return smollm2
+
+
+def test_loglikelihood_equals_the_samplers_logprob_of_the_same_token(either) -> None:
     prompt = "The capital of France is"
-    text, logprob = greedy_token(smollm2, prompt, chat=chat)
-    [scored] = smollm2.loglikelihoods([(prompt, text)])
+    text, logprob = greedy_token(either, prompt, chat=either.preset.chat)
+    [scored] = either.loglikelihoods([(prompt, text)])
     assert scored.tokens == 1
     assert scored.logprob == pytest.approx(logprob, abs=1e-3)
-    [generated] = smollm2.generate([prompt], SamplingSettings(max_tokens=1))
+    [generated] = either.generate([prompt], SamplingSettings(max_tokens=1))
     assert scored.prompt_tokens == generated.prompt_tokens  # the same (templated) context
 
 
@@ -58,20 +63,14 @@ def prompt_logprobs_reference(engine, ids: list[int], start: int) -> float:
     return sum(out.prompt_logprobs[p][ids[p]].logprob for p in range(start, len(ids)))
 
 
-@pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat"])
-def test_option_letters_read_from_one_step_equal_their_prompt_logprobs(
-    smollm2, monkeypatch: pytest.MonkeyPatch, chat: bool
-) -> None:
-    monkeypatch.setattr(smollm2, "preset", dataclasses.replace(smollm2.preset, chat=chat))
+def test_option_letters_read_from_one_step_equal_their_prompt_logprobs(either) -> None:
     prompt = "Which is a planet?\nA. Mars\nB. Paris\nC. Oak\nD. Rust\nAnswer:"
     letters = [" A", " B", " C", " D"]
-    scored = smollm2.loglikelihoods([(prompt, letter) for letter in letters])
+    scored = either.loglikelihoods([(prompt, letter) for letter in letters])
     for letter, got in zip(letters, scored, strict=True):
-        ids, start = smollm2._encode(prompt, letter)
+        ids, start = either._encode(prompt, letter)
         assert got.tokens == 1 and got.prompt_tokens == start
-        assert got.logprob == pytest.approx(
-            prompt_logprobs_reference(smollm2, ids, start), abs=1e-3
-        )
+        assert got.logprob == pytest.approx(prompt_logprobs_reference(either, ids, start), abs=1e-3)
 
 
 def test_a_longer_continuation_sums_its_tokens_logprobs(smollm2, monkeypatch) -> None:
