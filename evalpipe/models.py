@@ -287,14 +287,6 @@ def prepare(name_or_preset: str | Preset, *, force: bool = False) -> Path:
     return final
 
 
-def built_info(recipe: str) -> dict | None:
-    """The marker of a prepared model, or None when it is not prepared."""
-    path = model_dir(recipe) / MARKER
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def folder_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 

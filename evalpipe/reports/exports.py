@@ -67,12 +67,6 @@ def comparison_dict(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def comparison_json(comparison: Comparison, warnings: Sequence[str]) -> str:
-    out = {"schema": JSON_SCHEMA, "compare": comparison_dict(comparison)}
-    out["warnings"] = list(warnings)
-    return json.dumps(out, indent=2, allow_nan=False) + "\n"
-
-
 def to_csv(frame: pd.DataFrame) -> str:
     return frame.to_csv(index=False)
 
