@@ -139,6 +139,19 @@ def test_text_continuations_rank_the_option_texts(tmp_path: Path) -> None:
     assert generated.definition()["scorer"]["continuation"] is None
 
 
+def test_mc_method_logprobs_refuses_a_task_that_samples_several_answers(tmp_path: Path) -> None:
+    shipped = yaml.safe_load((Path(load_task("ordering").path)).read_text())
+    shipped["sampling"] = {"n": 5, "temperature": 0.8, "max_tokens": 16}
+    path = tmp_path / "ordering_sampled.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    with pytest.raises(
+        ConfigError,
+        match=r"--mc-method logprobs does not fit task "
+        r"'ordering_sampled': sampling.n = 5 with scorer method logprobs",
+    ):
+        load_tasks(tasks=[str(path)], mc_method="logprobs")
+
+
 def test_the_cli_offers_the_task_methods() -> None:
     from evalpipe.commands._options import MC_METHODS
     from evalpipe.tasks.config import METHODS
