@@ -121,7 +121,8 @@ def summarize(
     prompt_tokens = sum(r.prompt_tokens for r in records)
     generated = sum(sum(r.completion_tokens) for r in records)
     generate_s = math.fsum(v for k, v in timings.items() if k.startswith("generate:"))
-    tokens_per_s = generated / generate_s if generate_s > 0 else None
+    # None when nothing was generated (multiple choice by log-probabilities): there is no rate.
+    tokens_per_s = generated / generate_s if generate_s > 0 and generated > 0 else None
     return {
         "schema": SCHEMA,
         "run_id": run_id,

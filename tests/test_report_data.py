@@ -186,6 +186,18 @@ def test_gpu_hours_and_energy_per_token_by_hand(tmp_path: Path) -> None:
     assert row["devices"] == "2×NVIDIA H100 80GB HBM3"
 
 
+def test_a_run_that_generated_nothing_has_no_token_rates(tmp_path: Path) -> None:
+    run = write_run(
+        tmp_path / "a",
+        _run("a", gpus=2, energy_j=(1000.0, 2000.0), generated_tokens=0),
+    )
+    _, table = _load(run)
+    row = table.iloc[0]  # scored by log-probabilities: a rate of 0 tok/s would be misleading
+    assert row["generated_tokens"] == 0
+    assert np.isnan(row["tokens_per_s"]) and np.isnan(row["tokens_per_s_per_gpu"])
+    assert np.isnan(row["j_per_token"]) and row["gpu_hours"] > 0
+
+
 def test_cpu_run_has_no_gpu_hours_or_energy(tmp_path: Path) -> None:
     run = write_run(
         tmp_path / "a",

@@ -88,6 +88,19 @@ def test_counts_completeness_and_throughput() -> None:
     assert list(full["categories"]) == ["math"]
 
 
+def test_a_run_that_generated_nothing_has_no_token_rate() -> None:
+    import dataclasses
+
+    scored_only = [dataclasses.replace(r, completion_tokens=(0,)) for r in RECORDS]
+    devices = [{"device": "gpu0", "host": "n1", "name": "H100", "energy_j": 50.0}]
+    s = make(records=scored_only, devices=devices, gpus=1)
+    t = s["throughput"]  # multiple choice by log-probabilities: options scored, none generated
+    assert t["generated_tokens"] == 0 and t["generate_s"] == 4.0
+    assert t["tokens_per_s"] is None and t["tokens_per_s_per_gpu"] is None
+    assert s["devices"][0]["j_per_token"] is None
+    assert "n/a" in format_summary(s)
+
+
 def test_per_gpu_rate_and_joules_per_token() -> None:
     devices = [
         {"device": "gpu0", "host": "n1", "name": "H100", "peak_memory_gib": 70.0,

@@ -45,18 +45,22 @@ def costs(jobs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
     )
     by_run = jobs.groupby("run", sort=False)
     sums = by_run[["gpu_s", "generated_tokens", "generate_s"]].sum(min_count=1)
+    # Runs that generated nothing (multiple choice by log-probabilities) have no token rates.
+    generated = sums["generated_tokens"].where(sums["generated_tokens"] > 0)
     out = pd.DataFrame(
         {
             "gpus": by_run["gpus"].max(),
             "wall_s": by_run["wall_s"].max(),
             "gpu_hours": sums["gpu_s"] / 3600.0,
             "generated_tokens": sums["generated_tokens"],
-            "tokens_per_s": sums["generated_tokens"] / sums["generate_s"],
+            "tokens_per_s": generated / sums["generate_s"],
         }
     )
     out["tokens_per_s_per_gpu"] = out["tokens_per_s"] / out["gpus"].where(out["gpus"] > 0)
     return out.join(_device_costs(devices), how="left").assign(
-        j_per_token=lambda f: f["energy_j"] / f["generated_tokens"],
+        j_per_token=lambda f: (
+            f["energy_j"] / f["generated_tokens"].where(f["generated_tokens"] > 0)
+        ),
         devices=lambda f: _device_labels(f),
     )
 

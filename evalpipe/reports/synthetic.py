@@ -55,7 +55,11 @@ def _devices(run: SyntheticRun) -> list[dict[str, Any]]:
                 "peak_memory_gib": run.peak_memory_gib[i],
                 "mean_util_pct": run.mean_util_pct[i],
                 "energy_j": energy,
-                "j_per_token": None if energy is None else energy / run.generated_tokens,
+                "j_per_token": (
+                    energy / run.generated_tokens
+                    if energy is not None and run.generated_tokens
+                    else None
+                ),
             }
         )
     return devices
@@ -92,6 +96,7 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
     (path / "samples.jsonl").write_text("".join(line + "\n" for line in lines))
     n_done = sum(len(v) for _, v in run.tasks.values())
     n_total = sum(t["n_total"] for t in tasks_summary.values())
+    rate = run.generated_tokens / run.generate_s if run.generated_tokens else None
     summary = {
         "schema": SCHEMA,
         "run_id": run.run_id,
@@ -110,8 +115,8 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
             "generate_s": run.generate_s,
             "prompt_tokens": run.prompt_tokens,
             "generated_tokens": run.generated_tokens,
-            "tokens_per_s": run.generated_tokens / run.generate_s,
-            "tokens_per_s_per_gpu": run.generated_tokens / run.generate_s / max(run.gpus, 1),
+            "tokens_per_s": rate,
+            "tokens_per_s_per_gpu": rate / max(run.gpus, 1) if rate else None,
             "gpus": run.gpus,
         },
         "devices": _devices(run),

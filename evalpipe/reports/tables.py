@@ -109,7 +109,10 @@ def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Tabl
             "Devices 'cpu': no GPU; memory and utilisation are the host's (the monitor's CPU "
             "fallback) and there is no energy reading."
         )
-    notes.append(f"{DASH}: not measured. GPU-hours = wall × GPUs, summed over a run's jobs.")
+    notes.append(
+        f"{DASH}: not measured, or no rate (tok/s, J/token) for a run that generated nothing. "
+        "GPU-hours = wall × GPUs, summed over a run's jobs."
+    )
 
     def cells(row: pd.Series) -> list[str]:
         return [text.get((row["run"], group), DASH) for group in groups]
