@@ -18,7 +18,8 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Samples done / total, generated tokens per second and ETA for this attempt.
+    """Samples done / total, generated tokens per second (samples per second when nothing is
+    generated) and ETA for this attempt.
 
     Rates count only this attempt's work, so a resumed run's ETA is not skewed by samples it
     found already done.
@@ -59,7 +60,12 @@ class Progress:
 
     def line(self) -> str:
         elapsed = max(self.clock() - self._start, 1e-9)
-        rate = f"{self._tokens / elapsed:.1f} tok/s" if self._samples else "- tok/s"
+        if not self._samples:
+            rate = "- tok/s"
+        elif self._tokens:
+            rate = f"{self._tokens / elapsed:.1f} tok/s"
+        else:  # options scored by log-probability, nothing generated
+            rate = f"{self._samples / elapsed:.1f} samples/s"
         remaining = self.total - self.done
         eta = _duration(remaining * elapsed / self._samples) if self._samples else "?"
         pct = 100.0 * self.done / self.total if self.total else 100.0

@@ -43,3 +43,13 @@ def test_batch_log_gets_periodic_lines_and_resume_note() -> None:
         "progress: 70/100 samples (70%)  10.0 tok/s  ETA 30s",
         "progress: 100/100 samples (100%)  10.0 tok/s  ETA 0s",
     ]
+
+
+def test_samples_per_second_when_nothing_is_generated() -> None:
+    out, clock = io.StringIO(), Clock()
+    bar = Progress(100, 0, stream=out, tty=False, interval_s=0.0, clock=clock)
+    clock.now = 4.0
+    bar.advance(20, 0)  # multiple choice by log-probabilities: options scored, no tokens
+    assert (
+        out.getvalue().splitlines()[-1] == "progress: 20/100 samples (20%)  5.0 samples/s  ETA 16s"
+    )
