@@ -188,11 +188,15 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     table = format_table(("category", "task", "metric", "n", "mean", "stderr"), rows)
     t = summary["throughput"]
     rate = f"{t['tokens_per_s']:.1f} tok/s" if t["tokens_per_s"] else "n/a"
+    work = (
+        f"{t['generated_tokens']} tokens generated in {t['generate_s']:.1f} s ({rate})"
+        if t["generated_tokens"]
+        else f"nothing generated, options scored in {t['generate_s']:.1f} s"
+    )
     status = "complete" if summary["complete"] else "INCOMPLETE"
     return (
         f"{table}\n\n{summary['n_done']}/{summary['n_total']} samples ({status}); "
-        f"{t['generated_tokens']} tokens generated in {t['generate_s']:.1f} s ({rate}); "
-        f"load {t['load_s']:.1f} s, wall {t['wall_s']:.1f} s"
+        f"{work}; load {t['load_s']:.1f} s, wall {t['wall_s']:.1f} s"
     )
 
 

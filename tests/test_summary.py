@@ -98,7 +98,7 @@ def test_a_run_that_generated_nothing_has_no_token_rate() -> None:
     assert t["generated_tokens"] == 0 and t["generate_s"] == 4.0
     assert t["tokens_per_s"] is None and t["tokens_per_s_per_gpu"] is None
     assert s["devices"][0]["j_per_token"] is None
-    assert "n/a" in format_summary(s)
+    assert "; nothing generated, options scored in 4.0 s; load 2.0 s" in format_summary(s)
 
 
 def test_per_gpu_rate_and_joules_per_token() -> None:
