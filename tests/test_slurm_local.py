@@ -135,13 +135,15 @@ def test_submit_wait_runs_the_runner_and_leaves_results(reference: Path) -> None
 
 @pytest.mark.vllm
 def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> None:
-    """The README's demo path: the real runner and the CPU build of vLLM inside a SLURM job."""
+    """The README's demo path: the real runner and the CPU build of vLLM inside a SLURM job,
+    generating (math) and ranking options by log-probability (reasoning, --mc-method)."""
     from evalpipe import models
 
     models.prepare("tiny_random")  # built once into the cache the job reads too
     result = evalpipe(
-        "submit", "--preset", "tiny_random", "--cluster", "local", "--categories", "math",
-        "--limit", "1", "--out", "run", "--wait", "--poll", "2", cwd=tmp_path, timeout=600,
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--categories",
+        "math,reasoning", "--mc-method", "logprobs", "--limit", "1", "--out", "run", "--wait",
+        "--poll", "2", cwd=tmp_path, timeout=600,
     )  # fmt: skip
     run_dir = tmp_path / "run"
     logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
@@ -151,6 +153,9 @@ def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> 
     assert summary["complete"] and summary["n_done"] == summary["n_total"] > 0
     assert manifest["config"]["backend"] == "vllm" and manifest["versions"]["vllm"]
     assert summary["throughput"]["generated_tokens"] > 0
+    by_task = {r["task"]: r for r in samples(run_dir).values()}
+    assert len(by_task["ordering"]["option_logprobs"]) == 4
+    assert "option_logprobs" not in by_task["arithmetic"]
 
 
 def test_status_reads_the_queue_and_lists_logs(reference: Path) -> None:
