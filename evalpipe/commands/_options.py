@@ -22,24 +22,22 @@ def names(text: str) -> tuple[str, ...]:
     return items
 
 
-def positive_int(text: str) -> int:
+def _int_from(text: str, minimum: int, expected: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        value = minimum - 1
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _int_from(text, 1, "a positive integer")
 
 
 def count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 or a positive integer, got {text!r}")
-    return value
+    return _int_from(text, 0, "0 or a positive integer")
 
 
 def seconds(text: str) -> float:
