@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +59,22 @@ class Loglikelihood:
     logprob: float  # sum of the continuation tokens' log-probabilities, natural log
     tokens: int  # continuation tokens
     prompt_tokens: int  # tokens before the continuation (after any chat template)
+
+    @classmethod
+    def of(cls, logprobs: Sequence[float], *, prompt_tokens: int, source: str) -> Loglikelihood:
+        """The continuation scored by the sum of its tokens' `logprobs` (from `source`)."""
+        total = math.fsum(logprobs)
+        if math.isnan(total):
+            raise EngineError(
+                f"{source} returned NaN log-probabilities; the model's weights or dtype are "
+                "broken for this input."
+            )
+        # A probability that underflowed to -inf is stored as the lowest finite float (JSON).
+        return cls(
+            logprob=max(total, -sys.float_info.max),
+            tokens=len(logprobs),
+            prompt_tokens=prompt_tokens,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

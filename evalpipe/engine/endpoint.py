@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import math
 import os
 import queue
 import random
@@ -288,18 +287,14 @@ class EndpointEngine(Engine):
 
     def _work(self, request: Request) -> Coroutine[Any, Any, Completion]:
         if request.sampling is None:
-            contexts = self._render(request.prompt)
-            encoded = [
-                rendering.encode_continuation(
-                    self._tokenizer_here(),
-                    request.prompt,
-                    c,
-                    chat=self.preset.chat,
-                    preset=self.preset.name,
-                    context=contexts,
-                )
-                for c in request.continuations
-            ]
+            encoded = rendering.encode_options(
+                self._tokenizer_here(),
+                request.prompt,
+                request.continuations,
+                chat=self.preset.chat,
+                preset=self.preset.name,
+                template_kwargs=self.preset.chat_template_kwargs,
+            )
             return self._score(request.id, encoded)
         if self.api == "chat":
             body: dict[str, Any] = {"messages": rendering.messages(request.prompt)}
@@ -308,7 +303,7 @@ class EndpointEngine(Engine):
         elif self.preset.chat:  # the completions API continues the template rendered here
             body = {"prompt": self._render(request.prompt)[1]}
         else:
-            body = {"prompt": self._plain(request.prompt)}
+            body = {"prompt": rendering.plain_text(request.prompt, preset=self.preset.name)}
         return self._generate(request.id, body, request.sampling)
 
     async def _generate(
@@ -369,10 +364,7 @@ class EndpointEngine(Engine):
                 "--mc-method generate for this server."
             )
         values = [float(v) for v in token_logprobs[start : len(ids)]]
-        total = math.fsum(values)
-        if math.isnan(total):
-            raise EngineError(f"{self.base_url} returned NaN log-probabilities.")
-        return Loglikelihood(logprob=total, tokens=len(ids) - start, prompt_tokens=start)
+        return Loglikelihood.of(values, prompt_tokens=start, source=self.base_url)
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         if body is not None:
@@ -401,14 +393,6 @@ class EndpointEngine(Engine):
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
         )
-
-    def _plain(self, prompt: Prompt) -> str:
-        if not isinstance(prompt, str):
-            raise ConfigError(
-                f"Preset {self.preset.name!r} is not a chat model (chat: false) but was given "
-                "chat messages; give it plain-text prompts or set chat: true."
-            )
-        return prompt
 
     def _tokenizer_here(self) -> Any:
         if self._tokenizer is None:

@@ -5,7 +5,7 @@ The one place prompts are rendered, so the in-process engine's generation and op
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe.engine.base import Prompt
@@ -34,14 +34,36 @@ def render(
         text = tokenizer.apply_chat_template(
             messages(prompt), add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
         )
-    elif isinstance(prompt, str):
-        text = prompt
     else:
+        text = plain_text(prompt, preset=preset)
+    return text, list(tokenizer.encode(text, add_special_tokens=not chat))
+
+
+def plain_text(prompt: Prompt, *, preset: str) -> str:
+    """A plain (non-chat) model's prompt: text only."""
+    if not isinstance(prompt, str):
         raise ConfigError(
             f"Preset {preset!r} is not a chat model (chat: false) but was given chat messages; "
             "give it plain-text prompts or set chat: true."
         )
-    return text, list(tokenizer.encode(text, add_special_tokens=not chat))
+    return prompt
+
+
+def encode_options(
+    tokenizer: Any,
+    prompt: Prompt,
+    continuations: Sequence[str],
+    *,
+    chat: bool,
+    preset: str,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> list[tuple[list[int], int]]:
+    """Each continuation after the prompt rendered once: (token ids, where it starts)."""
+    context = render(tokenizer, prompt, chat=chat, preset=preset, template_kwargs=template_kwargs)
+    return [
+        encode_continuation(tokenizer, prompt, c, chat=chat, preset=preset, context=context)
+        for c in continuations
+    ]
 
 
 def encode_continuation(

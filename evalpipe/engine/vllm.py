@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
 import os
-import sys
 import time
 import weakref
 from collections.abc import Collection, Mapping, Sequence
@@ -391,8 +389,14 @@ class VllmEngine(Engine):
         `prompt_logprobs`."""
         from vllm import SamplingParams
 
-        context = self._render(request.prompt)
-        encoded = [self._encode(request.prompt, c, context) for c in request.continuations]
+        encoded = rendering.encode_options(
+            self._open_llm().get_tokenizer(),
+            request.prompt,
+            request.continuations,
+            chat=self.preset.chat,
+            preset=self.preset.name,
+            template_kwargs=self.preset.chat_template_kwargs,
+        )
         shared: dict[tuple[int, ...], list[int]] = {}  # context → options one token past it
         if hasattr(SamplingParams(), "logprob_token_ids"):
             for i, (ids, start) in enumerate(encoded):
@@ -434,7 +438,7 @@ class VllmEngine(Engine):
                 lps = [out.prompt_logprobs[p][ids[p]].logprob for p in range(start, len(ids))]
             else:  # one decoding step of the shared context
                 lps = [out.outputs[0].logprobs[0][ids[-1]].logprob]
-            scoring.found[i] = _loglikelihood(lps, ids, start)
+            scoring.found[i] = Loglikelihood.of(lps, prompt_tokens=start, source="vLLM")
         if scoring.parts:
             return None
         del self._scoring[rid]
@@ -451,19 +455,16 @@ class VllmEngine(Engine):
             template_kwargs=self.preset.chat_template_kwargs,
         )
 
-    def _encode(
-        self, prompt: Prompt, continuation: str, context: tuple[str, list[int]] | None = None
-    ) -> tuple[list[int], int]:
-        """Token ids of context + continuation, and where the continuation starts. `context`:
-        the prompt already rendered (shared by its options)."""
-        return rendering.encode_continuation(
+    def _encode(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
+        """Token ids of the rendered prompt + continuation, and where the continuation starts."""
+        return rendering.encode_options(
             self._open_llm().get_tokenizer(),
             prompt,
-            continuation,
+            [continuation],
             chat=self.preset.chat,
             preset=self.preset.name,
-            context=context or self._render(prompt),
-        )
+            template_kwargs=self.preset.chat_template_kwargs,
+        )[0]
 
     def _rebuild(self) -> None:
         """Rebuild the engine with the ladder's next settings; admit what was in flight again."""
@@ -565,20 +566,4 @@ def _params(settings: SamplingSettings) -> Any:
         # Per-request seeds make a sampled completion independent of its batch (resume).
         seed=settings.seed if settings.temperature > 0 else None,
         output_kind=RequestOutputKind.FINAL_ONLY,
-    )
-
-
-def _loglikelihood(logprobs: Sequence[float], ids: Sequence[int], start: int) -> Loglikelihood:
-    """The continuation ids[start:] scored by the sum of its tokens' `logprobs`."""
-    total = math.fsum(logprobs)
-    if math.isnan(total):
-        raise EngineError(
-            "vLLM returned NaN log-probabilities; the model's weights or dtype "
-            "are broken for this input."
-        )
-    # A probability that underflowed to -inf is stored as the lowest finite float (JSON-safe).
-    return Loglikelihood(
-        logprob=max(total, -sys.float_info.max),
-        tokens=len(ids) - start,
-        prompt_tokens=start,
     )
