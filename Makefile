@@ -10,6 +10,7 @@ setup:
 lint:
 	ruff check .
 	ruff format --check .
+	lint-imports
 
 test: setup
 	bash scripts/test.sh

@@ -95,7 +95,7 @@ def spread(values: Sequence[float]) -> str:
 
 def machine() -> str:
     """One line naming the machine the figures were taken on."""
-    from evalpipe.provenance import cpu_model
+    from evalpipe.core.provenance import cpu_model
 
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = cpu_model()

@@ -71,9 +71,9 @@ def main() -> int:
     parser.add_argument("--part", choices=PARTS, default="generation")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from evalpipe import models
-    from evalpipe.registry import load_preset
-    from evalpipe.serve import free_port, served_name, wait_ready
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.run.serve import free_port, served_name, wait_ready
 
     models.prepare(args.preset)
     print(json.dumps({"machine": machine(), "load_start": load_average()}), flush=True)

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from benchlib import REPO, VLLM_ENV, child_env, load_average, machine, median, timed_run
 
-from evalpipe import planner, registry
-from evalpipe.predict import Selection, predictor
+from evalpipe.catalog import registry
+from evalpipe.estimate.predict import Selection, predictor
+from evalpipe.planning import planner
 
 PRESET = "smollm2_135m"
 DEVICE = "cpu"

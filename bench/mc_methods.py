@@ -55,10 +55,10 @@ def main() -> int:
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)
 
-    from evalpipe import models
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
-    from evalpipe.registry import load_preset
     from evalpipe.tasks import load_tasks
 
     [task] = load_tasks(tasks=["ordering"], mc_method="logprobs")

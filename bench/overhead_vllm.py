@@ -44,10 +44,10 @@ E2E_TARGET = 1.10
 def reference_spec(task_name: str, limit: int) -> dict[str, Any]:
     """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
     SamplingParams its engine builds from the task's settings."""
-    from evalpipe import models
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import llm_kwargs
-    from evalpipe.registry import load_preset
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(PRESET)

@@ -90,10 +90,10 @@ def write_task(task_name: str, limit: int, folder: Path) -> dict[str, Any]:
     """The JSONL + YAML for lm-eval; returns the engine arguments to give it."""
     from transformers import AutoTokenizer
 
-    from evalpipe import models
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import llm_kwargs
-    from evalpipe.registry import load_preset
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(PRESET)

@@ -138,10 +138,10 @@ def model_questions(limit: int | None) -> dict[str, list[Question]]:
     """SmolLM2's log-probabilities of each `ordering` question's letters and option texts."""
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)
-    from evalpipe import models
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
-    from evalpipe.registry import load_preset
     from evalpipe.tasks import load_tasks
 
     models.prepare("smollm2_135m")

@@ -68,7 +68,7 @@ def measure(contender: str, set_name: str, workers: int, timeout_s: float) -> di
         p["prompt"] + c + "\n" + p["test"] + "\n" + f"check({p['entry_point']})\n" for p, c in pairs
     ]
     if contender == "evalpipe":
-        from evalpipe import sandbox
+        from evalpipe.sandbox import pool as sandbox
 
         cpu0, t0 = _cpu_s(), time.perf_counter()
         results = sandbox.run_programs(sources, workers=workers, timeout_s=timeout_s)

@@ -6,9 +6,9 @@
 Each measurement runs in a fresh child process (this script with --child), so imports, caches
 and peak memory belong to that measurement alone; the cases alternate and medians are printed.
 
-- plan + render: `evalpipe.submit.prepare` per job (load preset and cluster YAML, plan, build the
-  JobSpec, render the sbatch script and, for arrays, the merge script), cycling through every
-  shipped preset × cluster pair that fits, with 1–4 shards. Also the same jobs from preset,
+- plan + render: `evalpipe.jobs.submit.prepare` per job (load preset and cluster YAML, plan,
+  build the JobSpec, render the sbatch script and, for arrays, the merge script), cycling through
+  every shipped preset × cluster pair that fits, with 1–4 shards. Also the same jobs from preset,
   cluster and GPU objects loaded once (`jobspec.make_jobspec` + `render.render_job`), which
   separates planning and rendering from reading configuration.
 - resume: a run of a task with 100,250 tiny samples is stopped after 100,000 (the runner's own
@@ -64,9 +64,10 @@ PENDING = 250  # samples left for the resumed run to generate
 
 def _fitting_pairs() -> list[tuple[str, str]]:
     """Every shipped (preset, cluster) pair whose plan fits the cluster's nodes."""
-    from evalpipe import registry, submit
-    from evalpipe.errors import EvalpipeError
-    from evalpipe.jobspec import JobOptions
+    from evalpipe.catalog import registry
+    from evalpipe.core.errors import EvalpipeError
+    from evalpipe.jobs import submit
+    from evalpipe.jobs.jobspec import JobOptions
 
     pairs = []
     for cluster in registry.cluster_names():
@@ -81,8 +82,9 @@ def _fitting_pairs() -> list[tuple[str, str]]:
 
 def child_plan_render(n: int, preloaded: bool) -> dict:
     t0 = time.perf_counter()
-    from evalpipe import registry, render, submit
-    from evalpipe.jobspec import JobOptions, make_jobspec
+    from evalpipe.catalog import registry
+    from evalpipe.jobs import render, submit
+    from evalpipe.jobs.jobspec import JobOptions, make_jobspec
 
     imported = time.perf_counter() - t0
     pairs = _fitting_pairs()
@@ -159,9 +161,9 @@ class StopAfterServed:
 
 
 def _run(out: Path, n_samples: int, stop_after: int | None) -> str:
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.fake import FakeEngine
-    from evalpipe.registry import load_preset
-    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.run.runner import RunOptions, run_evaluation
 
     preset = load_preset("tiny_random")
     engines: list[FakeEngine] = []
@@ -192,7 +194,6 @@ def _rss_mb() -> float:
 
 
 def child_resume(out: Path, recorded: int) -> dict:
-    from evalpipe import runner  # noqa: F401  (imports before the baseline reading)
 
     base = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -209,8 +210,8 @@ def child_resume(out: Path, recorded: int) -> dict:
 def child_read(out: Path) -> dict:
     import tracemalloc
 
-    from evalpipe.results import check_unique, read_samples
-    from evalpipe.rundir import SAMPLES
+    from evalpipe.rundir.layout import SAMPLES
+    from evalpipe.rundir.results import check_unique, read_samples
 
     path = out / SAMPLES
     t0, c0 = time.perf_counter(), time.process_time()

@@ -110,10 +110,10 @@ class KeepOpen:
 def _drain_child(prompts: int, order: list[str]) -> dict[str, float]:
     from vllm import SamplingParams
 
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
-    from evalpipe.registry import load_preset
-    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.run.runner import RunOptions, run_evaluation
 
     preset = load_preset("smollm2_135m")
     engine = VllmEngine.open(preset, EngineSettings())
@@ -191,10 +191,10 @@ def drain(args: argparse.Namespace) -> int:
 
 
 def _stop_child(out: str, prompts: int) -> int:
-    from evalpipe.checkpoint import StopOnSignal
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.factory import open_engine
-    from evalpipe.registry import load_preset
-    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.run.runner import RunOptions, run_evaluation
+    from evalpipe.rundir.checkpoint import StopOnSignal
 
     preset = load_preset("tiny_random")
     task = LengthTask(
@@ -227,7 +227,7 @@ def _lines(out: Path) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     models.prepare("tiny_random")
     print("# stop latency and kill -9 (tiny_random, 512-token completions, window 32)")
@@ -274,10 +274,10 @@ def stop(args: argparse.Namespace) -> int:
 
 def _dispatch(replicas: int, samples: int, delay: float) -> float:
     """Seconds to stream `samples` through `replicas` fake-engine processes (8 seqs each)."""
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
-    from evalpipe.registry import load_preset
-    from evalpipe.replicas import ReplicaPool
-    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.run.replicas import ReplicaPool
+    from evalpipe.run.runner import RunOptions, run_evaluation
 
     os.environ["EVALPIPE_FAKE_DELAY_S"] = str(delay)
     preset = load_preset("tiny_random")
@@ -299,11 +299,11 @@ def _dispatch(replicas: int, samples: int, delay: float) -> float:
 
 
 def _cpu_replicas_child(replicas: int, prompts: int) -> float:
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
-    from evalpipe.registry import load_preset
-    from evalpipe.replicas import ReplicaPool, core_slices
-    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.run.replicas import ReplicaPool, core_slices
+    from evalpipe.run.runner import RunOptions, run_evaluation
 
     preset = load_preset("smollm2_135m")
     settings = EngineSettings()
@@ -334,7 +334,7 @@ def replicas(args: argparse.Namespace) -> int:
     print(f"dispatcher: {samples} requests, {count} fake replicas × {per} seqs × {delay} s: "
           f"{[round(t, 2) for t in took]} s against ideal {ideal:.2f} s → {ratio:.3f} of 8× "
           f"({verdict} ≥ {DISPATCH_TARGET})")  # fmt: skip
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     models.prepare("smollm2_135m")
     results: dict[int, list[float]] = {1: [], 2: []}

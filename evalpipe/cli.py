@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import evalpipe.commands
 from evalpipe import __version__
-from evalpipe.errors import EvalpipeError
+from evalpipe.core.errors import EvalpipeError
 
 
 def build_parser() -> argparse.ArgumentParser:

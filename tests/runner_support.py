@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.checkpoint import StopOnSignal
+from evalpipe.catalog.registry import Preset, load_preset
 from evalpipe.engine.base import EngineSettings, SamplingSettings
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.registry import Preset, load_preset
-from evalpipe.runner import RunOptions, run_evaluation
-from evalpipe.shard import Shard
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.checkpoint import StopOnSignal
+from evalpipe.rundir.shard import Shard
 from evalpipe.tasks.base import Sample, Scored
 
 ANSWER = re.compile(r"The answer is (\d+)")

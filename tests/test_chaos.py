@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.results import REPLACE_PAUSE_ENV
-from evalpipe.rundir import RunDir
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.results import REPLACE_PAUSE_ENV
 
 pytestmark = pytest.mark.chaos
 

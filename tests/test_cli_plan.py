@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import registry
+from evalpipe.catalog import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_KEYS = {

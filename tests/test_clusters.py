@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import registry
-from evalpipe.errors import ConfigError, UnknownNameError
+from evalpipe.catalog import registry
+from evalpipe.core.errors import ConfigError, UnknownNameError
 
 
 def write(tmp_path: Path, text: str, name: str = "site.yaml") -> str:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalpipe import registry
+from evalpipe.catalog import registry
 from evalpipe.cli import main
-from evalpipe.errors import ConfigError
+from evalpipe.core.errors import ConfigError
 from evalpipe.tasks import load_tasks, task_names
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from evalpipe.configio import build, unknown_name
-from evalpipe.errors import ConfigError
+from evalpipe.core.configio import build, unknown_name
+from evalpipe.core.errors import ConfigError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +51,7 @@ def test_unknown_name_pluralises_the_kind() -> None:
 
 
 def test_read_yaml_returns_fresh_copies_and_sees_edits(tmp_path) -> None:
-    from evalpipe.configio import read_yaml
+    from evalpipe.core.configio import read_yaml
 
     path = tmp_path / "p.yaml"
     path.write_text("a: {b: 1}\n")

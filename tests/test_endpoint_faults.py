@@ -17,9 +17,9 @@ import pytest
 import yaml
 from endpoint_support import FaultServer, answer
 
-from evalpipe import exitcodes
+from evalpipe.catalog.registry import load_preset
 from evalpipe.cli import main
-from evalpipe.registry import load_preset
+from evalpipe.core import exitcodes
 
 LIMIT = 12
 SECRET = "sk-evalpipe-test-4f2a9c"  # must never appear in the run directory or the output
@@ -201,8 +201,8 @@ def test_endpoint_options_need_the_openai_backend(
 
 
 def test_a_key_in_the_url_is_refused() -> None:
-    from evalpipe.errors import ConfigError
-    from evalpipe.registry import with_endpoint
+    from evalpipe.catalog.registry import with_endpoint
+    from evalpipe.core.errors import ConfigError
 
     for url in ("http://me:sk-1@host:8000/v1", "http://host:8000/v1?key=sk-1"):
         with pytest.raises(ConfigError, match="credentials and query strings in the URL"):

@@ -11,12 +11,12 @@ from email.utils import format_datetime
 
 import pytest
 
+from evalpipe.catalog.registry import Endpoint, load_preset, with_endpoint
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import SamplingSettings
 from evalpipe.engine.endpoint import sampling_fields, split_tokens
 from evalpipe.engine.http import RetryPolicy, retry_after_seconds, server_detail
-from evalpipe.errors import ConfigError
-from evalpipe.registry import Endpoint, load_preset, with_endpoint
-from evalpipe.serve import wait_ready
+from evalpipe.run.serve import wait_ready
 
 POLICY = RetryPolicy(max_retries=5, timeout_s=10, backoff_s=1.0, backoff_max_s=8.0)
 
@@ -100,7 +100,7 @@ def test_waiting_for_a_server_stops_when_it_dies_or_the_time_is_up() -> None:
 def test_the_job_helper_says_why_the_server_is_not_usable_and_where_its_log_is(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from evalpipe.serve import free_port, main
+    from evalpipe.run.serve import free_port, main
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     argv = ["wait", "--base-url", url, "--model", "m", "--timeout", "0.1", "--log", "/x/s.log"]
@@ -115,7 +115,7 @@ def test_the_job_helper_says_why_the_server_is_not_usable_and_where_its_log_is(
 
 
 def test_serve_mode_needs_the_vllm_backend() -> None:
-    from evalpipe.jobspec import JobOptions
+    from evalpipe.jobs.jobspec import JobOptions
 
     with pytest.raises(ConfigError, match="--mode serve starts vLLM's server"):
         JobOptions(mode="serve", backend="fake")
@@ -126,8 +126,8 @@ def test_serve_mode_needs_the_vllm_backend() -> None:
 def test_a_serve_mode_job_talks_to_its_own_server_with_a_full_window() -> None:
     from pathlib import Path
 
-    from evalpipe.jobspec import JobOptions
-    from evalpipe.submit import prepare
+    from evalpipe.jobs.jobspec import JobOptions
+    from evalpipe.jobs.submit import prepare
 
     spec = prepare("tiny_random", "local", JobOptions(mode="serve"), Path("/tmp/run")).spec
     options = dict(spec.runner_options)

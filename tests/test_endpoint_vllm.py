@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes
+from evalpipe.catalog.registry import load_preset
 from evalpipe.cli import main
+from evalpipe.core import exitcodes
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.registry import load_preset
-from evalpipe.serve import free_port, served_name, server_argv, wait_ready
+from evalpipe.run.serve import free_port, served_name, server_argv, wait_ready
 from evalpipe.tasks import load_tasks
 
 pytestmark = pytest.mark.vllm

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import models
+from evalpipe.catalog import models
+from evalpipe.catalog.registry import Preset, load_preset
+from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings, SamplingSettings
 from evalpipe.engine.vllm import VllmEngine
-from evalpipe.errors import ConfigError, EngineError
-from evalpipe.registry import Preset, load_preset
 
 pytestmark = pytest.mark.vllm
 

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import planner, registry
-from evalpipe.autosize import Limit, choose, slurm_time
-from evalpipe.calibration import Calibration, Planned, ProbePoint
-from evalpipe.errors import DoesNotFitError, EstimateError
-from evalpipe.estimate import ROOFLINE_SHARE, basis, estimate, generate_s
-from evalpipe.history import PastJob, TaskRecord, family, load_history
-from evalpipe.memory import GIB
-from evalpipe.span import Span
+from evalpipe.catalog import registry
+from evalpipe.core.errors import DoesNotFitError, EstimateError
+from evalpipe.core.span import Span
+from evalpipe.estimate.autosize import Limit, choose, slurm_time
+from evalpipe.estimate.calibration import Calibration, Planned, ProbePoint
+from evalpipe.estimate.cost import ROOFLINE_SHARE, basis, estimate, generate_s
+from evalpipe.estimate.history import PastJob, TaskRecord, family, load_history
+from evalpipe.estimate.throughput import from_smoke, roofline
+from evalpipe.estimate.workmodel import TaskWork, task_work
+from evalpipe.planning import planner
+from evalpipe.planning.memory import GIB
 from evalpipe.tasks import load_task
-from evalpipe.throughput import from_smoke, roofline
-from evalpipe.workmodel import TaskWork, task_work
 
 H100 = registry.get_gpu("h100-80gb")
 
@@ -269,7 +270,7 @@ def test_history_reads_finished_runs_of_the_results_folder(tmp_path: Path) -> No
 def test_past_runs_give_the_scoring_time_of_a_code_task(tmp_path: Path) -> None:
     """A job's `score:coding` time is shared among its coding tasks by samples; a code task's
     estimate then scores at that measured rate instead of the sandbox's best case."""
-    from evalpipe.history import _tasks
+    from evalpipe.estimate.history import _tasks
 
     samples = tmp_path / "samples.jsonl"
     rows = [("humaneval", "coding")] * 3 + [("mbpp", "coding")] + [("arithmetic", "math")] * 2

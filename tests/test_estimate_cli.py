@@ -13,10 +13,10 @@ import pytest
 from test_estimate import _calibration
 
 from evalpipe.cli import main
-from evalpipe.jobspec import JobOptions
+from evalpipe.jobs.jobspec import JobOptions
+from evalpipe.jobs.submit import prepare, submit_prepared
 from evalpipe.reports.synthetic import SyntheticRun, write_run
-from evalpipe.slurm import FakeSlurm
-from evalpipe.submit import prepare, submit_prepared
+from evalpipe.slurm.client import FakeSlurm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,9 +120,9 @@ def test_render_prints_the_reasoning_of_an_automatic_choice(tmp_path: Path) -> N
 
 
 def test_prompts_are_counted_with_the_models_own_tokenizer(tiny_random_path: Path) -> None:
-    from evalpipe import registry
+    from evalpipe.catalog import registry
+    from evalpipe.estimate.workmodel import task_work, token_counter
     from evalpipe.tasks import load_task
-    from evalpipe.workmodel import task_work, token_counter
 
     preset = registry.load_preset("tiny_random")
     counter = token_counter(preset)

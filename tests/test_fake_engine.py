@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from evalpipe.catalog.registry import load_preset
+from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings, SamplingSettings
 from evalpipe.engine.factory import open_engine
 from evalpipe.engine.fake import DELAY_ENV, FakeEngine
-from evalpipe.errors import ConfigError, EngineError
-from evalpipe.registry import load_preset
 
 
 @pytest.fixture

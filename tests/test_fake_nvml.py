@@ -7,8 +7,8 @@ import inspect
 import pynvml
 import pytest
 
-from evalpipe.errors import ConfigError
-from evalpipe.fake_nvml import FakeGpu, FakeNvml, fake_uuid
+from evalpipe.core.errors import ConfigError
+from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 
 
 def test_every_name_the_fake_offers_is_pynvml_s_with_the_same_parameters() -> None:

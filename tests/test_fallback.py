@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from evalpipe.core.errors import EngineError
 from evalpipe.engine.fallback import Context, Ladder, classify, ladder_quantization
-from evalpipe.errors import EngineError
 
 KV_CAPACITY = ValueError(
     "To serve at least one request with the model's max seq len (32768), (4.00 GiB KV cache is "
@@ -217,7 +217,7 @@ def test_an_architecture_without_bitsandbytes_support_undoes_the_step() -> None:
 def test_weight_steps_set_engine_args_the_installed_vllm_knows() -> None:
     from evalpipe.engine.fallback import bitsandbytes_supported
     from evalpipe.engine.vllm import engine_arg_names
-    from evalpipe.memory import WEIGHT_QUANT_STEPS
+    from evalpipe.planning.memory import WEIGHT_QUANT_STEPS
 
     valid = engine_arg_names()
     for step in WEIGHT_QUANT_STEPS:

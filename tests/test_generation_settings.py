@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import registry
+from evalpipe.catalog import registry
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.errors import ConfigError
 from evalpipe.tasks.config import load_task_config
 from evalpipe.tasks.generation import effective_sampling, read_generation_config
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from scipy.stats import binomtest
 
-from evalpipe.intervals import bootstrap_mean, interval, wilson
+from evalpipe.core.intervals import bootstrap_mean, interval, wilson
 from evalpipe.reports.tables import score_cell
-from evalpipe.summary import metric_stats
+from evalpipe.rundir.summary import metric_stats
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import EngineSettings, SamplingSettings
-from evalpipe.errors import ConfigError
-from evalpipe.results import read_samples
-from evalpipe.runner import RunOptions, run_evaluation
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.results import read_samples
 from evalpipe.tasks import load_tasks
 
 pytestmark = pytest.mark.vllm
@@ -124,7 +124,7 @@ class KeepOpen:
 
 
 def test_multiple_choice_by_logprobs_runs_end_to_end(smollm2, tmp_path: Path) -> None:
-    from evalpipe.registry import load_preset
+    from evalpipe.catalog.registry import load_preset
 
     [ordering] = load_tasks(tasks=["ordering"], mc_method="logprobs")
     out = tmp_path / "run"

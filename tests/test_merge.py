@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from runner_support import fake_engine, lines, preset, toy_tasks
 
-from evalpipe import exitcodes
 from evalpipe.cli import main as cli
-from evalpipe.errors import RunDirError
-from evalpipe.merge import merge_run
-from evalpipe.results import read_json
-from evalpipe.runner import RunOptions, run_evaluation
-from evalpipe.shard import Shard
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import RunDirError
+from evalpipe.run.merge import merge_run
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.results import read_json
+from evalpipe.rundir.shard import Shard
 
 
 def run_shard(run_dir: Path, i: int, n: int, **options) -> Path:

@@ -20,10 +20,10 @@ import psutil
 import pynvml
 import pytest
 
-from evalpipe.errors import ConfigError
-from evalpipe.fake_nvml import GIB, FakeGpu, FakeNvml, fake_uuid
+from evalpipe.core.errors import ConfigError
 from evalpipe.monitor import COLUMNS, PHASE_FILE, DeviceSummary, Monitor, node_csv, node_summaries
 from evalpipe.monitor.cpu import CpuSource
+from evalpipe.monitor.fake_nvml import GIB, FakeGpu, FakeNvml, fake_uuid
 
 
 def dicts(summaries: list[DeviceSummary]) -> list[dict]:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import layout, modelconfig, planner, registry
-from evalpipe.errors import ConfigError, DoesNotFitError, LayoutError
+from evalpipe.catalog import modelconfig, registry
+from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
+from evalpipe.planning import layout, planner
 
 GIB = 1024**3
 

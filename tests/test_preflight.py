@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import registry
+from evalpipe.catalog import registry
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("vllm", "torch", "transformers", "huggingface_hub", "pandas")
@@ -249,7 +249,7 @@ def test_a_bf16_checkpoint_quantized_to_fp8_on_load_is_no_size_warning(
 
 
 def test_the_fake_backend_loads_no_weights_so_only_data_is_checked(tmp_path: Path) -> None:
-    from evalpipe import preflight
+    from evalpipe.jobs import preflight
 
     preset, cluster = (
         registry.load_preset("tiny_random"),

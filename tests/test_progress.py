@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from evalpipe.progress import Progress
+from evalpipe.run.progress import Progress
 
 
 class Clock:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evalpipe.raycluster import ClusterView, failure, listed_nodes, wait_for
+from evalpipe.run.raycluster import ClusterView, failure, listed_nodes, wait_for
 
 
 class Clock:

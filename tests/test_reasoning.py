@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from evalpipe import registry
+from evalpipe.catalog import registry
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.results import SampleRecord
-from evalpipe.summary import PlannedTask, summarize
+from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.summary import PlannedTask, summarize
 from evalpipe.tasks import load_task, load_tasks
 from evalpipe.tasks.reasoning import reasoning_tokens, split
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import planner, registry
-from evalpipe.errors import ConfigError, UnknownNameError
+from evalpipe.catalog import registry
+from evalpipe.core.errors import ConfigError, UnknownNameError
+from evalpipe.planning import planner
 
 REQUIRED_PRESETS = {
     "falcon_40b",

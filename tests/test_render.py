@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import evalpipe
-from evalpipe import exitcodes, registry, render
-from evalpipe.errors import ConfigError, DoesNotFitError
-from evalpipe.jobspec import JobOptions
-from evalpipe.submit import Prepared, prepare
+from evalpipe.catalog import registry
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, DoesNotFitError
+from evalpipe.jobs import render
+from evalpipe.jobs.jobspec import JobOptions
+from evalpipe.jobs.submit import Prepared, prepare
 
 GOLDEN = Path(__file__).parent / "golden"
 # EVALPIPE_UPDATE_GOLDEN=1 pytest tests/test_render.py rewrites the golden files.

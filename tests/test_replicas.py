@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes, planner, registry
-from evalpipe.errors import ConfigError, DoesNotFitError, LayoutError
-from evalpipe.fake_nvml import FakeGpu, FakeNvml, fake_uuid
-from evalpipe.localplan import LocalGpu, plan_local, visible_gpus
-from evalpipe.replicas import core_slices, device_slices
+from evalpipe.catalog import registry
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
+from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
+from evalpipe.planning import planner
+from evalpipe.run.localplan import LocalGpu, plan_local, visible_gpus
+from evalpipe.run.replicas import core_slices, device_slices
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"

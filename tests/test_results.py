@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.errors import RunDirError
-from evalpipe.results import (
+from evalpipe.core.errors import RunDirError
+from evalpipe.rundir.results import (
     SampleRecord,
     append_samples,
     check_unique,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes
 from evalpipe.cli import main
-from evalpipe.results import read_json
+from evalpipe.core import exitcodes
+from evalpipe.rundir.results import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from runner_support import fake_engine, lines, preset, toy_tasks
 
-from evalpipe.manifest import Manifest
 from evalpipe.reports.loading import load_runs
-from evalpipe.rundir import RunDir
-from evalpipe.runner import RunOptions, run_evaluation
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.manifest import Manifest
 
 FIXTURE = RunDir(Path(__file__).parent / "fixtures" / "rundir-schema1")
 
@@ -94,7 +94,7 @@ def test_estimate_figures_of_a_task_are_not_in_its_fingerprint() -> None:
     them never stops a run started before from resuming."""
     import dataclasses
 
-    from evalpipe.configio import as_config
+    from evalpipe.core.configio import as_config
     from evalpipe.tasks import load_tasks
 
     (task,) = load_tasks(tasks=["gsm8k"])

@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from runner_support import fake_engine, lines, preset, toy_tasks
 
-from evalpipe import exitcodes, provenance, runlock
-from evalpipe.errors import RunDirLockedError
-from evalpipe.merge import merge_run
-from evalpipe.rundir import RunDir
-from evalpipe.runlock import Owner, RunLock, fcntl_trustworthy
-from evalpipe.runner import RunOptions, run_evaluation
+from evalpipe.core import exitcodes, provenance
+from evalpipe.core.errors import RunDirLockedError
+from evalpipe.run.merge import merge_run
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir import lock as runlock
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.lock import Owner, RunLock, fcntl_trustworthy
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",

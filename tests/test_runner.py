@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from runner_support import ToyTask, fake_engine, lines, preset, toy_tasks
 
-from evalpipe import exitcodes
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, ResumeMismatchError, RunDirError
 from evalpipe.engine.base import EngineSettings, SamplingSettings
-from evalpipe.errors import ConfigError, ResumeMismatchError, RunDirError
-from evalpipe.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.monitor import DeviceSummary, Monitor
-from evalpipe.results import read_json, read_samples, write_json
-from evalpipe.runner import RunOptions, run_evaluation
-from evalpipe.shard import Shard
+from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.results import read_json, read_samples, write_json
+from evalpipe.rundir.shard import Shard
 
 OPTIONS = RunOptions(backend="fake", window=2)
 
@@ -380,7 +380,7 @@ def test_multiple_choice_by_logprobs_records_the_likeliest_option(tmp_path: Path
 
 
 def test_a_task_that_fails_to_load_leaves_no_run_directory(tmp_path: Path) -> None:
-    from evalpipe.errors import DatasetError
+    from evalpipe.core.errors import DatasetError
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class Offline(ToyTask):

@@ -13,8 +13,8 @@ import pytest
 import runner_support
 from runner_support import lines
 
-from evalpipe import exitcodes
-from evalpipe.results import read_json
+from evalpipe.core import exitcodes
+from evalpipe.rundir.results import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = Path(runner_support.__file__)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes
-from evalpipe.results import read_json
+from evalpipe.core import exitcodes
+from evalpipe.rundir.results import read_json
 
 pytestmark = pytest.mark.vllm
 
@@ -64,10 +64,10 @@ def wait_for_lines(out: Path, n: int, proc: subprocess.Popen) -> None:
 def reference(
     tmp_path_factory: pytest.TempPathFactory, vllm_env: dict, tiny_random_path: Path
 ) -> Path:
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
-    from evalpipe.registry import load_preset
-    from evalpipe.runner import RunOptions, run_evaluation
+    from evalpipe.run.runner import RunOptions, run_evaluation
     from evalpipe.tasks import load_tasks
 
     out = tmp_path_factory.mktemp("vllm-reference") / "run"

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalpipe import registry, sitedetect, slurminfo
-from evalpipe.errors import ConfigError, SlurmError, UnknownNameError
-from evalpipe.slurm import FakeSlurm
+from evalpipe.catalog import registry
+from evalpipe.core.errors import ConfigError, SlurmError, UnknownNameError
+from evalpipe.slurm import info as slurminfo
+from evalpipe.slurm import sitedetect
+from evalpipe.slurm.client import FakeSlurm
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "site"

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import registry
-from evalpipe.errors import SlurmError
-from evalpipe.jobspec import JobOptions
-from evalpipe.slurm import UNKNOWN, Slurm
-from evalpipe.submit import Job, prepare, submit_prepared
+from evalpipe.catalog import registry
+from evalpipe.core.errors import SlurmError
+from evalpipe.jobs.jobspec import JobOptions
+from evalpipe.jobs.submit import Job, prepare, submit_prepared
+from evalpipe.slurm.client import UNKNOWN, Slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -141,7 +141,7 @@ def test_submit_wait_runs_the_runner_and_leaves_results(reference: Path) -> None
 def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> None:
     """The README's demo path: the real runner and the CPU build of vLLM inside a SLURM job,
     generating (math) and ranking options by log-probability (reasoning, --mc-method)."""
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     models.prepare("tiny_random")  # built once into the cache the job reads too
     result = evalpipe(
@@ -167,7 +167,7 @@ def test_serve_mode_job_evaluates_through_a_vllm_server_and_stops_it(
 ) -> None:
     """submit --mode serve: the job starts vLLM's server on the CPU build, waits for it, runs
     the evaluation against it (generation and option log-probabilities), and stops it."""
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     models.prepare("tiny_random")
     result = evalpipe(
@@ -226,7 +226,7 @@ def test_smoke_job_with_the_cpu_engine_writes_its_calibration_and_table(
     local_slurm: Slurm, tmp_path: Path, tiny_random_path: Path, model_cache: Path
 ) -> None:
     """`evalpipe smoke` through the same template, preflight and node checks as a submission."""
-    from evalpipe.calibration import load_calibrations
+    from evalpipe.estimate.calibration import load_calibrations
 
     cache = model_cache
     result = evalpipe(
@@ -501,7 +501,7 @@ def test_vllm_tp2_over_ray_across_two_nodes_equals_a_single_process_run(
     multi-node script (tests/sites/ray_cpu lets the CPU platform use Ray), against the same
     samples from one local process. Each node's engine process is measured by its node's
     monitor: rank 1 is a Ray worker under node2's raylet, not a child of any monitor."""
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     models.prepare("tiny_random")
     selection = ("--categories", "math", "--limit", "2")

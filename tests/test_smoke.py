@@ -10,14 +10,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from evalpipe import planner, registry
-from evalpipe.calibration import Calibration, load_calibrations, table
+from evalpipe.catalog import registry
+from evalpipe.catalog.registry import Preset
+from evalpipe.core.errors import RunDirError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.errors import RunDirError
-from evalpipe.fake_nvml import GIB, FakeGpu, FakeNvml
-from evalpipe.registry import Preset
-from evalpipe.smoke import BATCHES, LONG_CONTEXT, run_smoke
+from evalpipe.estimate.calibration import Calibration, load_calibrations, table
+from evalpipe.monitor.fake_nvml import GIB, FakeGpu, FakeNvml
+from evalpipe.planning import planner
+from evalpipe.run.smoke import BATCHES, LONG_CONTEXT, run_smoke
 
 KV_TOKENS = 400_000
 
@@ -127,8 +128,8 @@ def test_the_measured_offset_fed_back_as_overhead_correction_moves_the_plan(
     smoked, tmp_path: Path
 ) -> None:
     """docs/planner.md: put the smoke table's `off` into the profile's overhead_correction_gib."""
-    from evalpipe.jobspec import JobOptions
-    from evalpipe.submit import prepare
+    from evalpipe.jobs.jobspec import JobOptions
+    from evalpipe.jobs.submit import prepare
 
     calibration, plan = smoked
     (device,) = calibration.devices
@@ -146,8 +147,8 @@ def test_the_measured_offset_fed_back_as_overhead_correction_moves_the_plan(
 
 
 def test_the_long_context_probe_fits_the_models_context() -> None:
-    from evalpipe.calibration import ProbePoint
-    from evalpipe.smoke import DECODE_TOKENS, PROMPT_REPEATS, _long_repeats
+    from evalpipe.estimate.calibration import ProbePoint
+    from evalpipe.run.smoke import DECODE_TOKENS, PROMPT_REPEATS, _long_repeats
 
     # A byte-level tokenizer: ~27 tokens a repeat, so 8× the short prompt would not fit 1024.
     short = ProbePoint(batch=1, prompt_tokens=27 * PROMPT_REPEATS, completion_tokens=32,

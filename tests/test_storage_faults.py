@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from runner_support import fake_engine, lines, preset, toy_tasks
 
-from evalpipe import exitcodes
-from evalpipe.errors import StorageError
-from evalpipe.results import storage
-from evalpipe.rundir import RunDir
-from evalpipe.runner import RunOptions, run_evaluation
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import StorageError
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.results import storage
 
 REPO = Path(__file__).resolve().parents[1]
 ARGV = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",

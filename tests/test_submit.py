@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes
 from evalpipe.cli import main
-from evalpipe.errors import (
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import (
     ConfigError,
     DoesNotFitError,
     PreflightError,
     RunDirError,
     SlurmError,
 )
-from evalpipe.jobspec import JobOptions
-from evalpipe.slurm import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
-from evalpipe.submit import Job, submit, submit_sweep
+from evalpipe.jobs.jobspec import JobOptions
+from evalpipe.jobs.submit import Job, submit, submit_sweep
+from evalpipe.slurm.client import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -284,7 +284,7 @@ def test_render_errors_are_one_line_without_traceback(
 def test_render_and_submit_help_import_nothing_heavy(tmp_path: Path) -> None:
     code = (
         "import sys\nfrom evalpipe.cli import build_parser\n"
-        "from evalpipe.submit import prepare\nfrom evalpipe.jobspec import JobOptions\n"
+        "from evalpipe.jobs.submit import prepare\nfrom evalpipe.jobs.jobspec import JobOptions\n"
         "from pathlib import Path\nprepare('tiny_random', 'local', JobOptions(), Path('r'))\n"
         "heavy = {'vllm', 'torch', 'pandas', 'ray', 'pynvml', 'matplotlib', 'submitit'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"

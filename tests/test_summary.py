@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from evalpipe.manifest import PlannedTask
 from evalpipe.monitor import DeviceSummary
-from evalpipe.results import SampleRecord
-from evalpipe.summary import combine_devices, format_summary, summarize
+from evalpipe.rundir.manifest import PlannedTask
+from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.summary import combine_devices, format_summary, summarize
 
 
 def rec(task: str, category: str, i: int, **scores: float) -> SampleRecord:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe import exitcodes
 from evalpipe.cli import main
-from evalpipe.errors import ConfigError, EngineError, RunDirError
-from evalpipe.results import read_json, write_json
-from evalpipe.sweep import SWEEP_MANIFEST, default_folder, preset_list, read_sweep, run_sweep
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, EngineError, RunDirError
+from evalpipe.rundir.results import read_json, write_json
+from evalpipe.rundir.sweep import SWEEP_MANIFEST, default_folder, preset_list, read_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM2_WEIGHTS_MIB = 135e6 * 2 / 2**20
@@ -97,7 +97,7 @@ def test_shard_and_resume_take_one_preset(capsys) -> None:
 
 @pytest.mark.vllm
 def test_real_engine_sweep_releases_each_model(tmp_path: Path, vllm_env, tiny_random_path) -> None:
-    from evalpipe import models
+    from evalpipe.catalog import models
 
     models.prepare("smollm2_135m")
     again = tmp_path / "smollm2_again.yaml"  # SmolLM2 once more, under another name

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from evalpipe.errors import ConfigError
+from evalpipe.core.errors import ConfigError
 from evalpipe.tasks import load_task
 from evalpipe.tasks.config import load_task_config
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalpipe.errors import ConfigError, UnknownNameError
+from evalpipe.core.errors import ConfigError, UnknownNameError
 from evalpipe.tasks import category_names, load_task, load_tasks, task_names
 from evalpipe.tasks.generated import generate
 

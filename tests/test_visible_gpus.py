@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from evalpipe.fake_nvml import FakeGpu, FakeNvml, fake_uuid
-from evalpipe.visible_gpus import visible_devices
+from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
+from evalpipe.monitor.visible_gpus import visible_devices
 
 MIG_UUID = "MIG-5c89e4d8-4a5e-5b3c-9f0d-0123456789ab"
 

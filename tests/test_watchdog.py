@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 from runner_support import SCRIPT, lines, preset, toy_tasks
 
-from evalpipe import exitcodes, registry
+from evalpipe.catalog import registry
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.errors import ConfigError, EngineError
-from evalpipe.results import read_json
-from evalpipe.runner import RunOptions, run_evaluation
-from evalpipe.watchdog import Stall, StallLimits, Watchdog, default_limits, stall_limits
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.run.watchdog import Stall, StallLimits, Watchdog, default_limits, stall_limits
+from evalpipe.rundir.results import read_json
 
 
 class FakeClock:

@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 
 from evalpipe.engine.factory import BACKENDS
-from evalpipe.jobspec import JOB_MODES, MARGIN, JobOptions
+from evalpipe.estimate.autosize import MARGIN
+from evalpipe.jobs.jobspec import JOB_MODES, JobOptions
 
 # evalpipe.tasks.config.METHODS, spelled out: importing the task package would cost the
 # planning commands ~50 ms of startup (a test keeps the two equal).
@@ -55,8 +56,8 @@ def seconds(text: str) -> float:
 
 def stall_seconds(text: str) -> float:
     """--stall-timeout: 0 (off) or a positive, finite number of seconds."""
-    from evalpipe.errors import ConfigError
-    from evalpipe.watchdog import check_stall_timeout
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.run.watchdog import check_stall_timeout
 
     try:
         value = float(text)

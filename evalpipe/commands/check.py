@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe import preflight, registry
+    from evalpipe.catalog import registry
+    from evalpipe.jobs import preflight
 
     preset = registry.load_preset(args.preset)
     report = preflight.check(

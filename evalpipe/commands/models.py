@@ -7,8 +7,8 @@ import json
 import time
 from pathlib import Path
 
-from evalpipe import models, registry
-from evalpipe.textable import format_table
+from evalpipe.catalog import models, registry
+from evalpipe.core.textable import format_table
 
 HELP = "Prepare models without a hub (`models prepare NAME`) and list where each preset's is."
 ORDER = 15

@@ -8,19 +8,21 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from evalpipe import exitcodes, planner, registry
+from evalpipe.catalog import registry
 from evalpipe.commands._options import (
     add_replicas_argument,
     add_results_argument,
     add_selection_arguments,
     positive_int,
 )
-from evalpipe.configio import unknown_name
-from evalpipe.errors import ConfigError, EvalpipeError
-from evalpipe.textable import format_table
+from evalpipe.core import exitcodes
+from evalpipe.core.configio import unknown_name
+from evalpipe.core.errors import ConfigError, EvalpipeError
+from evalpipe.core.textable import format_table
+from evalpipe.planning import planner
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
-    from evalpipe.estimate import Estimate
+    from evalpipe.estimate.cost import Estimate
 
 HELP = "Plan GPUs, tensor/pipeline parallel layout and memory for a preset on a GPU type."
 ORDER = 20
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 def _estimate(
     args: argparse.Namespace, preset: registry.Preset, gpu: registry.Gpu, plan: planner.Plan
 ) -> Estimate:
-    from evalpipe.predict import DEFAULT_RESULTS, Selection, predictor
+    from evalpipe.estimate.predict import DEFAULT_RESULTS, Selection, predictor
 
     selection = Selection(
         categories=args.categories, tasks=args.tasks, limit=args.limit, mc_method=args.mc_method

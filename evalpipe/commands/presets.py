@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from evalpipe import registry
-from evalpipe.textable import format_table
+from evalpipe.catalog import registry
+from evalpipe.core.textable import format_table
 
 HELP = "List the model presets with their size, dtype and default layout."
 ORDER = 10

@@ -34,10 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.errors import ConfigError
-    from evalpipe.results import new_run_dir
-    from evalpipe.rundir import RunDir
-    from evalpipe.submit import check, prepare
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.jobs.submit import check, prepare
+    from evalpipe.rundir.layout import RunDir
+    from evalpipe.rundir.results import new_run_dir
 
     run_dir = args.out or new_run_dir(Path("results"), Path(args.preset).stem)
     prepared = prepare(args.preset, args.cluster, job_options(args), run_dir, results=args.results)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.errors import ConfigError, RunDirError
+from evalpipe.core.errors import ConfigError, RunDirError
 
 HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
 ORDER = 60
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     # pandas and matplotlib load only here, so `evalpipe --help` and other commands stay fast.
     from evalpipe.reports import aggregate, exports, html, loading, tables
     from evalpipe.reports.compare import compare_runs
-    from evalpipe.reports.discover import find_run_dirs
+    from evalpipe.rundir.discover import find_run_dirs
 
     if args.compare:
         run_dirs = [_single_run(path, find_run_dirs([path])) for path in args.compare]

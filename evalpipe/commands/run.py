@@ -22,8 +22,8 @@ ORDER = 40
 
 
 def _shard(text: str) -> object:
-    from evalpipe.errors import ConfigError
-    from evalpipe.shard import Shard
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.rundir.shard import Shard
 
     try:
         return Shard.parse(text)
@@ -99,8 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _endpoint_preset(args: argparse.Namespace, preset):
     """The preset with the command line's endpoint options applied (--backend openai only)."""
-    from evalpipe.errors import ConfigError
-    from evalpipe.registry import with_endpoint
+    from evalpipe.catalog.registry import with_endpoint
+    from evalpipe.core.errors import ConfigError
 
     flags = {
         "base_url": args.base_url,
@@ -130,10 +130,9 @@ def _log_to_stderr() -> None:
 
 
 def _sweep(args: argparse.Namespace, presets: list[str]) -> int:
-    """Several presets: one run directory each under one sweep folder (evalpipe/sweep.py)."""
-    from evalpipe.cli import main
-    from evalpipe.errors import ConfigError
-    from evalpipe.sweep import default_folder, run_sweep
+    """Several presets: one run directory each under one sweep folder (evalpipe/rundir/sweep.py)."""
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.rundir.sweep import default_folder, run_sweep
 
     if args.shard is not None or args.resume:
         raise ConfigError(
@@ -145,31 +144,45 @@ def _sweep(args: argparse.Namespace, presets: list[str]) -> int:
         lambda preset, out: run(
             argparse.Namespace(**{**vars(args), "preset": [preset], "out": out})
         ),
-        leaderboard=lambda folder: main(["report", str(folder)]),
+        leaderboard=_leaderboard,
     )
 
 
+def _leaderboard(folder: Path) -> int:
+    """`evalpipe report FOLDER` after a sweep; its error is reported as that command's."""
+    from evalpipe.commands import report
+    from evalpipe.core.errors import EvalpipeError
+
+    parser = argparse.ArgumentParser(prog="evalpipe report")
+    report.add_arguments(parser)
+    try:
+        return report.run(parser.parse_args([str(folder)]))
+    except EvalpipeError as exc:
+        print(f"evalpipe report: error: {exc}", file=sys.stderr)
+        return exc.exit_status
+
+
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.sweep import preset_list
+    from evalpipe.rundir.sweep import preset_list
 
     presets = preset_list(args.preset)
     if len(presets) > 1:
         return _sweep(args, presets)
     args.preset = presets[0]
-    from evalpipe.checkpoint import StopOnSignal
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
-    from evalpipe.errors import ConfigError
-    from evalpipe.localplan import plan_local
     from evalpipe.monitor import PHASE_FILE, Monitor
-    from evalpipe.registry import load_preset
-    from evalpipe.replicas import ReplicaPool
-    from evalpipe.results import new_run_dir
-    from evalpipe.rundir import MANIFEST
-    from evalpipe.runner import RunOptions, run_evaluation
-    from evalpipe.summary import format_summary
+    from evalpipe.run.localplan import plan_local
+    from evalpipe.run.replicas import ReplicaPool
+    from evalpipe.run.runner import RunOptions, run_evaluation
+    from evalpipe.run.watchdog import Watchdog, stall_limits
+    from evalpipe.rundir.checkpoint import StopOnSignal
+    from evalpipe.rundir.layout import MANIFEST
+    from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.summary import format_summary
     from evalpipe.tasks import load_tasks
-    from evalpipe.watchdog import Watchdog, stall_limits
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from evalpipe import exitcodes
 from evalpipe.commands._options import seconds
+from evalpipe.core import exitcodes
 
 HELP = "Run a Python file in the code sandbox; it passes if it runs to its end cleanly."
 ORDER = 80
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe import sandbox
+    from evalpipe.sandbox import pool as sandbox
 
     result = sandbox.run_program(args.file, timeout_s=args.timeout)
     if args.json:

@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
-    from evalpipe.localplan import plan_local
-    from evalpipe.registry import load_preset
-    from evalpipe.serve import VLLM_SERVER, served_name, server_argv, server_kwargs
+    from evalpipe.run.localplan import plan_local
+    from evalpipe.run.serve import VLLM_SERVER, served_name, server_argv, server_kwargs
 
     preset = load_preset(args.preset)
     layout = plan_local(

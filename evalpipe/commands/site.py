@@ -31,10 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe import registry, sitedetect
-    from evalpipe.errors import ConfigError
-    from evalpipe.results import write_text
-    from evalpipe.slurm import Slurm
+    from evalpipe.catalog import registry
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.rundir.results import write_text
+    from evalpipe.slurm import sitedetect
+    from evalpipe.slurm.client import Slurm
 
     out: Path | None = args.output
     if out is not None:

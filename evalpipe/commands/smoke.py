@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.errors import ConfigError
-    from evalpipe.results import new_run_dir
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.rundir.results import new_run_dir
 
     out = args.out or new_run_dir(Path("results"), f"smoke-{Path(args.preset).stem}")
     if args.local:
@@ -55,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace, out: Path) -> int:
-    from evalpipe import models, planner, registry
-    from evalpipe.calibration import table
+    from evalpipe.catalog import models, registry
+    from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
-    from evalpipe.errors import ConfigError
-    from evalpipe.smoke import run_smoke
+    from evalpipe.estimate.calibration import table
+    from evalpipe.planning import planner
+    from evalpipe.run.smoke import run_smoke
 
     if args.cluster is None and args.gpu is None:
         raise ConfigError("evalpipe smoke --local needs --gpu NAME or --cluster C to plan for.")
@@ -91,9 +92,9 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 
 
 def _submit(args: argparse.Namespace, out: Path) -> int:
-    from evalpipe.calibration import load_calibrations, table
-    from evalpipe.jobspec import JobOptions
-    from evalpipe.submit import prepare, submit_prepared
+    from evalpipe.estimate.calibration import load_calibrations, table
+    from evalpipe.jobs.jobspec import JobOptions
+    from evalpipe.jobs.submit import prepare, submit_prepared
 
     options = JobOptions(
         backend=args.backend,

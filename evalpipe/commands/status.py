@@ -22,9 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _newest(results: Path) -> Path:
-    from evalpipe.errors import RunDirError
-    from evalpipe.rundir import SUBMISSION
-    from evalpipe.sweep import SWEEP_MANIFEST
+    from evalpipe.core.errors import RunDirError
+    from evalpipe.rundir.layout import SUBMISSION
+    from evalpipe.rundir.sweep import SWEEP_MANIFEST
 
     found = [p.parent for p in results.glob(f"*/{SUBMISSION}") if p.is_file()]
     found += [p.parent for p in results.glob(f"*/{SWEEP_MANIFEST}") if _submitted_sweep(p.parent)]
@@ -38,8 +38,8 @@ def _newest(results: Path) -> Path:
 
 def _submitted_sweep(folder: Path) -> bool:
     """A sweep folder written by `evalpipe submit` (a local sweep has no jobs to show)."""
-    from evalpipe.errors import RunDirError
-    from evalpipe.sweep import read_sweep
+    from evalpipe.core.errors import RunDirError
+    from evalpipe.rundir.sweep import read_sweep
 
     try:
         sweep = read_sweep(folder)
@@ -49,16 +49,16 @@ def _submitted_sweep(folder: Path) -> bool:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    from evalpipe.sweep import read_sweep
+    from evalpipe.rundir.sweep import read_sweep
 
     sweep = read_sweep(root)
     return [root] if sweep is None else [root / r.run_dir for r in sweep.runs]
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.slurm import Slurm
-    from evalpipe.submit import Job
-    from evalpipe.textable import format_table
+    from evalpipe.core.textable import format_table
+    from evalpipe.jobs.submit import Job
+    from evalpipe.slurm.client import Slurm
 
     root = args.run_dir or _newest(Path("results"))
     client = Slurm()

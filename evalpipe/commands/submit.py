@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from evalpipe.commands._options import add_job_arguments, job_options, names, seconds
-from evalpipe.executors import EXECUTORS
-from evalpipe.rundir import RunDir
+from evalpipe.jobs.executors import EXECUTORS
+from evalpipe.rundir.layout import RunDir
 
 HELP = "Size, render, validate (sbatch --test-only) and submit presets as SLURM jobs."
 ORDER = 55
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _print_dry_run(prepared: list) -> None:
-    from evalpipe.slurm import sbatch_argv
+    from evalpipe.slurm.client import sbatch_argv
 
     for p in prepared:
         print(f"==> {RunDir(p.run_dir).job_script} (not written) <==")
@@ -72,8 +72,8 @@ def _print_dry_run(prepared: list) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.predict import DEFAULT_RESULTS
-    from evalpipe.submit import JobStatus, check, default_out, prepare_all, submit_all
+    from evalpipe.estimate.predict import DEFAULT_RESULTS
+    from evalpipe.jobs.submit import JobStatus, check, default_out, prepare_all, submit_all
 
     presets = [p for group in args.preset for p in group]
     sweep = len(presets) > 1

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    from evalpipe.textable import format_table
+    from evalpipe.core.textable import format_table
 
     header = ("task", "category", "default", "source", "scoring", "metrics")
     table = [

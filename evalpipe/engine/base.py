@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from evalpipe.configio import as_config
-from evalpipe.errors import ConfigError, EngineError
+from evalpipe.core.configio import as_config
+from evalpipe.core.errors import ConfigError, EngineError
 
 # A prompt is plain text, or chat messages ({"role": ..., "content": ...}). A plain-text prompt
 # sent to a chat model becomes one user message.

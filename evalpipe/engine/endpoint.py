@@ -24,7 +24,9 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from evalpipe import models
+from evalpipe.catalog import models
+from evalpipe.catalog.registry import Preset
+from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
 from evalpipe.engine.base import (
     REMOTE_DEVICE,
@@ -38,8 +40,6 @@ from evalpipe.engine.base import (
     SamplingSettings,
 )
 from evalpipe.engine.http import HttpStatusError, RetryPolicy, Tally, request_json
-from evalpipe.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
-from evalpipe.registry import Preset
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from evalpipe.catalog.registry import Preset
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Engine, EngineSettings
-from evalpipe.errors import ConfigError
-from evalpipe.registry import Preset
 
 
 def _vllm(preset: Preset, settings: EngineSettings) -> Engine:

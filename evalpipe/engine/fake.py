@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evalpipe import __version__
+from evalpipe.catalog.registry import Preset
+from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import (
     Completion,
     Engine,
@@ -24,8 +26,6 @@ from evalpipe.engine.base import (
     Request,
     SamplingSettings,
 )
-from evalpipe.errors import ConfigError, EngineError
-from evalpipe.registry import Preset
 
 # Seconds each request takes when no delay is passed in: lets a SLURM job run with
 # `--backend fake` live long enough to be preempted in a test.

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from evalpipe.errors import EngineError
-from evalpipe.memory import WEIGHT_QUANT_STEPS, WeightQuantStep
+from evalpipe.core.errors import EngineError
+from evalpipe.planning.memory import WEIGHT_QUANT_STEPS, WeightQuantStep
 
 Kind = Literal["kv_capacity", "no_kv_memory", "startup_memory", "device_oom"]
 

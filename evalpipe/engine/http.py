@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.errors import EngineError
+from evalpipe.core.errors import EngineError
 
 # The longest Retry-After honoured: a server asking for more is treated as down for good.
 RETRY_AFTER_MAX_S = 600.0

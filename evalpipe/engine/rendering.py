@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Prompt
-from evalpipe.errors import ConfigError
 
 
 def messages(prompt: Prompt) -> list[dict[str, str]]:

@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe import models, provenance
-from evalpipe.configio import suggest
+from evalpipe.catalog import models
+from evalpipe.catalog.registry import DTYPE_BYTES, Preset
+from evalpipe.core import provenance
+from evalpipe.core.configio import suggest
+from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
 from evalpipe.engine.base import (
     Completion,
@@ -35,8 +38,6 @@ from evalpipe.engine.fallback import (
     bitsandbytes_supported,
     fp8_weights_supported,
 )
-from evalpipe.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
-from evalpipe.registry import DTYPE_BYTES, Preset
 
 # LLM() arguments evalpipe fills from the preset's own keys or the run's options; setting them in
 # engine_kwargs too would be ambiguous, so it is refused with the key to use instead.

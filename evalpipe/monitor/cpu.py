@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from evalpipe import provenance
+from evalpipe.core import provenance
 from evalpipe.monitor.readings import GIB, Reading
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evalpipe.monitor.readings import GIB, LogOnce, Reading
-from evalpipe.visible_gpus import VisibleGpu
+from evalpipe.monitor.visible_gpus import VisibleGpu
 
 
 class GpuSource:

@@ -27,13 +27,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalpipe.errors import ConfigError
+from evalpipe.core.errors import ConfigError
 from evalpipe.monitor import csvlog, phase
 from evalpipe.monitor.cpu import CpuSource, job_on_this_node
 from evalpipe.monitor.nvml import GpuSource
 from evalpipe.monitor.readings import LogOnce, Source, log
 from evalpipe.monitor.summary import DeviceSummary, Tally, summarise
-from evalpipe.visible_gpus import visible_devices
+from evalpipe.monitor.visible_gpus import visible_devices
 
 # How long set_phase() and stop() wait for a sampler stuck in a hung driver call (a GPU fallen
 # off the bus) before going on without it.

@@ -12,8 +12,8 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from evalpipe.core.intervals import interval
 from evalpipe.engine.base import REMOTE_DEVICE
-from evalpipe.intervals import interval
 from evalpipe.reports.loading import RunSet
 
 By = Literal["category", "task"]
@@ -120,7 +120,7 @@ def scores(runset: RunSet, by: By) -> pd.DataFrame:
     """Long table: run, group, metric, mean, stderr, ci_low, ci_high, n, n_total.
 
     stderr is the sample standard deviation / √n (0 for n = 1); ci_low..ci_high is the 95 %
-    interval of evalpipe.intervals (Wilson for 0/1 scores, bootstrap otherwise). Groups known
+    interval of evalpipe.core.intervals (Wilson for 0/1 scores, bootstrap otherwise). Groups known
     only from summary.json take its interval (NaN when written before intervals existed).
     """
     primary = runset.samples[runset.samples["primary"]].dropna(subset=["score"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from evalpipe.intervals import interval
+from evalpipe.core.intervals import interval
 from evalpipe.reports.stats import holm, is_binary, mcnemar_exact, paired_bootstrap
 
 # Costs compared as B / A (below 1 is cheaper or faster for B, depending on the quantity).

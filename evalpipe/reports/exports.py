@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.errors import RunDirError
+from evalpipe.core.errors import RunDirError
 from evalpipe.reports.aggregate import COST_COLUMNS
 from evalpipe.reports.compare import Comparison
 

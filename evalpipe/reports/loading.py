@@ -15,14 +15,14 @@ from typing import Any
 
 import pandas as pd
 
+from evalpipe.core.errors import ConfigError, RunDirError
 from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.engine.fallback import ladder_quantization
-from evalpipe.errors import ConfigError, RunDirError
-from evalpipe.manifest import Manifest
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.reports.readers import METRICS_COLUMNS, read_json, read_metrics, read_samples
-from evalpipe.rundir import RunDir
-from evalpipe.shard import Shard
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.manifest import Manifest
+from evalpipe.rundir.shard import Shard
 
 # The most telling status of a run's jobs when the run is not complete.
 _STATUS_ORDER = ("failed", "interrupted", "running")

@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.errors import RunDirError
+from evalpipe.core.errors import RunDirError
 from evalpipe.monitor import COLUMNS as METRICS_COLUMNS
-from evalpipe.rundir import SCHEMA  # the run-directory schema this reader understands
+from evalpipe.rundir.layout import SCHEMA  # the run-directory schema this reader understands
 
 
 def _read_bytes(path: Path) -> bytes:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evalpipe import intervals
+from evalpipe.core import intervals
 
 # Cap on resampled indices held at once (resamples × n), so memory stays ~32 MB for any n.
 _CHUNK_ELEMENTS = 4_000_000

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.manifest import Manifest, PlannedTask, RunStatus
-from evalpipe.rundir import SCHEMA, RunDir
-from evalpipe.summary import metric_stats
+from evalpipe.rundir.layout import SCHEMA, RunDir
+from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.summary import metric_stats
 
 
 @dataclass(frozen=True, kw_only=True)

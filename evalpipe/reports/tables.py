@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from evalpipe.core.span import fmt_seconds
 from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.reports.compare import Comparison
-from evalpipe.span import fmt_seconds
 
 DASH = "—"  # not measured / not applicable
 SCORE_NOTE = (

@@ -14,9 +14,9 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from evalpipe import registry
-from evalpipe.configio import unknown_name
-from evalpipe.errors import ConfigError
+from evalpipe.catalog import registry
+from evalpipe.core.configio import unknown_name
+from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.config import TaskConfig, load_task_config
 from evalpipe.tasks.scorers import RunPrograms
 from evalpipe.tasks.task import ConfiguredTask

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Prompt, SamplingSettings
-from evalpipe.errors import ConfigError
 
 
 def check_limit(limit: object) -> None:

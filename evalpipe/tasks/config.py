@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from evalpipe.configio import build, read_yaml
+from evalpipe.catalog.registry import GENERATION_CONFIG_RULES
+from evalpipe.core.configio import build, read_yaml
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.registry import GENERATION_CONFIG_RULES
 
 SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
 SCORERS = ("multiple_choice", "math", "code")

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from evalpipe.errors import DatasetError, MissingDependencyError
+from evalpipe.core.errors import DatasetError, MissingDependencyError
 from evalpipe.tasks.config import SourceConfig
 
 Row = dict[str, Any]

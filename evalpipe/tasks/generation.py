@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evalpipe.catalog.registry import GENERATION_CONFIG_RULES, Preset
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.errors import ConfigError
-from evalpipe.registry import GENERATION_CONFIG_RULES, Preset
 from evalpipe.tasks.config import TaskConfig
 
 FILE = "generation_config.json"

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import jinja2
 
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Prompt
-from evalpipe.errors import ConfigError
 from evalpipe.tasks.config import PromptConfig
 from evalpipe.tasks.records import Record
 

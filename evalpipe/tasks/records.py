@@ -13,7 +13,7 @@ import re
 import string
 from typing import Any
 
-from evalpipe.errors import DatasetError
+from evalpipe.core.errors import DatasetError
 from evalpipe.tasks.config import ScorerConfig
 
 Record = dict[str, Any]

@@ -22,7 +22,7 @@ from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
 
 Target = dict[str, Any]
-# evalpipe.sandbox.run_programs, or a stand-in with the same signature.
+# evalpipe.sandbox.pool.run_programs, or a stand-in with the same signature.
 RunPrograms = Callable[..., Sequence[Any]]
 
 
@@ -148,7 +148,7 @@ class CodeScorer:
     def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
         run = self._run
         if run is None:
-            from evalpipe.sandbox import run_programs as run
+            from evalpipe.sandbox.pool import run_programs as run
         codes = [[self._build(target, text) for text in texts] for target, texts in items]
         programs = [program for item in codes for _, program in item]
         results = iter(run(programs, timeout_s=self._timeout_s))
@@ -188,7 +188,7 @@ PROGRAMS: dict[str, Callable[[Target, str], tuple[str, str]]] = {
 
 
 def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = None) -> Scorer:
-    """The scorer a task file asks for; `run_programs` defaults to evalpipe.sandbox's."""
+    """The scorer a task file asks for; `run_programs` defaults to evalpipe.sandbox.pool's."""
     if config.kind == "multiple_choice":
         return MultipleChoiceScorer()
     if config.kind == "math":

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.configio import as_config, first_repeat
-from evalpipe.errors import DatasetError
+from evalpipe.core.configio import as_config, first_repeat
+from evalpipe.core.errors import DatasetError
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows

@@ -15,7 +15,7 @@ import zlib
 
 import pynvml  # noqa: F401 (the real module first: the fake takes its error classes from it)
 
-from evalpipe.fake_nvml import GIB, FakeGpu, FakeNvml, fake_uuid
+from evalpipe.monitor.fake_nvml import GIB, FakeGpu, FakeNvml, fake_uuid
 
 _node = zlib.crc32(os.environ.get("SLURMD_NODENAME", "local").encode()) % 10_000
 sys.modules["pynvml"] = FakeNvml(  # type: ignore[assignment]

@@ -1,0 +1,1 @@
+"""What evalpipe knows before a run: presets, GPUs, clusters, model configs, model preparation."""

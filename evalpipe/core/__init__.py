@@ -1,0 +1,1 @@
+"""Lowest layer: errors, exit codes, strict config I/O, spans, tables, intervals, provenance."""

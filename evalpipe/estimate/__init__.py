@@ -1,0 +1,1 @@
+"""Cost estimates: work model, throughput, calibration, history, shard and time choice (pure)."""

@@ -1,0 +1,1 @@
+"""SLURM jobs: job spec, render (pure), preflight, submit and executors."""

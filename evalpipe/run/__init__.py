@@ -1,0 +1,1 @@
+"""Running an evaluation: runner, streaming loop, replicas, watchdog, merge, server mode, Ray."""

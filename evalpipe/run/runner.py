@@ -1,0 +1,512 @@
+"""Run tasks through an engine into a run directory, resumably (orchestration only).
+
+Order of work: check the directory against the configuration (before paying for a model load),
+load the engine once, then stream every pending sample through it (evalpipe.run.stream): the
+engine's queue is kept full across task boundaries, each finished sample is scored and appended
+to samples.jsonl at once, and a stop signal aborts what is in flight. The manifest is rewritten
+every few seconds, so timings survive a kill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from evalpipe.catalog.registry import Preset
+from evalpipe.core import exitcodes, provenance
+from evalpipe.core.configio import first_repeat
+from evalpipe.core.errors import ConfigError, RunDirError, StorageError
+from evalpipe.engine.base import Engine, EngineSettings
+from evalpipe.engine.factory import check_backend
+from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.run.diagnostics import write_stall_report
+from evalpipe.run.progress import Progress
+from evalpipe.run.stream import Hooks, Item, run_stream
+from evalpipe.run.watchdog import Stall, Watchdog, end_process
+from evalpipe.rundir.checkpoint import check_resume, config_hash
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.lock import RunLock
+from evalpipe.rundir.manifest import Attempt, Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.results import (
+    SampleLog,
+    SampleRecord,
+    check_unique,
+    read_json,
+    read_samples,
+    repair_samples,
+    salvage_samples,
+    write_json,
+)
+from evalpipe.rundir.shard import Shard
+from evalpipe.rundir.summary import summarize_run
+from evalpipe.tasks.base import Sample, Task, check_limit
+from evalpipe.tasks.bounds import needed_model_len
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What to run: everything in here except `engine`, `replicas` and `window` is
+    fingerprinted (a run resumes under another layout)."""
+
+    backend: str
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    categories: tuple[str, ...] | None = None
+    limit: int | None = None
+    shard: Shard | None = None
+    replicas: int = 1
+    # Requests kept in flight per engine; None: the engine's own capacity (2 × max_num_seqs).
+    window: int | None = None
+    # Fixed request order, window and seeds on one engine, and batch-invariant kernels where
+    # the engine has them (docs/runner.md says what each platform promises).
+    deterministic: bool = False
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)
+        check_limit(self.limit)
+        if self.replicas < 1:
+            raise ConfigError(f"replicas must be ≥ 1, got {self.replicas}.")
+        if self.window is not None and self.window < 1:
+            raise ConfigError(f"the admission window must be ≥ 1 request, got {self.window}.")
+        if self.backend == "openai" and self.replicas > 1:
+            raise ConfigError(
+                f"The openai backend is one client of a server, not {self.replicas} replicas: "
+                "the server runs its own replicas. Drop --replicas; raise --concurrency to "
+                "keep more requests in flight."
+            )
+        if self.deterministic and self.replicas > 1:
+            raise ConfigError(
+                f"--deterministic runs one engine, not {self.replicas} replicas: which replica "
+                "(and which batch) a sample lands in depends on timing. Pass --replicas 1."
+            )
+
+
+class PhaseMonitor(Protocol):
+    """The GPU/CPU sampler as the runner uses it (evalpipe.monitor.Monitor, started).
+
+    stop() returns per-device summaries covering every attempt of the run (the monitor resumes
+    its metrics.csv), so the runner stores the latest ones rather than adding them up."""
+
+    def set_phase(self, name: str) -> None: ...
+
+    def stop(self) -> list[DeviceSummary]: ...
+
+
+class StopFlag(Protocol):
+    requested: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    status: RunStatus  # "complete" or "interrupted"
+    run_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def exit_status(self) -> int:
+        return exitcodes.OK if self.status == "complete" else exitcodes.RESUMABLE
+
+
+def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> dict[str, Any]:
+    """The manifest's `config`; JSON round-tripped so it compares equal to a stored one."""
+    config = {
+        "preset": preset.name,
+        "model": {
+            "model": preset.model,
+            "revision": preset.revision,
+            "chat": preset.chat,
+            "dtype": preset.dtype,
+            "quantization": preset.quantization,
+            "kv_cache_dtype": preset.kv_cache_dtype,
+            "max_model_len": options.engine.max_model_len or preset.max_model_len,
+            "seed": preset.seed,
+        },
+        "backend": options.backend,
+        "categories": list(options.categories) if options.categories else None,
+        "tasks": [t.name for t in tasks],
+        "definitions": {t.name: t.definition() for t in tasks},
+        "limit": options.limit,
+        "shard": str(options.shard) if options.shard else None,
+        "sampling": {t.name: t.sampling.to_dict() for t in tasks},
+        # Not fingerprinted: a run resumes under another layout (checkpoint.UNHASHED).
+        "engine": dataclasses.asdict(options.engine) | {"replicas": options.replicas},
+    }
+    if options.deterministic:  # absent otherwise: runs made before the mode existed resume
+        config["deterministic"] = True
+    return json.loads(json.dumps(config))
+
+
+def select_samples(task: Task, options: RunOptions) -> list[Sample]:
+    """The samples this run owes for `task`: the limit first, then the shard's slice."""
+    samples = task.samples(options.limit)
+    repeated = first_repeat(sample.id for sample in samples)
+    if repeated is not None:
+        raise ConfigError(
+            f"Task {task.name!r} yields sample id {repeated!r} twice; sample ids must be "
+            "unique so that resume and merge can key on them."
+        )
+    return options.shard.select(samples) if options.shard else samples
+
+
+class _Run:
+    """One attempt at a run directory: owns the manifest and rewrites it as work proceeds."""
+
+    def __init__(self, out_dir: Path, manifest: Manifest) -> None:
+        self.files = RunDir(out_dir)
+        self.manifest = manifest
+        self.started = time.monotonic()
+        self.attempt: Attempt | None = None
+
+    def begin_attempt(self) -> None:
+        self.attempt = Attempt(
+            started_at=provenance.utc_now(),
+            host=provenance.host(),
+            slurm=provenance.slurm_ids(),
+            git_sha=provenance.git_sha(),
+        )
+        self.manifest.begin(self.attempt)
+        self.save()
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        self.manifest.add_time(phase, seconds)
+
+    def note_engine(self, engine: Engine) -> None:
+        """Record the engine's effective settings and OOM fallback steps (they can change while
+        it generates)."""
+        self.manifest.engine = engine.describe()
+        for step in engine.fallback_steps:
+            if step not in self.manifest.oom_fallback:
+                self.manifest.oom_fallback.append(step)
+
+    def save(self) -> None:
+        if self.attempt is not None:
+            self.attempt.wall_s = round(time.monotonic() - self.started, 3)
+        write_json(self.files.manifest, self.manifest.to_dict())
+
+    def stalled(
+        self, stall: Stall, records: list[SampleRecord], sampler: PhaseMonitor | None
+    ) -> Path:
+        """On the watchdog's thread: write the diagnostics, stop the monitor, checkpoint (the
+        finished samples are on disk already) and mark the attempt interrupted; the report."""
+        slurm = provenance.slurm_ids()
+        report = self.files.stall_report(slurm, len(self.manifest.attempts))
+        write_stall_report(report, stall, self.files, slurm)
+        if sampler is not None:
+            self.manifest.devices = sampler.stop()
+        error = f"stalled: {stall.describe()}; diagnostics in {report}"
+        self.finish("interrupted", list(records), error=error)
+        return report
+
+    def finish(
+        self, status: RunStatus, records: list[SampleRecord], error: str | None = None
+    ) -> dict:
+        now = provenance.utc_now()
+        if self.attempt is not None:
+            self.attempt.status = status
+            self.attempt.finished_at = now
+        self.manifest.status = status
+        self.manifest.finished_at = now
+        self.manifest.error = error
+        self.save()
+        summary = summarize_run(records, self.manifest)
+        write_json(self.files.summary, summary)
+        return summary
+
+
+def _new_manifest(
+    out_dir: Path, preset: Preset, config: dict[str, Any], planned: list[PlannedTask]
+) -> Manifest:
+    plan_file = RunDir(out_dir).plan  # written beside the run by `evalpipe submit`
+    return Manifest(
+        run_id=out_dir.name,
+        status="running",
+        plan=read_json(plan_file) if plan_file.exists() else None,
+        config=config,
+        config_hash=config_hash(config),
+        versions=provenance.versions(),
+        git_sha=provenance.git_sha(),
+        slurm=provenance.slurm_ids(),
+        seed=preset.seed,
+        started_at=provenance.utc_now(),
+        samples_planned=planned,
+    )
+
+
+def _load_existing(
+    out_dir: Path, config: dict[str, Any], planned_keys: set[tuple[str, str]]
+) -> tuple[Manifest | None, list[SampleRecord]]:
+    """The directory's manifest (None if new) and its finished samples, after checking both."""
+    samples_path = RunDir(out_dir).samples
+    manifest_path = RunDir(out_dir).manifest
+    if not manifest_path.exists():
+        if samples_path.exists():
+            raise RunDirError(
+                f"{samples_path} exists but {manifest_path.name} does not, so its configuration "
+                "is unknown. Pass a new --out directory."
+            )
+        return None, []
+    manifest = Manifest.from_dict(read_json(manifest_path), where=str(manifest_path))
+    check_resume(manifest, config, out_dir)
+    repair_samples(samples_path)
+    damaged = salvage_samples(samples_path, RunDir(out_dir).damaged)
+    if damaged:
+        log.warning(
+            "%d damaged line(s) in %s were moved to %s; their samples run again.",
+            damaged,
+            samples_path,
+            RunDir(out_dir).damaged.name,
+        )
+    records = read_samples(samples_path)
+    check_unique(records, samples_path)
+    stray = [r.key for r in records if r.key not in planned_keys]
+    if stray:
+        task, sample_id = stray[0]
+        raise RunDirError(
+            f"{samples_path} holds {len(stray)} sample(s) this run does not plan, e.g. "
+            f"{sample_id!r} of task {task!r}: the task's data changed since the run began. "
+            "Pass a new --out directory."
+        )
+    return manifest, records
+
+
+def run_evaluation(
+    open_engine: Callable[[EngineSettings], Engine],
+    tasks: Sequence[Task],
+    out_dir: Path,
+    *,
+    preset: Preset,
+    options: RunOptions,
+    stop: StopFlag | None = None,
+    monitor: Callable[[Path], PhaseMonitor] | None = None,
+    progress: Callable[[int, int], Progress] = Progress,
+    watchdog: Callable[[Callable[[Stall], None]], Watchdog] | None = None,
+    exit_process: Callable[[int], None] = end_process,
+) -> RunResult:
+    """Evaluate `tasks` into `out_dir`, resuming whatever it already holds.
+
+    `open_engine(settings)` is called at most once, and only if samples remain; `settings` are
+    `options.engine` with `min_model_len` filled in from the tasks unless set.
+    `monitor(metrics_csv)` starts a sampler for this attempt. `progress(total, done)` builds the
+    progress display. `watchdog(on_stall)` starts a stall watchdog for this attempt; on a stall
+    the run writes its diagnostics, checkpoints and calls `exit_process(exitcodes.STALL)` from
+    the watchdog's thread.
+    Raises ResumeMismatchError if `out_dir` belongs to another configuration.
+    """
+    if not tasks:
+        raise ConfigError("No tasks selected: name at least one category or task.")
+    # The samples first: a task whose data cannot be had fails before the directory exists.
+    work = [(task, select_samples(task, options)) for task in tasks]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(out_dir):  # one writer at a time: a second run, resume or merge is refused
+        RunDir(out_dir).remove_leftovers()
+        return _evaluate(
+            open_engine,
+            tasks,
+            work,
+            out_dir,
+            preset,
+            options,
+            stop,
+            monitor,
+            progress,
+            watchdog,
+            exit_process,
+        )
+
+
+def _evaluate(
+    open_engine: Callable[[EngineSettings], Engine],
+    tasks: Sequence[Task],
+    work: list[tuple[Task, list[Sample]]],
+    out_dir: Path,
+    preset: Preset,
+    options: RunOptions,
+    stop: StopFlag | None,
+    monitor: Callable[[Path], PhaseMonitor] | None,
+    progress: Callable[[int, int], Progress],
+    watchdog: Callable[[Callable[[Stall], None]], Watchdog] | None,
+    exit_process: Callable[[int], None],
+) -> RunResult:
+    if options.engine.min_model_len is None:
+        settings = dataclasses.replace(options.engine, min_model_len=needed_model_len(work))
+        options = dataclasses.replace(options, engine=settings)
+    config = run_config(preset, tasks, options)
+    planned = [PlannedTask(name=t.name, category=t.category, n_total=len(s)) for t, s in work]
+    planned_keys = {(t.name, s.id) for t, samples in work for s in samples}
+    manifest, records = _load_existing(out_dir, config, planned_keys)
+    if manifest is None:
+        manifest = _new_manifest(out_dir, preset, config, planned)
+    # What this attempt runs with: the fingerprint matched, but the engine layout may differ,
+    # and a merged directory resumed unsharded owes more than its shards planned.
+    manifest.config = config
+    manifest.preset = json.loads(json.dumps(dataclasses.asdict(preset)))
+    manifest.samples_planned = planned
+    done = {r.key for r in records}
+    pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
+    run = _Run(out_dir, manifest)
+    if not any(samples for _, samples in pending):
+        if manifest.status != "complete":
+            # Every sample is on disk but the attempt that wrote them died before finishing:
+            # this attempt finishes the run (and marks that one lost).
+            run.begin_attempt()
+        return RunResult(
+            status="complete", run_dir=out_dir, summary=run.finish("complete", records)
+        )
+
+    run.begin_attempt()
+    sampler = monitor(RunDir(out_dir).metrics) if monitor else None
+
+    hooks: _RunHooks | None = None
+
+    def on_stall(stall: Stall) -> None:
+        try:
+            if hooks is not None:
+                hooks.write_scored()  # finished and scored, but the stuck loop never wrote them
+        except Exception:
+            log.exception("Writing the scored samples failed; the report follows regardless.")
+        report = run.stalled(stall, records, sampler)
+        print(
+            f"evalpipe run: stalled: {stall.describe()}. Diagnostics in {report}; the finished "
+            f"samples are kept. Exiting with {exitcodes.STALL}.",
+            file=sys.stderr,
+            flush=True,
+        )
+        exit_process(exitcodes.STALL)
+
+    guard = watchdog(on_stall) if watchdog else None
+    engine: Engine | None = None
+    try:
+        # A signal that came while starting up stops the run before it pays for a model load.
+        if not _stopping(stop):
+            _phase(sampler, "load")
+            t0 = time.monotonic()
+            engine = open_engine(options.engine)
+            if guard is not None:
+                guard.phase("generate")
+            run.add_time("load", time.monotonic() - t0)
+            run.manifest.versions = provenance.versions()  # the engine may have imported torch
+            run.note_engine(engine)
+            run.save()
+            items = [Item(task=t, sample=s) for t, samples in pending for s in samples]
+            bar = progress(len(planned_keys), len(done))
+            hooks = _RunHooks(run, engine, sampler, stop, bar, guard)
+            with SampleLog(RunDir(out_dir).samples) as log:
+
+                def write(new: Sequence[SampleRecord]) -> None:
+                    log.append(new)
+                    records.extend(new)
+                    hooks.written(new)
+
+                run_stream(
+                    engine,
+                    items,
+                    write,
+                    shard=options.shard.index if options.shard else None,
+                    window=options.window * options.replicas if options.window else None,
+                    hooks=hooks,
+                )
+            bar.close()
+            run.note_engine(engine)
+    except BaseException as exc:
+        status = "failed" if isinstance(exc, Exception) else "interrupted"
+        if guard is not None:
+            guard.stop()
+        _close(engine, sampler, run)
+        try:
+            run.finish(status, records, error=f"{type(exc).__name__}: {exc}")
+        except StorageError:
+            if not isinstance(exc, StorageError):
+                raise
+            # The file system refused the first write already: that is the error to report,
+            # and the manifest on disk keeps its last complete state.
+        raise
+    if guard is not None:
+        guard.stop()
+    _close(engine, sampler, run)
+    status = "complete" if len(records) == len(planned_keys) else "interrupted"
+    return RunResult(status=status, run_dir=out_dir, summary=run.finish(status, records))
+
+
+# How often the manifest (timings, engine state) is rewritten while samples stream.
+MANIFEST_SECONDS = 5.0
+
+
+class _RunHooks(Hooks):
+    """The streaming loop's reports, turned into timings, phases, progress and manifest saves."""
+
+    def __init__(
+        self,
+        run: _Run,
+        engine: Engine,
+        sampler: PhaseMonitor | None,
+        stop: StopFlag | None,
+        bar: Progress,
+        guard: Watchdog | None,
+    ) -> None:
+        self._run = run
+        self._engine = engine
+        self._sampler = sampler
+        self._stop = stop
+        self._bar = bar
+        self._guard = guard
+        self.write_scored: Callable[[], None] = lambda: None
+        self._phase = ""
+        self._saved = time.monotonic()
+
+    def stopping(self) -> bool:
+        return _stopping(self._stop)
+
+    def streaming(self, write_scored: Callable[[], None]) -> None:
+        self.write_scored = write_scored
+
+    def admitted(self, item: Item) -> None:
+        phase = f"generate:{item.task.category}"
+        if phase != self._phase:
+            self._phase = phase
+            _phase(self._sampler, phase)
+
+    def stepped(self, seconds: float, categories: Sequence[str]) -> None:
+        # Categories in flight together share the step's time (their sum is the stream's wall).
+        for category in categories:
+            self._run.add_time(f"generate:{category}", seconds / len(categories))
+        self._progress("an engine step finished")
+
+    def scored(self, category: str, seconds: float) -> None:
+        self._run.add_time(f"score:{category}", seconds)
+        self._progress(f"{category} samples scored")
+
+    def _progress(self, what: str) -> None:
+        if self._guard is not None:
+            self._guard.progress(what)
+
+    def written(self, records: Sequence[SampleRecord]) -> None:
+        self._progress("samples written")
+        self._bar.advance(len(records), sum(sum(r.completion_tokens) for r in records))
+        if time.monotonic() - self._saved >= MANIFEST_SECONDS:
+            self._run.note_engine(self._engine)
+            self._run.save()
+            self._saved = time.monotonic()
+
+
+def _stopping(stop: StopFlag | None) -> bool:
+    return stop is not None and stop.requested is not None
+
+
+def _phase(sampler: PhaseMonitor | None, name: str) -> None:
+    if sampler is not None:
+        sampler.set_phase(name)
+
+
+def _close(engine: Engine | None, sampler: PhaseMonitor | None, run: _Run) -> None:
+    if engine is not None:
+        engine.close()
+    if sampler is not None:
+        run.manifest.devices = sampler.stop()

@@ -1,0 +1,178 @@
+"""The streaming loop: keep the engine's queue full, score each sample as it finishes, write it.
+
+Samples are admitted in run order, across task boundaries, up to the engine's window; after
+every engine step the window is topped up again, so the batch never drains between tasks or
+chunks. Finished samples are scored on a worker thread (code tasks run their programs in the
+sandbox meanwhile) and appended to samples.jsonl by this thread alone, as soon as they are
+scored. A stop request aborts whatever is in flight.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from evalpipe.core.errors import EngineError
+from evalpipe.engine.base import Completion, Engine, Generation, Request
+from evalpipe.rundir.results import SampleRecord
+from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.scorers import best_option
+
+
+@dataclass(frozen=True, kw_only=True)
+class Item:
+    """One sample of one task on its way through the engine."""
+
+    task: Task
+    sample: Sample
+
+    def request(self, request_id: str) -> Request:
+        if self.sample.options:
+            return Request(
+                id=request_id,
+                prompt=self.sample.prompt,
+                continuations=tuple(o.continuation for o in self.sample.options),
+            )
+        return Request(id=request_id, prompt=self.sample.prompt, sampling=self.task.sampling)
+
+
+class Hooks:
+    """What the loop reports to its owner; every method is optional."""
+
+    def stopping(self) -> bool:
+        """True once the loop should abort what is in flight and return."""
+        return False
+
+    def admitted(self, item: Item) -> None: ...
+
+    def stepped(self, seconds: float, categories: Sequence[str]) -> None:
+        """One engine step took `seconds` while samples of `categories` were in flight."""
+
+    def scored(self, category: str, seconds: float) -> None: ...
+
+    def written(self, records: Sequence[SampleRecord]) -> None: ...
+
+    def streaming(self, write_scored: Callable[[], None]) -> None:
+        """The loop started. `write_scored()` writes the batches already scored but not yet
+        written: for a watchdog whose run is stuck in the engine for good, never to be called
+        while the loop's own thread can still run."""
+
+
+def run_stream(
+    engine: Engine,
+    items: Iterable[Item],
+    write: Callable[[Sequence[SampleRecord]], None],
+    *,
+    shard: int | None = None,
+    window: int | None = None,
+    hooks: Hooks | None = None,
+) -> bool:
+    """Stream `items` through `engine`, handing each scored record to `write` (in this thread).
+
+    Returns True when every item was written, False when `hooks.stopping()` cut it short (what
+    was in flight is aborted; what finished is written). `window` caps the requests in flight
+    (default: the engine's capacity)."""
+    hooks = hooks or Hooks()
+    limit = window or engine.capacity
+    queue: Iterator[Item] = iter(items)
+    in_flight: dict[str, Item] = {}
+    scoring: deque[Future[list[SampleRecord]]] = deque()
+    exhausted = False
+    counter = 0
+
+    def write_scored() -> None:
+        while scoring and scoring[0].done():
+            write(scoring.popleft().result())
+
+    hooks.streaming(write_scored)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalpipe-score") as pool:
+        while True:
+            if hooks.stopping():
+                engine.abort()
+                in_flight.clear()
+                break
+            batch: list[Request] = []
+            while not exhausted and len(in_flight) < limit:
+                item = next(queue, None)
+                if item is None:
+                    exhausted = True
+                    break
+                request_id = str(counter)
+                counter += 1
+                in_flight[request_id] = item
+                batch.append(item.request(request_id))
+                hooks.admitted(item)
+            if batch:
+                engine.add(batch)
+            if in_flight:
+                categories = sorted({i.task.category for i in in_flight.values()})
+                t0 = time.monotonic()
+                done = engine.step()
+                hooks.stepped(time.monotonic() - t0, categories)
+                if done:
+                    finished = [(in_flight.pop(c.id), c) for c in done]
+                    scoring.append(pool.submit(_score, finished, shard, hooks))
+            while scoring and (scoring[0].done() or not in_flight):
+                write(scoring.popleft().result())
+            if exhausted and not in_flight and not scoring:
+                return True
+        while scoring:  # what finished before the stop is kept
+            write(scoring.popleft().result())
+    return False
+
+
+def _score(
+    finished: Sequence[tuple[Item, Completion]], shard: int | None, hooks: Hooks
+) -> list[SampleRecord]:
+    """Records for finished samples, scored per task in one batch (code: one sandbox pool)."""
+    by_task: dict[str, list[tuple[Item, Completion, Generation]]] = {}
+    for item, completion in finished:
+        by_task.setdefault(item.task.name, []).append((item, completion, _answer(item, completion)))
+    records = []
+    for group in by_task.values():
+        task = group[0][0].task
+        t0 = time.monotonic()
+        scores = task.score_many([(item.sample, g.texts) for item, _, g in group])
+        hooks.scored(task.category, time.monotonic() - t0)
+        for (item, completion, generation), scored in zip(group, scores, strict=True):
+            records.append(
+                SampleRecord(
+                    task=task.name,
+                    category=task.category,
+                    sample_id=item.sample.id,
+                    prompt=item.sample.prompt,
+                    completions=generation.texts,
+                    extracted=scored.extracted,
+                    scores=scored.scores,
+                    prompt_tokens=generation.prompt_tokens,
+                    completion_tokens=generation.completion_tokens,
+                    option_logprobs=tuple(x.logprob for x in completion.loglikelihoods),
+                    shard=shard,
+                )
+            )
+    return records
+
+
+def _answer(item: Item, completion: Completion) -> Generation:
+    """The generated completions, or for a sample with options the most likely option."""
+    options = item.sample.options
+    if not options:
+        if completion.generation is None:
+            raise EngineError(f"Sample {item.sample.id!r} came back without a generation.")
+        return completion.generation
+    scored = completion.loglikelihoods
+    if len(scored) != len(options):
+        raise EngineError(
+            f"The engine returned {len(scored)} log-likelihoods for the {len(options)} options "
+            f"of sample {item.sample.id!r} of task {item.task.name!r}; it must return one per "
+            "option, in order."
+        )
+    best = best_option([o.continuation for o in options], [x.logprob for x in scored])
+    return Generation(
+        texts=(options[best].answer,),
+        prompt_tokens=scored[0].prompt_tokens,
+        completion_tokens=(0,),  # nothing generated
+    )

@@ -1,0 +1,164 @@
+"""The run directory's layout: the one place its file names live, and who may write each.
+
+    RUN/
+      manifest.json    the run's record (schema below)            writer: the run (run, merge)
+      samples.jsonl    one finished sample per line (the checkpoint)   writer: the run
+      samples.damaged.jsonl  lines found damaged on resume, moved aside  writer: the run
+      run.lock         who holds the directory (evalpipe.rundir.lock)      writer: the run
+      summary.json     metrics and throughput at the end of an attempt writer: the run
+      metrics.csv      the monitor's time series (this node)           writer: the run's monitor
+      metrics-<host>.csv  another node's series in a multi-node job     writer: that node's monitor
+      monitor-phase.json  the runner's phase and clock for those monitors  writer: the run's monitor
+      stall-<job>.<restart>.txt  what a stalled attempt looked like    writer: the run's watchdog
+      stall-requeues   job ids the sbatch script requeued after a stall   writer: the sbatch script
+      job.sbatch, merge.sbatch, plan.json, submission.json, logs/
+                       the submission, written before the job starts   writer: `evalpipe submit`
+      shards/<i>/      a complete run directory for array task i       writer: that task's run
+
+"The run" is whichever process holds the directory's lock (run.lock): `evalpipe run` (a first
+attempt or a resume) or `evalpipe merge`; nobody else writes its manifest, samples or summary.
+Reports and `evalpipe status` only read.
+
+Schema policy: manifest.json and summary.json carry `schema` (SCHEMA). Readers accept every
+version up to the current one (fields added later are optional and read with defaults); a
+change that old readers would misread raises SCHEMA, and a directory with a newer schema than
+this evalpipe knows is refused with an upgrade message.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = 1
+
+MANIFEST = "manifest.json"
+SAMPLES = "samples.jsonl"
+DAMAGED = "samples.damaged.jsonl"
+LOCK = "run.lock"
+SUMMARY = "summary.json"
+METRICS = "metrics.csv"
+NODE_METRICS = "metrics-*.csv"
+STALL_REQUEUES = "stall-requeues"
+JOB_SCRIPT = "job.sbatch"
+MERGE_SCRIPT = "merge.sbatch"
+PLAN = "plan.json"
+SUBMISSION = "submission.json"
+LOGS = "logs"
+SHARDS = "shards"
+
+# Any of these marks a run directory (a run killed early may have only some of them).
+RUN_FILES = (MANIFEST, SUMMARY, SAMPLES)
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths inside one run directory."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def manifest(self) -> Path:
+        return self.path / MANIFEST
+
+    @property
+    def samples(self) -> Path:
+        return self.path / SAMPLES
+
+    @property
+    def damaged(self) -> Path:
+        return self.path / DAMAGED
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS
+
+    def metrics_files(self) -> list[Path]:
+        """metrics.csv, then metrics-<host>.csv: the series other nodes of a multi-node job
+        record on the same clock and phases."""
+        own = [self.metrics] if self.metrics.exists() else []
+        return own + sorted(self.path.glob(NODE_METRICS))
+
+    def stall_report(self, slurm: dict | None, attempt: int) -> Path:
+        """Where the watchdog writes a stalled attempt's diagnostics: stall-<job>.<restart>.txt
+        in a SLURM job (the sbatch script names that file in the log), else stall-local.<n>.txt
+        for the run's n-th attempt."""
+        if slurm:
+            return self.path / f"stall-{slurm['job_id']}.{slurm['restart_count']}.txt"
+        return self.path / f"stall-local.{attempt}.txt"
+
+    def job_log(self, slurm: dict | None) -> Path | None:
+        """This SLURM job's log (the --output of evalpipe's templates): logs/<name>-<job>.out,
+        or an array task's logs/<name>-<array>_<task>.out in the run directory above shards/."""
+        if not slurm:
+            return None
+        if slurm.get("array_job_id"):
+            top = self.path.parent.parent if self.is_shard else self.path
+            pattern = f"*-{slurm['array_job_id']}_{slurm['array_task_id']}.out"
+        else:
+            top, pattern = self.path, f"*-{slurm['job_id']}.out"
+        return next(iter(sorted((top / LOGS).glob(pattern))), None)
+
+    @property
+    def job_script(self) -> Path:
+        return self.path / JOB_SCRIPT
+
+    @property
+    def merge_script(self) -> Path:
+        return self.path / MERGE_SCRIPT
+
+    @property
+    def plan(self) -> Path:
+        return self.path / PLAN
+
+    @property
+    def submission(self) -> Path:
+        return self.path / SUBMISSION
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOGS
+
+    @property
+    def shards(self) -> Path:
+        return self.path / SHARDS
+
+    def shard(self, index: int) -> RunDir:
+        return RunDir(self.shards / str(index))
+
+    @property
+    def is_shard(self) -> bool:
+        return self.path.parent.name == SHARDS
+
+    def remove_leftovers(self) -> None:
+        """Delete the temporary files of atomic replaces (.<name>.<random>.tmp) that a killed
+        process left; only the directory's holder calls this."""
+        for path in self.path.glob(".*.tmp"):
+            path.unlink(missing_ok=True)
+
+    def has_run_files(self) -> bool:
+        return any((self.path / name).is_file() for name in RUN_FILES)
+
+    def shard_dirs(self) -> list[RunDir]:
+        """shards/<i>/ folders holding run files, ordered by shard index."""
+        if not self.shards.is_dir():
+            return []
+        found = [
+            RunDir(Path(entry.path))
+            for entry in os.scandir(self.shards)
+            if entry.is_dir() and entry.name.isdigit()
+        ]
+        return sorted((d for d in found if d.has_run_files()), key=lambda d: int(d.name))

@@ -1,0 +1,217 @@
+"""manifest.json as typed records: the run's identity, configuration, attempts and timings.
+
+`Manifest` is the only code that knows the document's keys. The run that holds a directory
+(evalpipe.rundir.layout) builds and updates one; merge builds one from the shards' manifests;
+reports read them. Keys a newer evalpipe added are kept as they were (`extra`), so a rewrite never
+drops them; an older manifest lacking optional keys reads with their defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from evalpipe.core.errors import RunDirError
+from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.rundir.layout import SCHEMA
+
+RunStatus = Literal["running", "complete", "interrupted", "failed"]
+# An attempt found still `running` by the next one was killed without a word: `lost`.
+AttemptStatus = Literal["running", "complete", "interrupted", "failed", "lost"]
+
+
+@dataclass(kw_only=True)
+class Attempt:
+    """One process that worked on the run directory."""
+
+    started_at: str
+    finished_at: str | None = None
+    status: AttemptStatus = "running"
+    host: str = ""
+    slurm: dict[str, Any] | None = None  # job and array ids; None outside SLURM
+    git_sha: str | None = None
+    wall_s: float = 0.0
+    shard: int | None = None  # in a merged manifest: the shard the attempt worked on
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "status": self.status,
+            "host": self.host,
+            "slurm": self.slurm,
+            "git_sha": self.git_sha,
+            "wall_s": self.wall_s,
+        }
+        return out | ({"shard": self.shard} if self.shard is not None else {})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Attempt:
+        return cls(
+            started_at=str(data.get("started_at") or ""),
+            finished_at=data.get("finished_at"),
+            status=_status(data.get("status"), AttemptStatus, "attempt status"),
+            host=str(data.get("host") or ""),
+            slurm=data.get("slurm"),
+            git_sha=data.get("git_sha"),
+            wall_s=float(data.get("wall_s") or 0.0),
+            shard=data.get("shard"),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannedTask:
+    """A task as the run planned it: its category and how many samples this run owes."""
+
+    name: str
+    category: str
+    n_total: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task": self.name, "category": self.category, "n_total": self.n_total}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlannedTask:
+        return cls(name=data["task"], category=data["category"], n_total=int(data["n_total"]))
+
+
+_KEYS = (
+    "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
+    "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
+    "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
+)  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class Manifest:
+    """The run's record; mutable, because the one process that holds the run updates it."""
+
+    run_id: str
+    status: RunStatus
+    config: dict[str, Any]
+    config_hash: str
+    started_at: str
+    samples_planned: list[PlannedTask]
+    preset: dict[str, Any] | None = None  # the resolved preset of the latest attempt
+    plan: dict[str, Any] | None = None  # `evalpipe submit`'s plan.json
+    versions: dict[str, Any] = field(default_factory=dict)
+    git_sha: str | None = None
+    hosts: list[str] = field(default_factory=list)
+    slurm: dict[str, Any] | None = None
+    seed: int | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    oom_fallback: list[str] = field(default_factory=list)
+    finished_at: str | None = None
+    engine: dict[str, Any] | None = None  # the engine's own description (every replica's)
+    # Per-device summaries from the monitor, carried over from earlier attempts.
+    devices: list[DeviceSummary] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
+    error: str | None = None
+    shards: list[dict[str, Any]] | None = None  # a merged run: each shard's status
+    schema: int = SCHEMA
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
+
+    @property
+    def preset_name(self) -> str:
+        return str((self.preset or {}).get("name") or self.config.get("preset") or "")
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds the run's processes ran, over all attempts (and shards, once merged)."""
+        return math.fsum(a.wall_s for a in self.attempts)
+
+    @property
+    def n_total(self) -> int:
+        return sum(p.n_total for p in self.samples_planned)
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        self.timings[phase] = round(self.timings.get(phase, 0.0) + seconds, 6)
+
+    def begin(self, attempt: Attempt) -> None:
+        """A new attempt starts; one still `running` died without a word (kill -9)."""
+        for previous in self.attempts:
+            if previous.status == "running":
+                previous.status = "lost"
+        self.attempts.append(attempt)
+        self.status = "running"
+        self.finished_at = None
+        self.slurm = attempt.slurm
+        self.git_sha = attempt.git_sha
+        if attempt.host not in self.hosts:
+            self.hosts.append(attempt.host)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "status": self.status,
+            "preset": self.preset,
+            "plan": self.plan,
+            "config": self.config,
+            "config_hash": self.config_hash,
+            "versions": self.versions,
+            "git_sha": self.git_sha,
+            "hosts": self.hosts,
+            "slurm": self.slurm,
+            "seed": self.seed,
+            "timings": self.timings,
+            "oom_fallback": self.oom_fallback,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "samples_planned": [p.to_dict() for p in self.samples_planned],
+            "engine": self.engine,
+            "devices": [d.to_dict() for d in self.devices],
+            "attempts": [a.to_dict() for a in self.attempts],
+        }
+        if self.error is not None:
+            out["error"] = self.error
+        if self.shards is not None:
+            out["shards"] = self.shards
+        return self.extra | out
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "manifest.json") -> Manifest:
+        """A manifest of this schema or an older one; RunDirError naming `where` otherwise."""
+        if not isinstance(data, dict):
+            raise RunDirError(f"{where} must hold a JSON object, not {type(data).__name__}.")
+        schema = data.get("schema")
+        if not isinstance(schema, int) or schema > SCHEMA:
+            raise RunDirError(
+                f"{where} has schema {schema!r}; this evalpipe reads schema {SCHEMA} and older. "
+                "Upgrade evalpipe to read it."
+            )
+        try:
+            return cls(
+                schema=schema,
+                run_id=str(data["run_id"]),
+                status=_status(data["status"], RunStatus, "status"),
+                config=dict(data["config"]),
+                config_hash=str(data["config_hash"]),
+                started_at=str(data["started_at"]),
+                samples_planned=[PlannedTask.from_dict(p) for p in data["samples_planned"]],
+                preset=data.get("preset"),
+                plan=data.get("plan"),
+                versions=dict(data.get("versions") or {}),
+                git_sha=data.get("git_sha"),
+                hosts=list(data.get("hosts") or []),
+                slurm=data.get("slurm"),
+                seed=data.get("seed"),
+                timings={str(k): float(v) for k, v in (data.get("timings") or {}).items()},
+                oom_fallback=list(data.get("oom_fallback") or []),
+                finished_at=data.get("finished_at"),
+                engine=data.get("engine"),
+                devices=[DeviceSummary.from_dict(d) for d in data.get("devices") or []],
+                attempts=[Attempt.from_dict(a) for a in data.get("attempts") or []],
+                error=data.get("error"),
+                shards=data.get("shards"),
+                extra={k: v for k, v in data.items() if k not in _KEYS},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RunDirError(f"{where} is not a complete manifest ({exc!r}).") from exc
+
+
+def _status(value: Any, kind: Any, what: str) -> Any:
+    if value not in get_args(kind):
+        raise ValueError(f"{what} {value!r} is not one of {', '.join(get_args(kind))}")
+    return value

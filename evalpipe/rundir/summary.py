@@ -1,0 +1,243 @@
+"""Aggregate sample records into summary.json (pure: values in, values out).
+
+Per task and metric: mean, standard error (sample standard deviation / sqrt(n), 0 for n = 1),
+n, and a 95 % interval ci_low..ci_high (Wilson for 0/1 scores, bootstrap otherwise; see
+evalpipe.core.intervals). Per category: micro (all samples pooled) and macro (unweighted mean of
+task means).
+Sums use math.fsum, so results do not depend on record order: a resumed, sharded or merged run
+gives bit-identical numbers to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from evalpipe.core.intervals import interval
+from evalpipe.core.textable import format_table
+from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.rundir.layout import SCHEMA
+from evalpipe.rundir.manifest import Manifest, PlannedTask
+from evalpipe.rundir.results import SampleRecord
+
+
+def metric_stats(values: Sequence[float]) -> dict[str, Any]:
+    n = len(values)
+    mean = math.fsum(values) / n
+    low, high, method = interval(values)
+    bounds = {"ci_low": low, "ci_high": high, "ci_method": method}
+    if n == 1:
+        return {"mean": mean, "stderr": 0.0, "n": 1, **bounds}
+    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+    return {"mean": mean, "stderr": math.sqrt(variance) / math.sqrt(n), "n": n, **bounds}
+
+
+def _by_metric(records: Iterable[SampleRecord]) -> dict[str, list[float]]:
+    values: dict[str, list[float]] = {}
+    for record in records:
+        for metric, value in record.scores.items():
+            values.setdefault(metric, []).append(value)
+    return {m: values[m] for m in sorted(values)}
+
+
+def combine_devices(
+    runs: Sequence[tuple[Sequence[DeviceSummary], float]],
+) -> list[DeviceSummary]:
+    """One entry per (host, device) from the device summaries of separate runs (the shards of
+    an array job), each weighted by its wall time.
+
+    Peak memory is the maximum, energy the sum (unknown if any run lacks it), utilisation the
+    wall-time weighted mean.
+    """
+    merged: dict[tuple[str, str], DeviceSummary] = {}
+    weights: dict[tuple[str, str], float] = {}
+    for devices, seconds in runs:
+        for d in devices:
+            key = (d.host, d.device)
+            if key not in merged:
+                merged[key] = d
+                weights[key] = seconds
+                continue
+            m = merged[key]
+            merged[key] = dataclasses.replace(
+                m,
+                peak_memory_gib=_max(m.peak_memory_gib, d.peak_memory_gib),
+                energy_j=_sum(m.energy_j, d.energy_j),
+                mean_util_pct=_weighted(m.mean_util_pct, weights[key], d.mean_util_pct, seconds),
+                samples=m.samples + d.samples,
+            )
+            weights[key] += seconds
+    return list(merged.values())
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    present = [v for v in (a, b) if v is not None]
+    return max(present) if present else None
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _weighted(a: float | None, wa: float, b: float | None, wb: float) -> float | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return (a * wa + b * wb) / (wa + wb) if wa + wb > 0 else (a + b) / 2
+
+
+def _reasoning(records: Sequence[SampleRecord]) -> dict[str, Any]:
+    """Reasoning models: tokens spent reasoning, and completions cut off inside their
+    reasoning (scored as unanswered); nothing for tasks without reasoning."""
+    if not any(r.reasoning for r in records):
+        return {}
+    return {
+        "reasoning_tokens": sum(sum(r.reasoning_tokens) for r in records),
+        "cut_off_in_reasoning": sum(sum(r.cut_off) for r in records),
+    }
+
+
+def summarize(
+    records: Sequence[SampleRecord],
+    *,
+    run_id: str,
+    preset: str,
+    planned: Sequence[PlannedTask],
+    timings: Mapping[str, float],
+    wall_s: float,
+    devices: Sequence[DeviceSummary],
+    gpus: int,
+    oom_fallback: Sequence[str],
+) -> dict[str, Any]:
+    """summary.json for `records` of a run that planned `planned` (in run order)."""
+    by_task: dict[str, list[SampleRecord]] = {p.name: [] for p in planned}
+    for record in records:
+        by_task.setdefault(record.task, []).append(record)
+    tasks: dict[str, Any] = {}
+    categories: dict[str, dict[str, Any]] = {}
+    for p in planned:
+        values = _by_metric(by_task[p.name])
+        tasks[p.name] = {
+            "category": p.category,
+            "n": len(by_task[p.name]),
+            "n_total": p.n_total,
+            "metrics": {m: metric_stats(v) for m, v in values.items()},
+        } | _reasoning(by_task[p.name])
+        cat = categories.setdefault(p.category, {"pooled": {}, "task_means": {}})
+        for metric, vals in values.items():
+            cat["pooled"].setdefault(metric, []).extend(vals)
+            cat["task_means"].setdefault(metric, []).append(
+                tasks[p.name]["metrics"][metric]["mean"]
+            )
+    n_done = sum(t["n"] for t in tasks.values())
+    n_total = sum(p.n_total for p in planned)
+    prompt_tokens = sum(r.prompt_tokens for r in records)
+    generated = sum(sum(r.completion_tokens) for r in records)
+    generate_s = math.fsum(v for k, v in timings.items() if k.startswith("generate:"))
+    # None when nothing was generated (multiple choice by log-probabilities): there is no rate.
+    tokens_per_s = generated / generate_s if generate_s > 0 and generated > 0 else None
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "preset": preset,
+        "complete": n_done == n_total,
+        "n_done": n_done,
+        "n_total": n_total,
+        "tasks": tasks,
+        "categories": {
+            name: {
+                "micro": {m: metric_stats(v) for m, v in sorted(c["pooled"].items())},
+                "macro": {
+                    m: {"mean": math.fsum(v) / len(v), "n_tasks": len(v)}
+                    for m, v in sorted(c["task_means"].items())
+                },
+            }
+            for name, c in categories.items()
+        },
+        "throughput": {
+            "wall_s": round(wall_s, 3),
+            "load_s": round(timings.get("load", 0.0), 3),
+            "generate_s": round(generate_s, 3),
+            "prompt_tokens": prompt_tokens,
+            "generated_tokens": generated,
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_gpu": tokens_per_s / gpus if gpus and tokens_per_s else None,
+            "gpus": gpus,
+        },
+        "devices": [
+            d.to_dict()
+            | {
+                "j_per_token": d.energy_j / generated
+                if d.energy_j is not None and generated
+                else None
+            }
+            for d in devices
+        ],
+        "oom_fallback": list(oom_fallback),
+    }
+
+
+def _fmt(stats: Mapping[str, Any]) -> str:
+    return f"{stats['mean']:.3f}"
+
+
+def _ci(stats: Mapping[str, Any]) -> str:
+    """'[0.000, 0.278]'; summaries written before intervals existed show their stderr."""
+    if "ci_low" not in stats:
+        return f"±{stats['stderr']:.3f}"
+    return f"[{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """The results table printed at the end of `evalpipe run` and `evalpipe merge`."""
+    rows: list[tuple[object, ...]] = []
+    for name, task in summary["tasks"].items():
+        for metric, s in task["metrics"].items():
+            n = f"{task['n']}/{task['n_total']}"
+            rows.append((task["category"], name, metric, n, _fmt(s), _ci(s)))
+        if not task["metrics"]:
+            rows.append((task["category"], name, "-", f"0/{task['n_total']}", "-", ""))
+    for name, cat in summary["categories"].items():
+        for metric, s in cat["micro"].items():
+            rows.append((name, "(micro)", metric, s["n"], _fmt(s), _ci(s)))
+        for metric, s in cat["macro"].items():
+            tasks = f"{s['n_tasks']} task" + ("s" if s["n_tasks"] != 1 else "")
+            rows.append((name, "(macro)", metric, tasks, _fmt(s), ""))
+    table = format_table(("category", "task", "metric", "n", "mean", "95% CI"), rows)
+    t = summary["throughput"]
+    rate = f"{t['tokens_per_s']:.1f} tok/s" if t["tokens_per_s"] else "n/a"
+    work = (
+        f"{t['generated_tokens']} tokens generated in {t['generate_s']:.1f} s ({rate})"
+        if t["generated_tokens"]
+        else f"nothing generated, options scored in {t['generate_s']:.1f} s"
+    )
+    status = "complete" if summary["complete"] else "INCOMPLETE"
+    return (
+        f"{table}\n\n{summary['n_done']}/{summary['n_total']} samples ({status}); "
+        f"{work}; load {t['load_s']:.1f} s, wall {t['wall_s']:.1f} s"
+    )
+
+
+def summarize_run(records: Sequence[SampleRecord], manifest: Manifest) -> dict[str, Any]:
+    """summary.json from a run directory's records and manifest (runner and merge alike).
+
+    Timings and wall time add up over every attempt (and shard) recorded in the manifest.
+    The GPU count is every replica's TP × PP when the monitor saw GPUs, else 0 (a CPU run).
+    """
+    devices = manifest.devices
+    engine = manifest.config.get("engine") or {}
+    layout = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
+    layout *= engine.get("replicas", 1)
+    saw_gpu = any(d.is_gpu for d in devices)
+    return summarize(
+        records,
+        run_id=manifest.run_id,
+        preset=manifest.preset_name,
+        planned=manifest.samples_planned,
+        timings=manifest.timings,
+        wall_s=manifest.wall_s,
+        devices=devices,
+        gpus=layout if saw_gpu else 0,
+        oom_fallback=manifest.oom_fallback,
+    )

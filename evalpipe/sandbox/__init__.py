@@ -1,0 +1,1 @@
+"""Isolated execution of model-written programs."""

@@ -1,0 +1,245 @@
+"""Run untrusted, model-written Python programs isolated, resource-limited and in parallel.
+
+A program passes only if it runs to its end with no uncaught exception. Each program runs in a
+fresh process forked by a warm server (evalpipe/sandbox/worker.py, one per parallel worker,
+kept for reuse across calls); docs/sandbox.md gives the threat model and the limits.
+
+    results = run_programs(sources, workers=2, timeout_s=10.0)
+    [r.passed for r in results]
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+from evalpipe.core.errors import ConfigError, SandboxError
+
+log = logging.getLogger(__name__)
+
+WORKER = Path(__file__).with_name("worker.py")
+# The whole environment a program sees (plus HOME and TMPDIR, its working directory): nothing
+# inherited, so no tokens or secrets; one thread per numeric library so workers do not fight.
+PROGRAM_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+SandboxStatus = Literal["passed", "failed", "exited", "timeout", "killed", "error"]
+SERVER_START_S = 30.0  # a cold interpreter on a loaded node; normally ~0.1 s
+REPLY_GRACE_S = 15.0  # beyond the program's own timeout, before the server is presumed hung
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """Per-program resource limits; pass `Limits(address_space_mib=4096, ...)` to change them."""
+
+    cpu_s: int | None = None  # CPU seconds (RLIMIT_CPU); None: the wall-clock timeout + 1
+    address_space_mib: int = 2048  # virtual memory of each process (RLIMIT_AS)
+    file_size_mib: int = 64  # largest file it may write (RLIMIT_FSIZE)
+    disk_mib: int = 64  # size of its private tmpfs working directory (with namespaces)
+    # Processes and threads (RLIMIT_NPROC). Counted per uid: programs running at the same time
+    # share it where they run as `nobody` (as root) or as the calling user (without namespaces).
+    processes: int = 128
+    open_files: int = 256  # file descriptors per process (RLIMIT_NOFILE)
+    output_tail_bytes: int = 8192  # how much of the end of its stdout and stderr is kept
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.name == "cpu_s":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(
+                    f"Sandbox limit {f.name}={value!r} is not a positive whole number; "
+                    f"give one such as the default ({f.default!r})."
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxResult:
+    """How one program ended, and in `detail` why, in words."""
+
+    passed: bool
+    status: SandboxStatus
+    detail: str
+    returncode: int | None  # negative: killed by that signal; None: it never started
+    output_tail: str  # the last Limits.output_tail_bytes of its stdout and stderr, interleaved
+    output_bytes: int  # how much it wrote in all
+    duration_s: float
+    isolation: tuple[str, ...]  # what held on this machine: see docs/sandbox.md
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "isolation": list(self.isolation)}
+
+
+def _check_timeout(timeout_s: float) -> None:
+    if not isinstance(timeout_s, int | float) or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise ConfigError(f"Sandbox timeout {timeout_s!r} is not a positive number of seconds.")
+
+
+class _Server:
+    """One warm sandbox server process; runs one program at a time."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(WORKER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=PROGRAM_ENV,
+            cwd="/",
+            start_new_session=True,
+        )
+        self._buffer = b""
+        hello = self._read_line(time.monotonic() + SERVER_START_S)
+        if hello is None:
+            self.close()
+            raise SandboxError(
+                f"The sandbox server ({WORKER}) did not start within {SERVER_START_S:g} s; "
+                "its error, if any, is above on stderr."
+            )
+        self.isolation = tuple(hello["isolation"])
+        for note in hello["notes"]:
+            log.warning("sandbox: %s", note)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def _read_line(self, deadline: float) -> dict | None:
+        """The next JSON line from the server, or None if it died or missed the deadline."""
+        fd = self._proc.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def run(self, source: str, timeout_s: float, limits: Limits) -> SandboxResult:
+        request = {"source": source, "timeout_s": timeout_s, "limits": asdict(limits)}
+        try:
+            self._proc.stdin.write((json.dumps(request) + "\n").encode())
+            self._proc.stdin.flush()
+            reply = self._read_line(time.monotonic() + timeout_s + REPLY_GRACE_S)
+        except BrokenPipeError:
+            reply = None
+        if reply is None:
+            self.close()
+            return SandboxResult(
+                passed=False,
+                status="error",
+                detail="the sandbox server died or hung; the next program gets a new one",
+                returncode=None,
+                output_tail="",
+                output_bytes=0,
+                duration_s=0.0,
+                isolation=self.isolation,
+            )
+        return SandboxResult(isolation=self.isolation, **reply)
+
+    def close(self) -> None:
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stdout):
+            with contextlib.suppress(BrokenPipeError):
+                pipe.close()
+
+
+class _ServerPool:
+    """Idle servers kept between calls: starting one costs ~0.1 s, a program a few ms.
+
+    An idle server only waits on its stdin; it exits by itself when this process does.
+    """
+
+    def __init__(self) -> None:
+        self._idle: list[_Server] = []
+        self._lock = threading.Lock()
+
+    def forget(self) -> None:
+        """In a forked child: the inherited servers belong to the parent; start afresh."""
+        self._idle, self._lock = [], threading.Lock()
+
+    def run(self, source: str, timeout_s: float, limits: Limits) -> SandboxResult:
+        with self._lock:
+            server = self._idle.pop() if self._idle else None
+        if server is None:
+            server = _Server()
+        result = server.run(source, timeout_s, limits)
+        if server.alive:
+            with self._lock:
+                self._idle.append(server)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for server in idle:
+            server.close()
+
+
+_POOL = _ServerPool()
+atexit.register(_POOL.close)
+os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def shutdown() -> None:
+    """Stop the idle sandbox servers now (they also stop when this process exits)."""
+    _POOL.close()
+
+
+def run_program(
+    source: str, *, timeout_s: float = 10.0, limits: Limits | None = None
+) -> SandboxResult:
+    """Run one Python program in the sandbox and say whether it ran to its end cleanly."""
+    _check_timeout(timeout_s)
+    return _POOL.run(source, timeout_s, limits or Limits())
+
+
+def default_workers() -> int:
+    """The cores this process may use (a SLURM allocation's, not the whole node's)."""
+    return len(os.sched_getaffinity(0))
+
+
+def run_programs(
+    sources: Iterable[str],
+    *,
+    workers: int | None = None,
+    timeout_s: float = 10.0,
+    limits: Limits | None = None,
+) -> list[SandboxResult]:
+    """Run programs in parallel, at most `workers` at a time; results in the order given."""
+    _check_timeout(timeout_s)
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"Sandbox workers={workers!r} is not a positive whole number.")
+    sources = list(sources)
+    limits = limits or Limits()
+    n = min(workers or default_workers(), len(sources))
+    if n <= 1:
+        return [_POOL.run(source, timeout_s, limits) for source in sources]
+    with ThreadPoolExecutor(max_workers=n, thread_name_prefix="sandbox") as pool:
+        return list(pool.map(lambda source: _POOL.run(source, timeout_s, limits), sources))

@@ -1,0 +1,1 @@
+"""Talking to SLURM: argv builders, the client (the only subprocess), scontrol parsing, sites."""
