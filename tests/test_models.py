@@ -67,6 +67,8 @@ def test_a_missing_prepared_model_without_a_hub_names_the_command(
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(ConfigError, match=r"not a hub id.*evalpipe models prepare tiny_random"):
         models.model_source(load_preset("tiny_random"))
+    # Where a caller only looks (generation settings), a missing model is no error.
+    assert models.find_model(load_preset("tiny_random")) is None
 
 
 def test_prepare_names_presets_and_recipes_and_refuses_others() -> None:

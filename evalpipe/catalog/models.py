@@ -308,12 +308,9 @@ def _in_hf_cache(model_id: str, revision: str | None) -> bool:
     return isinstance(found, str)
 
 
-def model_source(preset: Preset) -> str:
-    """What to hand vLLM as `model`: a local folder, the prepared folder, else the hub id.
-
-    A preset with a recipe whose model is neither prepared nor obtainable (hub offline and not
-    in the Hugging Face cache) is refused with the command that builds it.
-    """
+def find_model(preset: Preset) -> str | None:
+    """A local folder, the prepared folder, else the hub id; None for a preset with a recipe
+    whose model is neither prepared nor obtainable (hub offline and not in the cache)."""
     local = Path(preset.model).expanduser()
     if local.is_dir():
         return str(local.resolve())
@@ -326,6 +323,16 @@ def model_source(preset: Preset) -> str:
         return preset.model
     if "/" in preset.model and _in_hf_cache(preset.model, preset.revision):
         return preset.model
+    return None
+
+
+def model_source(preset: Preset) -> str:
+    """What to hand vLLM as `model` (find_model); a model that cannot be had is refused with
+    the command that builds it."""
+    found = find_model(preset)
+    if found is not None:
+        return found
+    built = model_dir(str(preset.prepare))
     why = (
         "the hub is offline (HF_HUB_OFFLINE) and it is not in the Hugging Face cache"
         if "/" in preset.model
