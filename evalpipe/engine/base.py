@@ -43,6 +43,20 @@ class SamplingSettings:
         return as_config(self)
 
 
+class SeenSampling:
+    """The distinct sampling settings an engine was given, in first-seen order: its describe()
+    reports them as what it generated with (each task may have its own)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, Any]] = {}
+
+    def add(self, fields: dict[str, Any]) -> None:
+        self._seen.setdefault(json.dumps(fields, sort_keys=True), fields)
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return list(self._seen.values())
+
+
 @dataclass(frozen=True, kw_only=True)
 class Generation:
     """The n completions for one prompt and their token counts."""

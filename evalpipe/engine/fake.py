@@ -25,6 +25,7 @@ from evalpipe.engine.base import (
     Prompt,
     Request,
     SamplingSettings,
+    SeenSampling,
 )
 
 # Seconds each request takes when no delay is passed in: lets a SLURM job run with
@@ -70,8 +71,9 @@ class FakeEngine(Engine):
     Token counts are whitespace-separated words. Up to `max_num_seqs` requests run at once,
     each for `delay_s` (a fixed per-request latency); the rest wait their turn. `served` lists
     every prompt text answered, in the order requests finished, so tests can check what a
-    resumed run asked for. With `hang_after`, once that many requests were answered `step`
-    blocks (sleeping in `sleep`) until the engine is closed, then fails.
+    resumed run asked for; `sampling` holds the distinct settings it generated with. With
+    `hang_after`, once that many requests were answered `step` blocks (sleeping in `sleep`)
+    until the engine is closed, then fails.
     """
 
     backend = "fake"
@@ -95,6 +97,7 @@ class FakeEngine(Engine):
         self.hang_after = _env_hang_after() if hang_after is None else hang_after
         self.max_num_seqs = max_num_seqs
         self.served: list[str] = []
+        self.sampling = SeenSampling()
         self.closed = False
         self._clock = clock
         self._sleep = sleep
@@ -155,6 +158,7 @@ class FakeEngine(Engine):
                 loglikelihoods=tuple(self._loglikelihood(text, c) for c in request.continuations),
             )
         settings = request.sampling
+        self.sampling.add(settings.to_dict())
         texts = tuple(
             _truncate(self._completion(text, settings, i), settings) for i in range(settings.n)
         )
@@ -200,6 +204,7 @@ class FakeEngine(Engine):
             "engine_kwargs": {},
             "delay_s": self.delay_s,
             "scripted_keys": sorted(self.script),
+            "sampling": self.sampling.to_list(),
             "versions": {"evalpipe": __version__},
         }
 

@@ -31,6 +31,7 @@ from evalpipe.engine.base import (
     Prompt,
     Request,
     SamplingSettings,
+    SeenSampling,
 )
 from evalpipe.engine.fallback import (
     Context,
@@ -241,6 +242,7 @@ class VllmEngine(Engine):
         self._llm: Any = None
         self._pending: dict[str, Request] = {}  # admitted, not yet returned
         self._scoring: dict[str, _Scoring] = {}  # option-scoring requests' parts in flight
+        self._sampling = SeenSampling()
         self.builds = 0
         self.build_s = 0.0
 
@@ -362,9 +364,9 @@ class VllmEngine(Engine):
         engine = self._open_llm().llm_engine
         if request.sampling is not None:
             _, ids = self._render(request.prompt)
-            engine.add_request(
-                request.id, TokensPrompt(prompt_token_ids=ids), _params(request.sampling)
-            )
+            params = _params(request.sampling)
+            engine.add_request(request.id, TokensPrompt(prompt_token_ids=ids), params)
+            self._sampling.add(_described(params))
             return
         scoring = self._score_parts(request)
         added = []
@@ -512,6 +514,7 @@ class VllmEngine(Engine):
             },
             "device": self._device,
             "builds": self.builds,
+            "sampling": self._sampling.to_list(),
             "build_s": round(self.build_s, 2),
             "fallback_steps": self.fallback_steps,
             "batch_invariant": os.environ.get("VLLM_BATCH_INVARIANT") == "1",
@@ -568,3 +571,15 @@ def _params(settings: SamplingSettings) -> Any:
         seed=settings.seed if settings.temperature > 0 else None,
         output_kind=RequestOutputKind.FINAL_ONLY,
     )
+
+
+# What describe() reports of each distinct SamplingParams: everything a task or a model's
+# generation_config.json can set, as vLLM holds it.
+_DESCRIBED = (
+    "n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+    "frequency_penalty", "max_tokens", "seed", "stop", "ignore_eos",
+)  # fmt: skip
+
+
+def _described(params: Any) -> dict[str, Any]:
+    return {name: getattr(params, name) for name in _DESCRIBED}
