@@ -169,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     if len(presets) > 1:
         return _sweep(args, presets)
     args.preset = presets[0]
+    from evalpipe.catalog.models import find_model
     from evalpipe.catalog.registry import load_preset
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.rundir.results import new_run_dir
     from evalpipe.rundir.summary import format_summary
     from evalpipe.tasks import load_tasks
+    from evalpipe.tasks.generation import with_generation_config
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.
@@ -196,7 +198,11 @@ def run(args: argparse.Namespace) -> int:
                 "Drop --resume to start a new run there."
             )
         categories = args.categories or (None if args.tasks else preset.categories)
-        tasks = load_tasks(categories=categories, tasks=args.tasks, mc_method=args.mc_method)
+        tasks, generation_notes = with_generation_config(
+            preset,
+            load_tasks(categories=categories, tasks=args.tasks, mc_method=args.mc_method),
+            find_model(preset),
+        )
         layout = plan_local(
             preset,
             tp=args.tp,
@@ -236,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
             f"{layout.device}" + "".join(f"\n  note: {n}" for n in layout.notes)
         )
         print(f"evalpipe run: {where}", file=sys.stderr, flush=True)
+        for note in generation_notes:
+            print(f"evalpipe run: {note}", file=sys.stderr, flush=True)
 
         def start(settings: EngineSettings):
             if not layout.envs:  # one replica: the engine runs in this process

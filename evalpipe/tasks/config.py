@@ -240,7 +240,7 @@ class TaskConfig:
             isinstance(k, str) and isinstance(v, str) for k, v in self.fields.items()
         ):
             raise ValueError("fields must map names to column names (strings)")
-        _check_sampling(self.sampling, self.scorer)
+        check_sampling(self.sampling, self.scorer)
         if self.subsets and self.subsets.by == "config" and self.source.config is not None:
             raise ValueError("subsets by config replace source.config; remove one of them")
         if self.prompt.shots and self.prompt.shots_split == self.source.split:
@@ -250,7 +250,9 @@ class TaskConfig:
             )
 
 
-def _check_sampling(s: SamplingSettings, scorer: ScorerConfig) -> None:
+def check_sampling(s: SamplingSettings, scorer: ScorerConfig) -> None:
+    """ValueError naming the first setting that does not fit (a task file's, or the settings a
+    model's generation_config.json gives the task)."""
     if not isinstance(s.max_tokens, int) or s.max_tokens <= 0:
         raise ValueError(f"sampling.max_tokens must be a positive integer, got {s.max_tokens!r}")
     if not isinstance(s.n, int) or s.n <= 0:

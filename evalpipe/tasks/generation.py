@@ -11,24 +11,30 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import GENERATION_CONFIG_RULES, Preset
+from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.tasks.config import TaskConfig
+from evalpipe.tasks.config import TaskConfig, check_sampling
+from evalpipe.tasks.task import ConfiguredTask
 
 FILE = "generation_config.json"
 # Sampling keys of a generation_config.json that vLLM reads (vllm/config/model.py,
-# get_diff_sampling_param), and the SamplingSettings field each becomes, if it has one.
-SAMPLING_KEYS = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": None,
-    "min_p": None,
-    "repetition_penalty": None,
-}
+# get_diff_sampling_param; max_new_tokens aside: a task's token budget is its own). Only those
+# SamplingSettings has a field for can be applied; the others are named as not applied.
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+)
+APPLICABLE = frozenset(f.name for f in dataclasses.fields(SamplingSettings)) & set(SAMPLING_KEYS)
 
 
 def read_generation_config(model: str | Path, revision: str | None = None) -> dict[str, Any]:
@@ -62,6 +68,7 @@ def recommended(generation_config: dict[str, Any]) -> dict[str, float]:
         key: generation_config[key]
         for key in SAMPLING_KEYS
         if isinstance(generation_config.get(key), int | float)
+        and not isinstance(generation_config[key], bool)
     }
 
 
@@ -70,45 +77,63 @@ def rule(preset: Preset, task: TaskConfig) -> str:
     return task.generation_config or preset.generation_config
 
 
-def effective_sampling(
-    preset: Preset, task: TaskConfig, model: str | Path
-) -> tuple[SamplingSettings, str | None]:
-    """The settings a task runs with, and one line when the model recommends others.
+def _shown(values: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in values.items())
 
-    `model` is what the engine loads (models.model_source(preset)). Under `model`, the model's
-    temperature and top_p replace the task's; keys SamplingSettings cannot carry (top_k, min_p,
-    repetition_penalty) are named in the note as not applied.
+
+def effective_sampling(
+    preset: Preset, task: TaskConfig, wanted: dict[str, float]
+) -> tuple[SamplingSettings, str | None]:
+    """The settings a task runs with, given what the model's file recommends (`wanted`, from
+    `recommended`), and one line when that differs from the task's own settings.
+
+    Under `model`, the model's values replace the task's where SamplingSettings has the field
+    (temperature, top_p); the others (top_k, min_p, …) are named in the line as not applied.
     """
-    which = rule(preset, task)
-    assert which in GENERATION_CONFIG_RULES  # validated by Preset and TaskConfig
-    wanted = recommended(read_generation_config(model, preset.revision))
-    settings = task.sampling
-    if which == "model":
-        fields = {SAMPLING_KEYS[k]: float(v) for k, v in wanted.items() if SAMPLING_KEYS[k]}
-        settings = dataclasses.replace(task.sampling, **fields)
-        if settings.n > 1 and settings.temperature == 0:
-            raise ConfigError(
-                f"Task {task.name!r} asks for n = {settings.n} completions, but the model's "
-                f"{FILE} sets temperature 0 (generation_config: model), which makes them "
-                "identical. Use generation_config: task for this task."
-            )
-    differs = {
-        k: v
-        for k, v in wanted.items()
-        if SAMPLING_KEYS[k] is None or getattr(settings, str(SAMPLING_KEYS[k])) != v
-    }
+    own = task.sampling
+    if task.scorer.method == "logprobs":  # ranks options; nothing is generated
+        return own, None
+    differs = {k: v for k, v in wanted.items() if k not in APPLICABLE or getattr(own, k) != v}
     if not differs:
-        return settings, None
-    shown = ", ".join(f"{k}={v:g}" for k, v in differs.items())
-    used = f"temperature={settings.temperature:g}, top_p={settings.top_p:g}"
-    if which == "model":
-        note = (
-            f"{task.name}: using {preset.name}'s {FILE} ({used}; generation_config: model); "
-            f"not applied (evalpipe has no such setting): {shown}"
+        return own, None
+    if rule(preset, task) == "task":
+        return own, (
+            f"{task.name}: {preset.name}'s {FILE} recommends {_shown(differs)}; the task's "
+            f"settings are used (temperature={own.temperature:g}, top_p={own.top_p:g}; "
+            "generation_config: task)"
         )
-    else:
-        note = (
-            f"{task.name}: {preset.name}'s {FILE} recommends {shown}; the task's settings are "
-            f"used ({used}; generation_config: task)"
-        )
-    return settings, note
+    applied = {k: float(v) for k, v in differs.items() if k in APPLICABLE}
+    settings = dataclasses.replace(own, **applied)
+    try:
+        check_sampling(settings, task.scorer)
+    except ValueError as exc:
+        raise ConfigError(
+            f"Task {task.name!r} with {preset.name}'s {FILE} ({_shown(applied)}; "
+            f"generation_config: model): {exc}. Use generation_config: task for this task."
+        ) from None
+    parts = []
+    if applied:
+        replaced = _shown({k: getattr(own, k) for k in applied})
+        parts.append(f"using {preset.name}'s {FILE}: {_shown(applied)} (the task's: {replaced})")
+    unapplied = {k: v for k, v in differs.items() if k not in applied}
+    if unapplied:
+        parts.append(f"not applied (evalpipe has no such setting): {_shown(unapplied)}")
+    return settings, f"{task.name}: {'; '.join(parts)}; generation_config: model"
+
+
+def with_generation_config(
+    preset: Preset, tasks: Sequence[ConfiguredTask], model: str | None
+) -> tuple[list[ConfiguredTask], list[str]]:
+    """`tasks` set to generate with their effective settings, and one line per task whose own
+    settings differ from the model's recommendation. `model` is where the model is
+    (models.find_model(preset); None: nowhere here, so nothing is recommended)."""
+    wanted = recommended(read_generation_config(model, preset.revision)) if model else {}
+    if not wanted:
+        return list(tasks), []
+    chosen, notes = [], []
+    for task in tasks:
+        settings, note = effective_sampling(preset, task.config, wanted)
+        chosen.append(task if settings == task.sampling else task.with_sampling(settings))
+        if note is not None:
+            notes.append(note)
+    return chosen, notes

@@ -10,6 +10,7 @@ from typing import Any
 
 from evalpipe.core.configio import as_config, first_repeat
 from evalpipe.core.errors import DatasetError
+from evalpipe.engine.base import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
@@ -39,17 +40,30 @@ class ConfiguredTask:
         path: Path,
         run_programs: RunPrograms | None = None,
         reasoning_parser: str | None = None,
+        sampling: SamplingSettings | None = None,
     ) -> None:
         self.config = config
         self.reasoning_parser = reasoning_parser
         self.run_programs = run_programs
         self.name = config.name
         self.category = config.category
-        self.sampling = config.sampling
+        # What the engine generates with: the file's settings, or the effective ones of the
+        # generation_config rule (evalpipe/tasks/generation.py).
+        self.sampling = sampling or config.sampling
         self.path = path
         self._prompts = PromptBuilder(config.prompt, str(path))
         self._scorer = build_scorer(config.scorer, run_programs=run_programs)
         self._items: dict[str, list[Item]] = {}
+
+    def with_sampling(self, sampling: SamplingSettings) -> ConfiguredTask:
+        """This task generating with `sampling` instead of its file's settings."""
+        return ConfiguredTask(
+            self.config,
+            path=self.path,
+            run_programs=self.run_programs,
+            reasoning_parser=self.reasoning_parser,
+            sampling=sampling,
+        )
 
     @property
     def metrics(self) -> tuple[str, ...]:
