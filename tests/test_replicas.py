@@ -20,6 +20,7 @@ from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.planning import planner
 from evalpipe.run.localplan import LocalGpu, plan_local, visible_gpus
 from evalpipe.run.replicas import core_slices, device_slices
+from evalpipe.tasks import load_task
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -135,6 +136,9 @@ def test_visible_gpus_follow_cuda_visible_devices_by_uuid(monkeypatch) -> None:
 RUN = ["--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic", "--limit", "24"]
 
 
+ARITHMETIC = load_task("arithmetic").sampling.to_dict()
+
+
 def evalpipe_run(out: Path, *extra: str, delay: str = "0") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "EVALPIPE_FAKE_DELAY_S": delay}
     return subprocess.Popen(
@@ -167,6 +171,8 @@ def test_two_replicas_equal_one(tmp_path: Path, one_replica: Path) -> None:
     assert by_id(out) == by_id(one_replica)
     engine = json.loads((out / "manifest.json").read_text())["engine"]
     assert engine["backend"] == "replicas" and len(engine["replicas"]) == 2
+    # Each replica's description is its latest: what it generated with included.
+    assert [r["sampling"] for r in engine["replicas"]] == [[ARITHMETIC]] * 2
 
 
 def test_a_dead_replica_fails_the_run_by_name_and_a_rerun_completes(

@@ -84,8 +84,8 @@ def _serve(
                     engine.close()
                     return
             done = engine.step()
-            if done:
-                conn.send(("done", done, engine.fallback_steps))
+            if done:  # with the description, which changes as it runs (OOM steps, sampling)
+                conn.send(("done", done, engine.fallback_steps, engine.describe()))
     except EOFError:  # the orchestrator is gone
         return
     except BaseException as exc:
@@ -200,7 +200,7 @@ class ReplicaPool(Engine):
                 kind, *payload = replica.receive()
                 if kind == "error":
                     raise EngineError(f"{replica.name} failed: {payload[0]}")
-                completions, replica.fallback_steps = payload
+                completions, replica.fallback_steps, replica.describe = payload
                 replica.in_flight.difference_update(c.id for c in completions)
                 done.extend(completions)
             if not replica.process.is_alive():
