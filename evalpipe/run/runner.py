@@ -403,7 +403,6 @@ def _evaluate(
                 def write(new: Sequence[SampleRecord]) -> None:
                     log.append(new)
                     records.extend(new)
-                    hooks.written(new)
 
                 run_stream(
                     engine,
@@ -440,7 +439,10 @@ MANIFEST_SECONDS = 5.0
 
 
 class _RunHooks(Hooks):
-    """The streaming loop's reports, turned into timings, phases, progress and manifest saves."""
+    """The streaming loop's reports, turned into timings, phases, progress and manifest saves.
+
+    Called on the loop's thread only (see Hooks), so while samples stream the manifest has one
+    writer: a save never serialises it while another thread adds a timing."""
 
     def __init__(
         self,

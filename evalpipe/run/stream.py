@@ -4,7 +4,8 @@ Samples are admitted in run order, across task boundaries, up to the engine's wi
 every engine step the window is topped up again, so the batch never drains between tasks or
 chunks. Finished samples are scored on a worker thread (code tasks run their programs in the
 sandbox meanwhile) and appended to samples.jsonl by this thread alone, as soon as they are
-scored. A stop request aborts whatever is in flight.
+scored; the owner's hooks run on this thread alone too. A stop request aborts whatever is in
+flight.
 """
 
 from __future__ import annotations
@@ -40,25 +41,47 @@ class Item:
 
 
 class Hooks:
-    """What the loop reports to its owner; every method is optional."""
+    """What the loop reports to its owner; every method is optional.
+
+    Every method is called on the loop's thread (the one that called run_stream), one call at a
+    time, so an owner may change its state (a manifest, a progress bar) without a lock. Samples
+    are scored on a worker thread, but their scoring times travel back with their records and
+    are reported from the loop's thread. The one hand-over is `write_scored` (see `streaming`).
+    """
 
     def stopping(self) -> bool:
-        """True once the loop should abort what is in flight and return."""
+        """On the loop's thread, before each round: True once the loop should abort what is
+        in flight and return."""
         return False
 
-    def admitted(self, item: Item) -> None: ...
+    def admitted(self, item: Item) -> None:
+        """On the loop's thread: `item` is about to be added to the engine."""
 
     def stepped(self, seconds: float, categories: Sequence[str]) -> None:
-        """One engine step took `seconds` while samples of `categories` were in flight."""
+        """On the loop's thread: one engine step took `seconds` while samples of `categories`
+        were in flight."""
 
-    def scored(self, category: str, seconds: float) -> None: ...
+    def scored(self, category: str, seconds: float) -> None:
+        """On the loop's thread, just before `written` for the same batch: the scoring thread
+        took `seconds` to score the batch's samples of `category`."""
 
-    def written(self, records: Sequence[SampleRecord]) -> None: ...
+    def written(self, records: Sequence[SampleRecord]) -> None:
+        """On the loop's thread: `records` were handed to `write`."""
 
     def streaming(self, write_scored: Callable[[], None]) -> None:
-        """The loop started. `write_scored()` writes the batches already scored but not yet
-        written: for a watchdog whose run is stuck in the engine for good, never to be called
-        while the loop's own thread can still run."""
+        """On the loop's thread, once, as the loop starts. `write_scored()` writes the batches
+        already scored but not yet written, calling `scored` and `written` for them on its
+        caller's thread: for a watchdog whose loop is stuck in the engine for good (so the hooks
+        still run on one thread at a time), never while the loop's own thread can still run."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Scored:
+    """One batch back from the scoring thread: its records, and how long each task's samples
+    took to score, for the loop's thread to report."""
+
+    records: list[SampleRecord]
+    seconds: list[tuple[str, float]]  # (category, seconds), one per task in the batch
 
 
 def run_stream(
@@ -70,7 +93,7 @@ def run_stream(
     window: int | None = None,
     hooks: Hooks | None = None,
 ) -> bool:
-    """Stream `items` through `engine`, handing each scored record to `write` (in this thread).
+    """Stream `items` through `engine`, handing each scored record to `write` (on this thread).
 
     Returns True when every item was written, False when `hooks.stopping()` cut it short (what
     was in flight is aborted; what finished is written). `window` caps the requests in flight
@@ -79,13 +102,19 @@ def run_stream(
     limit = window or engine.capacity
     queue: Iterator[Item] = iter(items)
     in_flight: dict[str, Item] = {}
-    scoring: deque[Future[list[SampleRecord]]] = deque()
+    scoring: deque[Future[_Scored]] = deque()
     exhausted = False
     counter = 0
 
+    def deliver(batch: _Scored) -> None:
+        for category, seconds in batch.seconds:
+            hooks.scored(category, seconds)
+        write(batch.records)
+        hooks.written(batch.records)
+
     def write_scored() -> None:
         while scoring and scoring[0].done():
-            write(scoring.popleft().result())
+            deliver(scoring.popleft().result())
 
     hooks.streaming(write_scored)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="evalpipe-score") as pool:
@@ -114,29 +143,29 @@ def run_stream(
                 hooks.stepped(time.monotonic() - t0, categories)
                 if done:
                     finished = [(in_flight.pop(c.id), c) for c in done]
-                    scoring.append(pool.submit(_score, finished, shard, hooks))
+                    scoring.append(pool.submit(_score, finished, shard))
             while scoring and (scoring[0].done() or not in_flight):
-                write(scoring.popleft().result())
+                deliver(scoring.popleft().result())
             if exhausted and not in_flight and not scoring:
                 return True
         while scoring:  # what finished before the stop is kept
-            write(scoring.popleft().result())
+            deliver(scoring.popleft().result())
     return False
 
 
-def _score(
-    finished: Sequence[tuple[Item, Completion]], shard: int | None, hooks: Hooks
-) -> list[SampleRecord]:
-    """Records for finished samples, scored per task in one batch (code: one sandbox pool)."""
+def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _Scored:
+    """On the scoring thread: records for finished samples, scored per task in one batch (code:
+    one sandbox pool), and each task's scoring time. Touches nothing the loop's thread owns."""
     by_task: dict[str, list[tuple[Item, Completion, Generation]]] = {}
     for item, completion in finished:
         by_task.setdefault(item.task.name, []).append((item, completion, _answer(item, completion)))
     records = []
+    seconds = []
     for group in by_task.values():
         task = group[0][0].task
         t0 = time.monotonic()
         scores = task.score_many([(item.sample, g.texts) for item, _, g in group])
-        hooks.scored(task.category, time.monotonic() - t0)
+        seconds.append((task.category, time.monotonic() - t0))
         for (item, completion, generation), scored in zip(group, scores, strict=True):
             records.append(
                 SampleRecord(
@@ -153,7 +182,7 @@ def _score(
                     shard=shard,
                 )
             )
-    return records
+    return _Scored(records=records, seconds=seconds)
 
 
 def _answer(item: Item, completion: Completion) -> Generation:
