@@ -22,20 +22,22 @@ from pathlib import Path
 import pytest
 
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import REPLACE_PAUSE_ENV
 
 pytestmark = pytest.mark.chaos
 
 REPO = Path(__file__).resolve().parents[1]
+SLOW_REPLACE = str(REPO / "tests" / "slow_replace.py")
 FAKE = ["--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic,pyfuncs",
         "--limit", "24", "--monitor-interval", "0.2"]  # fmt: skip
 REAL = ["--preset", "tiny_random", "--backend", "vllm", "--tasks", "arithmetic,ordering",
         "--limit", "8"]  # fmt: skip
 
 
-def start(argv: list[str], out: Path, **env: str) -> subprocess.Popen:
+def start(argv: list[str], out: Path, replace_pause: str = "0", **env: str) -> subprocess.Popen:
+    """`evalpipe run`; with `replace_pause` seconds inside every atomic file replacement."""
+    evalpipe = ["-m", "evalpipe"] if replace_pause == "0" else [SLOW_REPLACE, replace_pause]
     return subprocess.Popen(
-        [sys.executable, "-m", "evalpipe", "run", *argv, "--out", str(out)],
+        [sys.executable, *evalpipe, "run", *argv, "--out", str(out)],
         env={**os.environ, "PYTHONPATH": str(REPO), **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -56,13 +58,18 @@ def outcome(out: Path) -> tuple[list[tuple], dict]:
 
 
 def kill_until_complete(
-    argv: list[str], out: Path, rng: random.Random, run_s: float, **env: str
+    argv: list[str],
+    out: Path,
+    rng: random.Random,
+    run_s: float,
+    replace_pause: str = "0",
+    **env: str,
 ) -> int:
     """Kill the run at a random moment of its expected duration `run_s`, start it again, and
     so on until a start completes (later starts get longer, so one does); the number of kills."""
     kills = 0
     for attempt in range(60):
-        proc = start(argv, out, **env)
+        proc = start(argv, out, replace_pause, **env)
         try:
             proc.wait(timeout=rng.uniform(0.0, run_s * (1 + attempt / 4)))
         except subprocess.TimeoutExpired:
@@ -76,10 +83,10 @@ def kill_until_complete(
     pytest.fail("the run never completed")
 
 
-def timed_reference(argv: list[str], out: Path, **env: str) -> float:
+def timed_reference(argv: list[str], out: Path, replace_pause: str = "0", **env: str) -> float:
     """Run uninterrupted into `out`; its wall time."""
     t0 = time.monotonic()
-    proc = start(argv, out, **env)
+    proc = start(argv, out, replace_pause, **env)
     assert proc.wait(timeout=600) == 0, proc.stderr.read() if proc.stderr else ""
     return time.monotonic() - t0
 
@@ -95,12 +102,12 @@ def seed_of(request: pytest.FixtureRequest) -> int:
 def test_random_kills_with_the_fake_engine(
     request: pytest.FixtureRequest, tmp_path: Path, pause: str
 ) -> None:
-    env = {"EVALPIPE_FAKE_DELAY_S": "0.05", REPLACE_PAUSE_ENV: pause}
+    env = {"EVALPIPE_FAKE_DELAY_S": "0.05"}
     reference = tmp_path / "reference"
-    run_s = timed_reference(FAKE, reference, **env)
+    run_s = timed_reference(FAKE, reference, pause, **env)
     rng = random.Random(seed_of(request))
     out = tmp_path / "run"
-    kills = kill_until_complete(FAKE, out, rng, run_s, **env)
+    kills = kill_until_complete(FAKE, out, rng, run_s, pause, **env)
     assert kills >= 1
     assert outcome(out) == outcome(reference)
     statuses = [a["status"] for a in json.loads(RunDir(out).manifest.read_text())["attempts"]]

@@ -299,11 +299,6 @@ def check_unique(records: list[SampleRecord], where: Path) -> None:
         )
 
 
-# Fault injection for the chaos tests (tests/test_chaos.py): seconds to sleep between writing a
-# replacement and renaming it into place, a window too narrow to hit with a random kill.
-REPLACE_PAUSE_ENV = "EVALPIPE_TEST_REPLACE_PAUSE_S"
-
-
 def _replace(path: Path, payload: bytes) -> None:
     """Write a file atomically: readers see the old or the new content, never a mix."""
     with storage(path):
@@ -313,8 +308,6 @@ def _replace(path: Path, payload: bytes) -> None:
                 fh.write(payload)
                 fh.flush()
                 os.fsync(fh.fileno())
-            if pause := float(os.environ.get(REPLACE_PAUSE_ENV) or 0):
-                time.sleep(pause)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
