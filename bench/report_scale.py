@@ -18,7 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from evalpipe.reports.synthetic import SyntheticRun, write_run
+# The synthetic run directories are a test fixture (tests/synthetic_runs.py), not in the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from synthetic_runs import SyntheticRun, write_run
 
 CATEGORIES = ("math", "code", "mc", "reasoning")
 

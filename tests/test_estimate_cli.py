@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from synthetic_runs import SyntheticRun, write_run
 from test_estimate import _calibration
 
 from evalpipe.cli import main
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import prepare, submit_prepared
-from evalpipe.reports.synthetic import SyntheticRun, write_run
 from evalpipe.slurm.client import FakeSlurm
 
 ROOT = Path(__file__).resolve().parent.parent

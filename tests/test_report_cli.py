@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic_runs import SyntheticRun, write_run
 
 from evalpipe.cli import main
-from evalpipe.reports.synthetic import SyntheticRun, write_run
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).parent / "golden" / "report"

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic_runs import SyntheticRun, write_run
 
 from evalpipe.core.errors import RunDirError
 from evalpipe.reports import aggregate
 from evalpipe.reports.compare import paired_tasks
 from evalpipe.reports.loading import load_metrics, load_runs
 from evalpipe.reports.stats import holm, is_binary, mcnemar_exact, paired_bootstrap
-from evalpipe.reports.synthetic import SyntheticRun, write_run
 from evalpipe.rundir.discover import find_run_dirs
 
 
