@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The package as a user installs it: build the sdist and the wheel (the wheel from the sdist, so
-# the sdist must carry configs/ and slurm_templates/), check their metadata, install the wheel
-# into a fresh virtualenv outside the checkout and run the CLI there: presets, plan, render,
-# tasks list, site detect (and submit --dry-run on its profile, where a SLURM answers), a run
-# with the fake engine and its report. Then the checkout installed editable (pip install -e)
-# answers from outside it too.
+# the sdist must carry configs/ and slurm_templates/), check their metadata and that the wheel
+# holds no test-only code, install the wheel into a fresh virtualenv outside the checkout and run
+# the CLI there: presets, plan, render, tasks list, site detect (and submit --dry-run on its
+# profile, where a SLURM answers), a run with the fake engine and its report. Then the checkout
+# installed editable (pip install -e) answers from outside it too.
 #
 #   scripts/check-wheel.sh            # under a minute; scripts/test.sh runs it
 #
@@ -57,6 +57,15 @@ if missing:
     sys.exit("missing from the archives (pyproject.toml packages/package-data):\n  "
              + "\n  ".join(missing))
 print(f"check-wheel: {len(wanted)} modules, configs and templates in the sdist and the wheel")
+# What users install holds no test-only code: fixtures live under tests/, and no module reads a
+# fault-injection variable (tests inject faults from outside, e.g. tests/slow_replace.py).
+with zipfile.ZipFile(wheel) as zf:
+    modules = [n for n in zf.namelist() if n.endswith(".py")]
+    test_only = [n for n in modules if Path(n).stem.startswith(("synthetic", "test_", "conftest"))]
+    test_only += [n for n in modules if b"EVALPIPE_TEST_" in zf.read(n)]
+if test_only:
+    sys.exit("test-only code in the wheel (move it under tests/):\n  " + "\n  ".join(test_only))
+print(f"check-wheel: no test-only code among the wheel's {len(modules)} modules")
 EOF
 
 SITE=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
