@@ -106,7 +106,7 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
                 run_dir=run_dir,
             )
             render.render_job(spec)
-            if spec.shards > 1:
+            if spec.options.shards > 1:
                 render.render_merge(spec)
     else:
         for (preset, cluster, shards), run_dir in zip(jobs, run_dirs, strict=True):

@@ -16,6 +16,7 @@ from test_estimate import _calibration
 from evalpipe.cli import main
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import prepare, submit_prepared
+from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,13 +80,15 @@ def test_plan_estimate_json_carries_every_figure(tmp_path: Path) -> None:
 
 
 def test_submission_records_the_estimate_and_the_choice(tmp_path: Path) -> None:
-    options = JobOptions(tasks=("arithmetic",), limit=20, auto_shards=True, auto_time=True)
+    options = JobOptions(
+        run=RunnerOptions(tasks=("arithmetic",), limit=20), shards="auto", time="auto"
+    )
     prepared = prepare("tiny_random", "local", options, tmp_path / "run", results=[tmp_path])
     assert prepared.choice is not None and prepared.estimate is not None
     submit_prepared(prepared, slurm=FakeSlurm(), run_checks=False)
     record = json.loads((tmp_path / "run" / "submission.json").read_text())
-    assert record["choice"]["time_limit"] == prepared.spec.time_limit
-    assert f"#SBATCH --time={prepared.spec.time_limit}" in prepared.script
+    assert record["choice"]["time_limit"] == prepared.spec.options.time
+    assert f"#SBATCH --time={prepared.spec.options.time}" in prepared.script
     assert record["choice"]["reasons"] and record["estimate"]["tasks"][0]["samples"] == 20
     assert record["shards"] == record["choice"]["shards"] == 1
 
@@ -94,7 +97,7 @@ def test_report_shows_predicted_against_actual(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "results" / "run"
-    options = JobOptions(tasks=("arithmetic",), limit=20)
+    options = JobOptions(run=RunnerOptions(tasks=("arithmetic",), limit=20))
     prepared = prepare("tiny_random", "local", options, run, results=[tmp_path / "none"])
     submit_prepared(prepared, slurm=FakeSlurm(), run_checks=False)
     write_run(run, SyntheticRun(run_id="run", preset="tiny_random", wall_s=100.0,

@@ -19,6 +19,7 @@ from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.jobs import render
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import Prepared, prepare
+from evalpipe.run.options import RunnerOptions
 
 GOLDEN = Path(__file__).parent / "golden"
 # EVALPIPE_UPDATE_GOLDEN=1 pytest tests/test_render.py rewrites the golden files.
@@ -26,16 +27,31 @@ UPDATE = os.environ.get("EVALPIPE_UPDATE_GOLDEN") == "1"
 RUN_DIR = Path("/scratch/evalpipe/results/golden-run")
 
 CASES = {
-    "tiny_random-local": ("tiny_random", "local", JobOptions(backend="fake", limit=5)),
-    "tiny_random-local-shards2": ("tiny_random", "local", JobOptions(shards=2, limit=5)),
+    "tiny_random-local": (
+        "tiny_random",
+        "local",
+        JobOptions(run=RunnerOptions(backend="fake", limit=5)),
+    ),
+    "tiny_random-local-shards2": (
+        "tiny_random",
+        "local",
+        JobOptions(shards=2, run=RunnerOptions(limit=5)),
+    ),
     "deepseek_v2_5-local": ("deepseek_v2_5", "local", JobOptions()),
     "llama3_3_70b-example-h100-site": (
         "llama3_3_70b",
         "example-h100-site",
-        JobOptions(categories=("reasoning", "coding"), time="12:00:00", mc_method="logprobs"),
+        JobOptions(
+            run=RunnerOptions(categories=("reasoning", "coding"), mc_method="logprobs"),
+            time="12:00:00",
+        ),
     ),
     "falcon_180b-gh200": ("falcon_180b", "gh200", JobOptions()),
-    "tiny_random-local-serve": ("tiny_random", "local", JobOptions(mode="serve", limit=5)),
+    "tiny_random-local-serve": (
+        "tiny_random",
+        "local",
+        JobOptions(mode="serve", run=RunnerOptions(limit=5)),
+    ),
     "deepseek_v2_5-local-serve": ("deepseek_v2_5", "local", JobOptions(mode="serve")),
 }
 
@@ -100,7 +116,7 @@ def test_every_preset_renders_shellcheck_clean_on_every_cluster(tmp_path: Path) 
     for cluster in registry.cluster_names():
         for preset in registry.preset_names():
             for shards in (1, 3):
-                options = JobOptions(shards=shards, limit=2)
+                options = JobOptions(shards=shards, run=RunnerOptions(limit=2))
                 prepared = prepare(preset, cluster, options, tmp_path / "run")
                 for file, text in golden_texts(f"{preset}-{cluster}-{shards}", prepared).items():
                     (tmp_path / file).write_text(text)
@@ -117,7 +133,9 @@ def test_resources_follow_the_plan_and_the_profile() -> None:
     assert "#SBATCH --signal=B:USR1@60\n#SBATCH --requeue\n" in single
     assert "ray" not in single.lower()
 
-    multi = prepare("tiny_random", "local", JobOptions(tp=4, pp=2), RUN_DIR).script
+    multi = prepare(
+        "tiny_random", "local", JobOptions(run=RunnerOptions(tp=4, pp=2)), RUN_DIR
+    ).script
     assert "#SBATCH --nodes=2\n" in multi and "#SBATCH --gres=gpu:h100:4\n" in multi
     assert "--distributed-executor-backend ray" in multi
     assert "ray_port=26379\n" in multi and "--object-store-memory=214748364" in multi
@@ -232,7 +250,18 @@ def recorded(path: Path) -> list[str]:
     return path.read_text().split("\0")[:-1] if path.exists() else []
 
 
-def test_hostile_values_reach_the_runner_literally_and_run_nothing(tmp_path: Path) -> None:
+def test_hostile_values_reach_the_runner_literally_and_run_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task file with a hostile name and category, so that the selection passes its check.
+    tasks = tmp_path / "config" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / f"{HOSTILE}.yaml").write_text(
+        (registry.config_dir() / "tasks" / "arithmetic.yaml")
+        .read_text()
+        .replace("category: math", 'category: "a b$(touch PWNED)"')
+    )
+    monkeypatch.setenv("EVALPIPE_CONFIG_PATH", str(tmp_path / "config"))
     preset_dir = tmp_path / HOSTILE.replace("/", "_")
     preset_dir.mkdir()
     preset_file = preset_dir / "p.yaml"
@@ -249,7 +278,12 @@ def test_hostile_values_reach_the_runner_literally_and_run_nothing(tmp_path: Pat
     )
     run_dir = tmp_path / "run $(touch PWNED) dir"
     options = JobOptions(
-        categories=("math", "a b$(touch PWNED)"), tasks=(HOSTILE,), limit=3, mc_method="logprobs"
+        run=RunnerOptions(
+            categories=("math", "a b$(touch PWNED)"),
+            tasks=(HOSTILE,),
+            limit=3,
+            mc_method="logprobs",
+        )
     )
     prepared = prepare(str(preset_file), str(site), options, run_dir)
     script = prepared.script

@@ -24,6 +24,7 @@ from evalpipe.catalog import registry
 from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import Job, prepare, submit_prepared
+from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import UNKNOWN, Slurm
 
 pytestmark = pytest.mark.slurm
@@ -313,7 +314,9 @@ def test_an_impossible_request_is_refused_in_slurms_words(
         .replace("max_nodes: 2", "max_nodes: 3")
         .replace("gpus_per_node: 4", "gpus_per_node: 1")
     )
-    prepared = prepare("smollm2_135m", str(site), JobOptions(pp=3), tmp_path / "run")
+    prepared = prepare(
+        "smollm2_135m", str(site), JobOptions(run=RunnerOptions(pp=3)), tmp_path / "run"
+    )
     assert prepared.spec.nodes == 3
     with pytest.raises(SlurmError, match="Requested node configuration is not available"):
         submit_prepared(prepared, slurm=local_slurm)

@@ -22,6 +22,7 @@ from evalpipe.core.errors import (
 )
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import Job, submit, submit_sweep
+from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +48,13 @@ def evalpipe(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_submit_validates_submits_and_records(tmp_path: Path) -> None:
     fake = FakeSlurm(first_id=500)
     run_dir = tmp_path / "run"
-    job = submit("tiny_random", "local", options=JobOptions(limit=4), out=run_dir, slurm=fake)
+    job = submit(
+        "tiny_random",
+        "local",
+        options=JobOptions(run=RunnerOptions(limit=4)),
+        out=run_dir,
+        slurm=fake,
+    )
 
     assert (job.job_id, job.merge_job_id, job.run_dir) == ("500", None, run_dir.resolve())
     script = run_dir / "job.sbatch"

@@ -152,13 +152,6 @@ def test_mc_method_logprobs_refuses_a_task_that_samples_several_answers(tmp_path
         load_tasks(tasks=[str(path)], mc_method="logprobs")
 
 
-def test_the_cli_offers_the_task_methods() -> None:
-    from evalpipe.commands._options import MC_METHODS
-    from evalpipe.tasks.config import METHODS
-
-    assert MC_METHODS == METHODS
-
-
 def test_humaneval_comes_from_the_installed_package() -> None:
     samples = load_task("humaneval").samples()
     assert len(samples) == 164

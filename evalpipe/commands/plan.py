@@ -9,17 +9,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from evalpipe.catalog import registry
-from evalpipe.commands._options import (
-    add_replicas_argument,
-    add_results_argument,
-    add_selection_arguments,
-    positive_int,
-)
+from evalpipe.commands._options import add_results_argument
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError, EvalpipeError
+from evalpipe.core.options import add_options, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
+from evalpipe.run.options import LAYOUT, SELECTION, RunnerOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
@@ -38,12 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)"
     )
-    parser.add_argument("--tp", type=positive_int, help="tensor parallel size (default: auto)")
-    parser.add_argument("--pp", type=positive_int, help="pipeline parallel size (default: auto)")
-    add_replicas_argument(parser)
-    parser.add_argument(
-        "--max-model-len", type=positive_int, help="context length to size for (default: preset)"
-    )
+    add_options(parser, RunnerOptions, groups=(LAYOUT,), help_values={"layout": "auto"})
     parser.add_argument("--max-nodes", type=positive_int, help="most nodes the job may use")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -52,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also predict the run's cost for the tasks: load, generation, scoring and wall "
         "time, GPU-hours, energy (loads the tasks and the model's tokenizer)",
     )
-    add_selection_arguments(parser)
+    add_options(parser, RunnerOptions, groups=(SELECTION,))
     parser.add_argument(
         "--shards", type=positive_int, default=1, help="with --estimate: array jobs (default 1)"
     )

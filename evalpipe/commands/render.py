@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         "creates it)",
         file=sys.stderr,
     )
-    if spec.shards > 1 and not args.merge:
+    if spec.options.shards > 1 and not args.merge:
         print(
             "evalpipe render: the dependent merge job's script: the same command with --merge",
             file=sys.stderr,

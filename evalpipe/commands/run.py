@@ -9,12 +9,16 @@ import shlex
 import sys
 from pathlib import Path
 
-from evalpipe.commands._options import (
-    add_engine_arguments,
-    add_selection_arguments,
-    add_stall_argument,
-    positive_int,
-    seconds,
+from evalpipe.commands._options import seconds
+from evalpipe.core.options import add_options, from_args, positive_int
+from evalpipe.run.options import (
+    ENDPOINT,
+    ENGINE,
+    EXECUTOR,
+    LAYOUT,
+    SELECTION,
+    WATCHDOG,
+    RunnerOptions,
 )
 
 HELP = "Run an evaluation locally or inside a job: load the model once, run the tasks, checkpoint."
@@ -38,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         help="preset name or path to a preset YAML; several (a,b,c or repeated) run a sweep",
     )
-    add_selection_arguments(parser)
+    add_options(parser, RunnerOptions, groups=(SELECTION,))
     parser.add_argument(
         "--shard", type=_shard, help="run slice i of N (every N-th sample, from the i-th)"
     )
@@ -51,10 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", action="store_true", help="require --out to be an existing run and resume it"
     )
-    add_engine_arguments(
-        parser, layout_default="planned from the visible GPUs; the preset's or 1 on a CPU"
+    add_options(
+        parser,
+        RunnerOptions,
+        groups=(ENGINE, LAYOUT, EXECUTOR),
+        help_values={"layout": "planned from the visible GPUs; the preset's or 1 on a CPU"},
     )
-    parser.add_argument("--distributed-executor-backend", choices=("ray", "mp"))
     parser.add_argument(
         "--monitor-interval",
         type=seconds,
@@ -77,46 +83,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="requests kept in flight per engine replica (default: twice vLLM's max_num_seqs)",
     )
-    add_stall_argument(parser)
+    add_options(parser, RunnerOptions, groups=(WATCHDOG,))
     endpoint = parser.add_argument_group(
         "endpoint (--backend openai: a model behind an OpenAI-compatible server; docs/engine.md)"
     )
-    endpoint.add_argument("--base-url", help="the server's API root, e.g. http://127.0.0.1:8000/v1")
-    endpoint.add_argument(
-        "--model", help="the name the server serves the model under (default: the preset's model)"
-    )
-    endpoint.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help="environment variable holding the API key (the key is never written anywhere)",
-    )
-    endpoint.add_argument(
-        "--concurrency",
-        type=positive_int,
-        help="requests in flight at once (default: the preset's endpoint block, else 32)",
-    )
+    add_options(endpoint, RunnerOptions, groups=(ENDPOINT,))
 
 
-def _endpoint_preset(args: argparse.Namespace, preset):
+def runner_options(args: argparse.Namespace) -> RunnerOptions:
+    """The record a job's argv (JobSpec.runner_options) parses back to."""
+    return from_args(RunnerOptions, args)
+
+
+def _endpoint_preset(options: RunnerOptions, preset):
     """The preset with the command line's endpoint options applied (--backend openai only)."""
     from evalpipe.catalog.registry import with_endpoint
-    from evalpipe.core.errors import ConfigError
 
-    flags = {
-        "base_url": args.base_url,
-        "model": args.model,
-        "api_key_env": args.api_key_env,
-        "concurrency": args.concurrency,
-    }
-    if args.backend != "openai":
-        given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
-        if given:
-            raise ConfigError(
-                f"{', '.join(given)} only apply to --backend openai (the backend is "
-                f"{args.backend}); add --backend openai or drop them."
-            )
+    if options.backend != "openai":  # the record refuses endpoint options then
         return preset
-    return with_endpoint(preset, **flags)
+    return with_endpoint(
+        preset,
+        base_url=options.base_url,
+        model=options.model,
+        api_key_env=options.api_key_env,
+        concurrency=options.concurrency,
+    )
 
 
 def _log_to_stderr() -> None:
@@ -165,6 +156,7 @@ def _leaderboard(folder: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     from evalpipe.rundir.sweep import preset_list
 
+    given = runner_options(args)  # checked before a sweep starts its first run
     presets = preset_list(args.preset)
     if len(presets) > 1:
         return _sweep(args, presets)
@@ -189,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.
     with StopOnSignal() as stop:
-        preset = _endpoint_preset(args, load_preset(args.preset))
+        preset = _endpoint_preset(given, load_preset(args.preset))
         if args.resume and args.out is None:
             raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
         if args.resume and not (args.out / MANIFEST).is_file():
@@ -197,35 +189,35 @@ def run(args: argparse.Namespace) -> int:
                 f"--resume: {args.out} holds no {MANIFEST}, so there is no run to resume. "
                 "Drop --resume to start a new run there."
             )
-        categories = args.categories or (None if args.tasks else preset.categories)
+        categories = given.categories or (None if given.tasks else preset.categories)
         tasks, generation_notes = with_generation_config(
             preset,
-            load_tasks(categories=categories, tasks=args.tasks, mc_method=args.mc_method),
+            load_tasks(categories=categories, tasks=given.tasks, mc_method=given.mc_method),
             find_model(preset),
         )
         layout = plan_local(
             preset,
-            tp=args.tp,
-            pp=args.pp,
+            tp=given.tp,
+            pp=given.pp,
             # A deterministic run is one engine unless asked otherwise (then refused, saying why).
-            replicas=args.replicas or (1 if args.deterministic else None),
-            max_model_len=args.max_model_len,
+            replicas=given.replicas or (1 if args.deterministic else None),
+            max_model_len=given.max_model_len,
             # Neither the fake engine nor a remote server uses this machine's GPUs.
-            gpus=[] if args.backend in ("fake", "openai") else None,
+            gpus=[] if given.backend in ("fake", "openai") else None,
         )
         settings = EngineSettings(
             tensor_parallel_size=layout.tp,
             pipeline_parallel_size=layout.pp,
-            max_model_len=args.max_model_len,
-            distributed_executor_backend=args.distributed_executor_backend,
+            max_model_len=given.max_model_len,
+            distributed_executor_backend=given.distributed_executor_backend,
             oom_fallback=not args.no_oom_fallback,
             deterministic=args.deterministic,
         )
         options = RunOptions(
-            backend=args.backend,
+            backend=given.backend,
             engine=settings,
             categories=categories,
-            limit=args.limit,
+            limit=given.limit,
             shard=args.shard,
             replicas=layout.replicas,
             window=args.window,
@@ -237,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         where = (
             f"the server at {preset.endpoint.base_url}, {preset.endpoint.concurrency} requests "
             "in flight"
-            if args.backend == "openai"
+            if given.backend == "openai"
             else f"TP={layout.tp} × PP={layout.pp}, {layout.replicas} replica(s) on "
             f"{layout.device}" + "".join(f"\n  note: {n}" for n in layout.notes)
         )
@@ -247,15 +239,15 @@ def run(args: argparse.Namespace) -> int:
 
         def start(settings: EngineSettings):
             if not layout.envs:  # one replica: the engine runs in this process
-                return open_engine(args.backend, preset, settings)
-            return ReplicaPool.start(args.backend, preset, settings, layout.envs)
+                return open_engine(given.backend, preset, settings)
+            return ReplicaPool.start(given.backend, preset, settings, layout.envs)
 
-        limits = stall_limits(preset, args.stall_timeout)
+        limits = stall_limits(preset, given.stall_timeout)
         # In a multi-node job (vLLM over Ray, or a server whose Ray workers run there) the
         # other nodes' monitors follow this one's phase and clock, and its summary adds their
         # devices. A Ray run outside SLURM publishes too: a hand-started follower can use it.
         nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
-        spans_nodes = args.distributed_executor_backend == "ray" or (
+        spans_nodes = given.distributed_executor_backend == "ray" or (
             nodes.isdigit() and int(nodes) > 1
         )
         result = run_evaluation(

@@ -7,7 +7,8 @@ import os
 import shlex
 import sys
 
-from evalpipe.commands._options import add_replicas_argument, positive_int
+from evalpipe.core.options import add_options, positive_int
+from evalpipe.run.options import EXECUTOR, LAYOUT, RunnerOptions
 
 HELP = "Serve a preset with vLLM's OpenAI-compatible server (its planned layout and settings)."
 ORDER = 42
@@ -19,13 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
     )
-    parser.add_argument("--tp", type=positive_int, help="tensor parallel size (default: planned)")
-    parser.add_argument("--pp", type=positive_int, help="pipeline parallel size (default: planned)")
-    add_replicas_argument(parser)
-    parser.add_argument(
-        "--max-model-len", type=positive_int, help="context length (default: the preset's)"
-    )
-    parser.add_argument("--distributed-executor-backend", choices=("ray", "mp"))
+    add_options(parser, RunnerOptions, groups=(LAYOUT, EXECUTOR), help_values={"layout": "planned"})
     parser.add_argument(
         "--dry-run", action="store_true", help="print the server command; start nothing"
     )

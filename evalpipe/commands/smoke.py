@@ -8,7 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-from evalpipe.commands._options import add_engine_arguments, positive_int, seconds
+from evalpipe.commands._options import seconds
+from evalpipe.core.options import add_options, from_args, positive_int
+from evalpipe.run.options import ENGINE, EXECUTOR, LAYOUT, RunnerOptions
 
 HELP = "Load a preset on its planned layout, answer a prompt, and calibrate the planner."
 ORDER = 57
@@ -24,17 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run here, in this process (what the smoke job itself runs)",
     )
-    add_engine_arguments(parser, layout_default="planned")
+    add_options(
+        parser, RunnerOptions, groups=(ENGINE, LAYOUT, EXECUTOR), help_values={"layout": "planned"}
+    )
     parser.add_argument("--gpu", help="with --local: the GPU to plan for (default: the cluster's)")
     parser.add_argument(
         "--gpus-per-node",
         type=positive_int,
         help="with --local: GPUs per node to plan for (default: the cluster's)",
-    )
-    parser.add_argument(
-        "--distributed-executor-backend",
-        choices=("ray", "mp"),
-        help="with --local: vLLM's executor (the multi-node job passes ray)",
     )
     parser.add_argument("--out", type=Path, help="run directory (default: results/smoke-…)")
     parser.add_argument("--no-check", action="store_true", help="skip the preflight")
@@ -93,17 +92,12 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 
 def _submit(args: argparse.Namespace, out: Path) -> int:
     from evalpipe.estimate.calibration import load_calibrations, table
-    from evalpipe.jobs.jobspec import JobOptions
+    from evalpipe.jobs.jobspec import SMOKE_RUNNER_GROUPS, JobOptions
     from evalpipe.jobs.submit import prepare, submit_prepared
 
-    options = JobOptions(
-        backend=args.backend,
-        tp=args.tp,
-        pp=args.pp,
-        max_model_len=args.max_model_len,
-        replicas=1,  # one engine is what smoke measures
-        smoke=True,
-    )
+    # One engine is what smoke measures.
+    run = from_args(RunnerOptions, args, groups=SMOKE_RUNNER_GROUPS, replicas=1)
+    options = JobOptions(run=run, smoke=True)
     prepared = prepare(args.preset, args.cluster, options, out)
     job = submit_prepared(prepared, run_checks=not args.no_check)
     print(f"{prepared.spec.preset.name}: smoke job {job.job_id} → {job.run_dir}")

@@ -32,10 +32,11 @@ def _by_sbatch(prepared: Prepared, client: SlurmClient) -> Submitted:
 
 def _by_submitit(prepared: Prepared, client: SlurmClient) -> Submitted:
     spec = prepared.spec
-    if spec.shards > 1 or spec.multi_node:
+    if spec.options.shards > 1 or spec.multi_node:
         raise ConfigError(
             "The submitit executor runs single-node, unsharded jobs; this one has "
-            f"{spec.nodes} node(s) and {spec.shards} shard(s). Use the default sbatch executor."
+            f"{spec.nodes} node(s) and {spec.options.shards} shard(s). Use the default sbatch "
+            "executor."
         )
     from evalpipe.jobs.submitit_exec import submit_with_submitit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import PurePath
 from typing import Literal, get_args
 
@@ -17,15 +17,31 @@ from evalpipe.catalog.registry import (
     get_gpu,
     slurm_minutes,
 )
+from evalpipe.catalog.taskfiles import check_selection
 from evalpipe.core.errors import ConfigError, DoesNotFitError
-from evalpipe.engine.factory import check_backend
+from evalpipe.core.options import (
+    check_options,
+    count,
+    float_text,
+    option,
+    positive,
+    positive_int,
+    to_argv,
+)
 from evalpipe.estimate.autosize import MARGIN
 from evalpipe.planning import planner
 from evalpipe.planning.memory import max_seqs
 from evalpipe.planning.planner import Plan
+from evalpipe.run.options import (
+    ENGINE,
+    EXECUTOR,
+    GROUPS,
+    LAYOUT,
+    SELECTION,
+    WATCHDOG,
+    RunnerOptions,
+)
 from evalpipe.run.serve import READY_TIMEOUT_S, served_name
-from evalpipe.run.watchdog import check_stall_timeout
-from evalpipe.tasks.base import check_limit
 
 # Characters a run directory may not hold: SLURM expands % in --output patterns, and #SBATCH
 # lines cannot carry quotes, backslashes or line breaks.
@@ -35,69 +51,134 @@ MERGE_MINUTES = 30  # the merge job's time limit, when the job's own is not shor
 # OpenAI-compatible server that the job starts and the runner talks to (docs/slurm.md).
 JobMode = Literal["engine", "serve"]
 JOB_MODES: tuple[str, ...] = get_args(JobMode)
+AUTO: Literal["auto"] = "auto"  # --shards auto, --time auto: chosen from the cost estimate
+
+
+def shards_or_auto(text: str) -> int | Literal["auto"]:
+    return AUTO if text == AUTO else positive_int(text)
+
+
+def _shards(value: int | Literal["auto"]) -> None:
+    if value != AUTO:
+        positive(value)
+
+
+def _time(value: str) -> None:
+    if value != AUTO:
+        slurm_minutes(value)
+
+
+def hours_minutes(text: str) -> str:
+    """--target-wall: HH:MM as the help says; SLURM alone would read "12:00" as minutes:seconds."""
+    return f"{text}:00" if text.count(":") == 1 else text
+
+
+def _margin(value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError(f"{value} must be a share of the time limit in (0, 1], e.g. 0.8")
+
+
+JOB = "job"  # the option group of JobOptions' own flags
+# The runner's options a submission takes; the job sets the executor and the endpoint itself.
+JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG)
+# What `evalpipe smoke --local` takes: the model and its layout, no tasks.
+SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobOptions:
     """What the user chose for one submission; None means the cluster's or the preset's value."""
 
-    categories: tuple[str, ...] | None = None
-    tasks: tuple[str, ...] | None = None
-    limit: int | None = None
-    mc_method: str | None = None  # None: each multiple-choice task file's method
-    shards: int = 1
-    time: str | None = None
-    signal_seconds: int | None = None
-    max_restarts: int | None = None
-    backend: str = "vllm"
-    tp: int | None = None
-    pp: int | None = None
-    replicas: int | None = None  # None: the cluster's
-    max_model_len: int | None = None
+    # What every task of the job tells its runner; the plan fills in the layout.
+    run: RunnerOptions = field(default_factory=RunnerOptions)
+    # auto (here and for --time): chosen from the cost estimate (evalpipe/estimate/autosize.py)
+    shards: int | Literal["auto"] = option(
+        default=1,
+        flag="--shards",
+        group=JOB,
+        parse=shards_or_auto,
+        check=_shards,
+        help="split the samples over an array of N jobs, merged by a dependent job (default 1); "
+        "auto: the fewest whose predicted wall time fits the time limit with the margin",
+    )
+    time: str | None = option(
+        flag="--time",
+        group=JOB,
+        check=_time,
+        help="time limit, e.g. 04:00:00 (default: the cluster's); auto: the predicted wall "
+        "time over the margin",
+    )
+    target_wall: str | None = option(
+        flag="--target-wall",
+        group=JOB,
+        parse=hours_minutes,
+        check=slurm_minutes,
+        metavar="HH:MM",
+        help="results by then: the replicas and shards that meet it with the fewest GPU-hours",
+    )
+    margin: float = option(
+        default=MARGIN,
+        flag="--margin",
+        group=JOB,
+        parse=float,
+        text=float_text,
+        check=_margin,
+        help=f"share of the time limit a predicted wall time may fill (default {MARGIN:g})",
+    )
+    signal_seconds: int | None = option(
+        flag="--signal-seconds",
+        group=JOB,
+        parse=count,
+        check=check_signal_seconds,
+        help="send the checkpoint signal this long before the time limit (default: the cluster's)",
+    )
+    max_restarts: int | None = option(
+        flag="--max-restarts",
+        group=JOB,
+        parse=count,
+        check=check_max_restarts,
+        help="requeues after a checkpointed stop (default: the cluster's)",
+    )
+    mode: JobMode = option(
+        default="engine",
+        flag="--mode",
+        group=JOB,
+        choices=JOB_MODES,
+        help="engine: vLLM in the runner's process; serve: the job starts vLLM's "
+        "OpenAI-compatible server with the plan's layout and evaluates through it "
+        "(docs/slurm.md; default engine)",
+    )
     smoke: bool = False  # the job runs `evalpipe smoke --local` instead of the evaluation
-    stall_timeout: float | None = None  # None: the runner sizes it; 0: no watchdog
-    # Chosen from the cost estimate (evalpipe/estimate/autosize.py): shards and time limit, within
-    # `margin` of the limit, or the layout meeting `target_wall` with the fewest GPU-hours.
-    auto_shards: bool = False
-    auto_time: bool = False
-    target_wall: str | None = None
-    margin: float = MARGIN
-    mode: JobMode = "engine"
 
     def __post_init__(self) -> None:
-        check_backend(self.backend)
-        check_limit(self.limit)
-        check_stall_timeout(self.stall_timeout)
-        if self.mode not in JOB_MODES:
-            raise ConfigError(f"--mode {self.mode!r} is not one of {', '.join(JOB_MODES)}.")
-        if self.mode == "serve" and (self.backend != "vllm" or self.smoke):
+        check_options(self)
+        backend = self.run.backend
+        taken = SMOKE_RUNNER_GROUPS if self.smoke else JOB_RUNNER_GROUPS
+        others = self.run.flags_given(tuple(g for g in GROUPS if g not in taken))
+        if others:
+            raise ConfigError(
+                f"{', '.join(others)}: a {'smoke ' if self.smoke else ''}job's runner does not "
+                "take these from the submission; drop them."
+            )
+        if self.mode == "serve" and (backend != "vllm" or self.smoke):
             raise ConfigError(
                 f"--mode serve starts vLLM's server and evaluates through it: it needs the "
-                f"vllm backend (got --backend {self.backend}) and is not a smoke test. Drop "
+                f"vllm backend (got --backend {backend}) and is not a smoke test. Drop "
                 "--backend (or --mode serve)."
             )
-        if self.shards < 1:
-            raise ConfigError(f"--shards must be 1 or more, got {self.shards}.")
-        if not 0 < self.margin <= 1:
-            raise ConfigError(
-                f"--margin {self.margin} must be a share of the time limit in (0, 1], e.g. 0.8."
-            )
-        if self.auto_chosen and self.backend != "vllm":
+        if self.auto_chosen and backend != "vllm":
             raise ConfigError(
                 f"--shards auto, --time auto and --target-wall size vLLM jobs from their cost "
-                f"estimate; --backend {self.backend} has none. Give --shards N and --time."
+                f"estimate; --backend {backend} has none. Give --shards N and --time."
             )
-        try:
-            if self.target_wall is not None:
-                slurm_minutes(self.target_wall)
-            if self.time is not None:
-                slurm_minutes(self.time)
-            if self.signal_seconds is not None:
-                check_signal_seconds(self.signal_seconds)
-            if self.max_restarts is not None:
-                check_max_restarts(self.max_restarts)
-        except ValueError as exc:
-            raise ConfigError(f"{exc}.") from None
+
+    @property
+    def auto_shards(self) -> bool:
+        return self.shards == AUTO
+
+    @property
+    def auto_time(self) -> bool:
+        return self.time == AUTO
 
     @property
     def auto_chosen(self) -> bool:
@@ -114,23 +195,14 @@ class JobSpec:
     cluster: Cluster
     plan: Plan
     run_dir: str  # absolute, so the job finds it from any working directory
-    categories: tuple[str, ...] | None
-    tasks: tuple[str, ...] | None
-    limit: int | None
-    mc_method: str | None
-    shards: int
-    time_limit: str
-    signal_seconds: int
-    max_restarts: int
-    backend: str
-    smoke: bool = False
-    stall_timeout: float | None = None
-    mode: JobMode = "engine"
+    # The submission's options with the cluster's defaults filled in (time limit, warning,
+    # restarts) and nothing left to choose: shards and time are no longer `auto`.
+    options: JobOptions
 
     @property
     def serve(self) -> bool:
         """The job starts vLLM's server and the runner evaluates through it."""
-        return self.mode == "serve"
+        return self.options.mode == "serve"
 
     @property
     def served_model(self) -> str:
@@ -151,21 +223,19 @@ class JobSpec:
     def server_options(self) -> list[tuple[str, str]]:
         """`evalpipe serve` options (not --port): the plan's layout for the server."""
         plan = self.plan
-        options = [
-            ("--preset", self.preset_ref),
-            ("--tp", str(plan.tensor_parallel_size)),
-            ("--pp", str(plan.pipeline_parallel_size)),
-            ("--replicas", str(plan.replicas)),
-            ("--max-model-len", str(plan.max_model_len)),
-        ]
-        if self.multi_node:
-            options.append(("--distributed-executor-backend", "ray"))
-        return options
+        layout = RunnerOptions(
+            tp=plan.tensor_parallel_size,
+            pp=plan.pipeline_parallel_size,
+            replicas=plan.replicas,
+            max_model_len=plan.max_model_len,
+            distributed_executor_backend="ray" if self.multi_node else None,
+        )
+        return [("--preset", self.preset_ref), *to_argv(layout, groups=(LAYOUT, EXECUTOR))]
 
     @property
     def command(self) -> list[str]:
         """The evalpipe subcommand the job runs."""
-        return ["smoke", "--local"] if self.smoke else ["run"]
+        return ["smoke", "--local"] if self.options.smoke else ["run"]
 
     @property
     def nodes(self) -> int:
@@ -215,49 +285,42 @@ class JobSpec:
 
     @property
     def log_pattern(self) -> str:
-        task = "%A_%a" if self.shards > 1 else "%j"
+        task = "%A_%a" if self.options.shards > 1 else "%j"
         return f"{self.run_dir}/logs/%x-{task}.out"
 
     @property
     def merge_time(self) -> str:
-        minutes = min(MERGE_MINUTES, slurm_minutes(self.time_limit))
+        minutes = min(MERGE_MINUTES, slurm_minutes(self.options.time))
         return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
     @property
     def runner_options(self) -> list[tuple[str, str]]:
-        """`evalpipe run` options every task of the job shares (not --shard and --out)."""
+        """`evalpipe run` options every task of the job shares (not --shard and --out): the
+        submission's, with the plan's layout."""
         plan = self.plan
         if self.serve:  # the layout is the server's; the template adds --base-url
-            options = [
-                ("--preset", self.preset_ref),
-                ("--backend", "openai"),
-                ("--max-model-len", str(plan.max_model_len)),
-                ("--concurrency", str(self.serve_concurrency)),
-            ]
+            run = replace(
+                self.options.run,
+                backend="openai",
+                max_model_len=plan.max_model_len,
+                concurrency=self.serve_concurrency,
+                tp=None,
+                pp=None,
+                replicas=None,
+            )
         else:
-            options = [
-                ("--preset", self.preset_ref),
-                ("--backend", self.backend),
-                ("--tp", str(plan.tensor_parallel_size)),
-                ("--pp", str(plan.pipeline_parallel_size)),
-                ("--replicas", str(plan.replicas)),
-                ("--max-model-len", str(plan.max_model_len)),
-            ]
-        if self.multi_node and not self.serve:
-            options.append(("--distributed-executor-backend", "ray"))
-        if self.smoke:  # smoke plans again for the comparison: the same GPU and node size
+            run = replace(
+                self.options.run,
+                tp=plan.tensor_parallel_size,
+                pp=plan.pipeline_parallel_size,
+                replicas=plan.replicas,
+                max_model_len=plan.max_model_len,
+                distributed_executor_backend="ray" if self.multi_node else None,
+            )
+        options = [("--preset", self.preset_ref), *to_argv(run)]
+        if self.options.smoke:  # smoke plans again for the comparison: the same GPU and node size
             gpus = str(self.cluster.gpus_per_node)
             return [*options, ("--gpu", self.plan.gpu), ("--gpus-per-node", gpus)]
-        if self.categories:
-            options.append(("--categories", ",".join(self.categories)))
-        if self.tasks:
-            options.append(("--tasks", ",".join(self.tasks)))
-        if self.limit is not None:
-            options.append(("--limit", str(self.limit)))
-        if self.mc_method is not None:
-            options.append(("--mc-method", self.mc_method))
-        if self.stall_timeout is not None:
-            options.append(("--stall-timeout", f"{self.stall_timeout:g}"))
         return options
 
     @property
@@ -288,7 +351,10 @@ def make_jobspec(
     options: JobOptions,
     run_dir: str,
 ) -> JobSpec:
-    """Plan `preset` on the cluster's nodes and check the options against the site's limits."""
+    """Plan `preset` on the cluster's nodes and check the options against the site's limits.
+
+    Shards and a time limit left to the estimate are 1 and the cluster's here: the spec the
+    estimate is made from."""
     if gpu.name != cluster.gpu:
         raise ConfigError(f"GPU {gpu.name!r} is not cluster {cluster.name}'s GPU {cluster.gpu!r}.")
     if not PurePath(run_dir).is_absolute():
@@ -298,17 +364,19 @@ def make_jobspec(
             f"The run directory {run_dir!r} holds a %, quote, backslash or line break, which "
             "SLURM's --output cannot carry. Choose a plainer path with --out."
         )
+    run = options.run
+    check_selection(run.categories, run.tasks)
     try:
         plan = planner.plan(
             preset,
             gpu,
             gpus_per_node=cluster.gpus_per_node,
-            tp=options.tp,
-            pp=options.pp,
-            max_model_len=options.max_model_len,
+            tp=run.tp,
+            pp=run.pp,
+            max_model_len=run.max_model_len,
             max_nodes=cluster.max_nodes,
             overhead_correction_gib=cluster.overhead_correction_gib,
-            replicas=options.replicas if options.replicas is not None else cluster.replicas,
+            replicas=run.replicas if run.replicas is not None else cluster.replicas,
         )
     except DoesNotFitError as exc:
         raise DoesNotFitError(
@@ -321,7 +389,7 @@ def make_jobspec(
             f"{plan.pipeline_parallel_size} does not fit on cluster {cluster.name}'s "
             f"{gpu.name}: " + "; ".join(plan.notes)
         )
-    time_limit = options.time or cluster.time_limit  # both checked by their records
+    time_limit = cluster.time_limit if options.time in (None, AUTO) else options.time
     minutes = slurm_minutes(time_limit)
     if cluster.max_time is not None and minutes > slurm_minutes(cluster.max_time):
         raise ConfigError(
@@ -343,16 +411,11 @@ def make_jobspec(
         cluster=cluster,
         plan=plan,
         run_dir=run_dir,
-        categories=options.categories,
-        tasks=options.tasks,
-        limit=options.limit,
-        mc_method=options.mc_method,
-        shards=options.shards,
-        time_limit=time_limit,
-        signal_seconds=signal_seconds,
-        max_restarts=max_restarts,
-        backend=options.backend,
-        smoke=options.smoke,
-        stall_timeout=options.stall_timeout,
-        mode=options.mode,
+        options=replace(
+            options,
+            shards=1 if options.auto_shards else options.shards,
+            time=time_limit,
+            signal_seconds=signal_seconds,
+            max_restarts=max_restarts,
+        ),
     )

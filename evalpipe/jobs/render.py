@@ -164,8 +164,8 @@ def _render(template: str, spec: JobSpec, *, kind: str, job_name: str, log_patte
 def render_job(spec: JobSpec) -> str:
     """The job's sbatch script: single-node, or multi-node with a Ray cluster."""
     kind = "multi-node job" if spec.multi_node else "job"
-    if spec.shards > 1:
-        kind = f"array job ({spec.shards} shards)"
+    if spec.options.shards > 1:
+        kind = f"array job ({spec.options.shards} shards)"
     return _render(
         spec.template, spec, kind=kind, job_name=spec.job_name, log_pattern=spec.log_pattern
     )

@@ -1,7 +1,7 @@
 """Plan → render → validate → submit → record: the Python API behind `evalpipe submit`.
 
     from evalpipe.jobs.submit import submit
-    job = submit("tiny_random", "local", options=JobOptions(limit=5))
+    job = submit("tiny_random", "local", options=JobOptions(run=RunnerOptions(limit=5)))
     status = job.wait()          # or job.state()
     print(job.job_id, job.run_dir, status.ok)
 
@@ -124,15 +124,13 @@ def prepare(
         spec = spec_for(
             dataclasses.replace(
                 options,
+                run=dataclasses.replace(options.run, replicas=cost.choice.replicas),
                 shards=cost.choice.shards,
-                replicas=cost.choice.replicas,
                 time=cost.choice.time_limit,
-                auto_shards=False,
-                auto_time=False,
                 target_wall=None,
             )
         )
-    merge = render.render_merge(spec) if spec.shards > 1 else None
+    merge = render.render_merge(spec) if spec.options.shards > 1 else None
     return dataclasses.replace(cost, spec=spec, script=render.render_job(spec), merge_script=merge)
 
 
@@ -145,9 +143,10 @@ def _cost(
     blank = Prepared(spec=spec, script="", merge_script=None)
     if results is None and not options.auto_chosen:
         return blank
-    if spec.backend != "vllm" or spec.smoke:
+    run = spec.options.run
+    if run.backend != "vllm" or spec.options.smoke:
         return dataclasses.replace(
-            blank, no_estimate=f"only vLLM runs are estimated, not {spec.backend}"
+            blank, no_estimate=f"only vLLM runs are estimated, not {run.backend}"
         )
     site = spec.cluster
     try:
@@ -155,8 +154,8 @@ def _cost(
             spec.preset,
             gpu,
             spec.plan,
-            Selection(categories=spec.categories, tasks=spec.tasks, limit=spec.limit,
-                      mc_method=spec.mc_method),
+            Selection(categories=run.categories, tasks=run.tasks, limit=run.limit,
+                      mc_method=run.mc_method),
             results=list(results or [DEFAULT_RESULTS]),
             calibration_dirs=[Path(site.cache_dir)] if site.cache_dir else [],
         )  # fmt: skip
@@ -165,7 +164,7 @@ def _cost(
             raise
         return dataclasses.replace(blank, no_estimate=str(exc))
     if not options.auto_chosen:
-        est = prediction.estimate(shards=spec.shards, replicas=spec.plan.replicas)
+        est = prediction.estimate(shards=spec.options.shards, replicas=spec.plan.replicas)
         return dataclasses.replace(blank, estimate=est)
     from evalpipe.estimate.autosize import Limit
 
@@ -344,9 +343,9 @@ def check(prepared: Prepared) -> preflight.Report:
     report = preflight.check(
         spec.preset,
         spec.cluster,
-        categories=spec.categories,
-        tasks=spec.tasks,
-        backend=spec.backend,
+        categories=spec.options.run.categories,
+        tasks=spec.options.run.tasks,
+        backend=spec.options.run.backend,
     )
     report.raise_for_errors()
     return report
@@ -405,7 +404,7 @@ def _submit(
             "argv": argvs,
             "job_id": job_id,
             "merge_job_id": merge_id,
-            "shards": spec.shards,
+            "shards": spec.options.shards,
             "preset": spec.preset.name,
             "cluster": spec.cluster.name,
             "preflight": checked,
@@ -414,7 +413,11 @@ def _submit(
         },
     )
     return Job(
-        run_dir=run_dir, job_id=job_id, merge_job_id=merge_id, shards=spec.shards, slurm=client
+        run_dir=run_dir,
+        job_id=job_id,
+        merge_job_id=merge_id,
+        shards=spec.options.shards,
+        slurm=client,
     )
 
 

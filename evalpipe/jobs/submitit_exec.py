@@ -84,7 +84,7 @@ def submit_with_submitit(spec: JobSpec, *, copy_script_to: Path) -> str:
         ) from exc
     c = spec.cluster
     executor = submitit.SlurmExecutor(
-        folder=str(Path(spec.run_dir) / "submitit"), max_num_timeout=spec.max_restarts
+        folder=str(Path(spec.run_dir) / "submitit"), max_num_timeout=spec.options.max_restarts
     )
     extra: dict[str, Any] = {"requeue": True}
     if c.gpu_request == "gres":
@@ -103,8 +103,8 @@ def submit_with_submitit(spec: JobSpec, *, copy_script_to: Path) -> str:
         ntasks_per_node=1,
         cpus_per_task=spec.cpus_per_task,
         mem=f"{spec.mem_mb}M",
-        time=slurm_minutes(spec.time_limit),
-        signal_delay_s=spec.signal_seconds,
+        time=slurm_minutes(spec.options.time),
+        signal_delay_s=spec.options.signal_seconds,
         setup=list(c.setup),
         additional_parameters=extra,
     )

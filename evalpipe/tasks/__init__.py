@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evalpipe.catalog import registry
+from evalpipe.catalog.taskfiles import task_names
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.config import TaskConfig, load_task_config
@@ -22,11 +23,6 @@ from evalpipe.tasks.scorers import RunPrograms
 from evalpipe.tasks.task import ConfiguredTask
 
 __all__ = ["ConfiguredTask", "category_names", "load_task", "load_tasks", "task_names"]
-
-
-def task_names() -> list[str]:
-    """Names of the task files in tasks/ of every config folder, sorted."""
-    return registry.names("tasks")
 
 
 def _shipped() -> dict[str, tuple[TaskConfig, Path]]:

@@ -7,13 +7,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evalpipe.core.errors import ConfigError
+from evalpipe.core.options import positive
 from evalpipe.engine.base import Prompt, SamplingSettings
 
 
 def check_limit(limit: object) -> None:
     """--limit: a positive number of samples per task, or None for all of them."""
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
-        raise ConfigError(f"limit must be a positive integer, got {limit!r}.")
+    try:
+        if limit is not None:
+            positive(limit)
+    except ValueError as exc:
+        raise ConfigError(f"limit {exc}.") from None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from evalpipe.catalog.registry import GENERATION_CONFIG_RULES
+from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.configio import build, read_yaml
 from evalpipe.engine.base import SamplingSettings
 
@@ -20,9 +21,6 @@ EXTRACTORS = {
     "code": ("python",),
 }
 HARNESSES = ("humaneval", "mbpp")
-# How a multiple-choice answer is obtained: extracted from a generated completion, or the
-# option letter the model finds most likely after the prompt (one scoring pass per option).
-METHODS = ("generate", "logprobs")
 # What a logprobs method scores after the prompt: the option's letter (" B", MMLU-style) or its
 # text (" Paris", the cloze form that small base models answer above chance).
 CONTINUATIONS = ("letter", "text")
@@ -147,7 +145,7 @@ class ScorerConfig:
     """How completions are turned into an answer and metric values."""
 
     kind: str
-    method: str = "generate"  # multiple_choice: generate or logprobs (see METHODS)
+    method: str = "generate"  # multiple_choice: generate or logprobs (see MC_METHODS)
     continuation: str | None = None  # method logprobs: letter (default) or text
     extractor: str | None = None  # None: the kind's default
     harness: str | None = None  # code: how the test program is assembled
@@ -157,8 +155,8 @@ class ScorerConfig:
     def __post_init__(self) -> None:
         if self.kind not in SCORERS:
             raise ValueError(f"scorer kind {self.kind!r} is not one of {', '.join(SCORERS)}")
-        if self.method not in METHODS:
-            raise ValueError(f"scorer method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.method not in MC_METHODS:
+            raise ValueError(f"scorer method {self.method!r} is not one of {', '.join(MC_METHODS)}")
         if self.method == "logprobs" and self.kind != "multiple_choice":
             raise ValueError(
                 f"method logprobs ranks option letters, so it applies to multiple_choice "

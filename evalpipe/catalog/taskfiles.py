@@ -1,0 +1,38 @@
+"""The task files as names, without loading the tasks: which task and category names a command
+line may use (so `evalpipe render` checks them without importing evalpipe.tasks), and the
+multiple-choice methods a task file or `--mc-method` may name."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from evalpipe.catalog import registry
+from evalpipe.core.configio import read_yaml, unknown_name
+
+# How a multiple-choice answer is obtained: extracted from a generated completion, or the
+# option letter the model finds most likely after the prompt (one scoring pass per option).
+MC_METHODS = ("generate", "logprobs")
+
+
+def task_names() -> list[str]:
+    """Names of the task files in tasks/ of every config folder, sorted."""
+    return registry.names("tasks")
+
+
+def category_names() -> list[str]:
+    """Every category a task file's `category` key names, sorted."""
+    found = (registry.find_file("tasks", name) for name in task_names())
+    return sorted({str(read_yaml(path).get("category")) for path in found if path is not None})
+
+
+def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | None) -> None:
+    """Refuse a category no task file names, or a task that is neither a task file's name nor a
+    path to a task file (UnknownNameError with near matches; ConfigError for a missing file)."""
+    if categories:
+        known = category_names()
+        for category in categories:
+            if category not in known:
+                raise unknown_name("category", category, known)
+    for task in tasks or ():
+        if registry.given_file("task", task) is None and registry.find_file("tasks", task) is None:
+            raise unknown_name("task", task, task_names())

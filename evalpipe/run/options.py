@@ -1,0 +1,177 @@
+"""What `evalpipe run` is told, declared once: the flags and help of every command that takes
+these options, the record a job carries, the argv the job passes its runner, and the record the
+runner builds back from that argv (evalpipe/core/options.py)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from evalpipe.catalog.taskfiles import MC_METHODS
+from evalpipe.core.errors import ConfigError
+from evalpipe.core.options import (
+    check_options,
+    float_text,
+    names,
+    names_text,
+    option,
+    options_of,
+    positive,
+    positive_int,
+    some_names,
+)
+from evalpipe.engine.factory import BACKENDS
+from evalpipe.run.watchdog import check_stall_timeout
+
+# The option groups: each command adds the ones it takes.
+SELECTION = "selection"  # which tasks, how many samples
+ENGINE = "engine"  # which engine runs the model
+LAYOUT = "layout"  # its parallel layout and context length; help fills in {layout}
+EXECUTOR = "executor"  # how vLLM starts its workers
+ENDPOINT = "endpoint"  # a model behind an OpenAI-compatible server
+WATCHDOG = "watchdog"
+GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG)
+
+
+def stall_seconds(text: str) -> float:
+    """--stall-timeout: 0 (off) or a positive, finite number of seconds."""
+    try:
+        value = float(text)
+        check_stall_timeout(value)
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected 0 (off) or a positive number of seconds, got {text!r}"
+        ) from exc
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerOptions:
+    """The runner's options other than the preset, the shard and the run directory; None: the
+    preset's, the plan's or each task file's value."""
+
+    backend: str = option(
+        default="vllm",
+        flag="--backend",
+        group=ENGINE,
+        choices=tuple(BACKENDS),
+        help="engine; fake: the deterministic test engine, no model; openai: a model behind an "
+        "OpenAI-compatible server (default vllm)",
+    )
+    tp: int | None = option(
+        flag="--tp",
+        group=LAYOUT,
+        parse=positive_int,
+        check=positive,
+        help="tensor parallel size (default: {layout})",
+    )
+    pp: int | None = option(
+        flag="--pp",
+        group=LAYOUT,
+        parse=positive_int,
+        check=positive,
+        help="pipeline parallel size (default: {layout})",
+    )
+    replicas: int | None = option(
+        flag="--replicas",
+        group=LAYOUT,
+        parse=positive_int,
+        check=positive,
+        help="copies of the model side by side on a node, each on its own TP × PP GPUs "
+        "(default: fill the node's GPUs; a cluster profile may set it; 1 on a CPU)",
+    )
+    max_model_len: int | None = option(
+        flag="--max-model-len",
+        group=LAYOUT,
+        parse=positive_int,
+        check=positive,
+        help="context length (default: the preset's)",
+    )
+    distributed_executor_backend: str | None = option(
+        flag="--distributed-executor-backend",
+        group=EXECUTOR,
+        choices=("ray", "mp"),
+        help="vLLM's executor for the model's GPUs (a multi-node job passes ray)",
+    )
+    base_url: str | None = option(
+        flag="--base-url",
+        group=ENDPOINT,
+        help="the server's API root, e.g. http://127.0.0.1:8000/v1",
+    )
+    model: str | None = option(
+        flag="--model",
+        group=ENDPOINT,
+        help="the name the server serves the model under (default: the preset's model)",
+    )
+    api_key_env: str | None = option(
+        flag="--api-key-env",
+        group=ENDPOINT,
+        metavar="NAME",
+        help="environment variable holding the API key (the key is never written anywhere)",
+    )
+    concurrency: int | None = option(
+        flag="--concurrency",
+        group=ENDPOINT,
+        parse=positive_int,
+        check=positive,
+        help="requests in flight at once (default: the preset's endpoint block, else 32)",
+    )
+    categories: tuple[str, ...] | None = option(
+        flag="--categories",
+        group=SELECTION,
+        parse=names,
+        text=names_text,
+        check=some_names,
+        help="comma list (default: the preset's)",
+    )
+    tasks: tuple[str, ...] | None = option(
+        flag="--tasks",
+        group=SELECTION,
+        parse=names,
+        text=names_text,
+        check=some_names,
+        help="comma list of task names",
+    )
+    limit: int | None = option(
+        flag="--limit",
+        group=SELECTION,
+        parse=positive_int,
+        check=positive,
+        help="at most N samples per task",
+    )
+    mc_method: str | None = option(
+        flag="--mc-method",
+        group=SELECTION,
+        choices=MC_METHODS,
+        help="how multiple-choice tasks answer: generate a completion and extract the letter, "
+        "or rank the option letters by log-probability (default: each task file's)",
+    )
+    stall_timeout: float | None = option(
+        flag="--stall-timeout",
+        group=WATCHDOG,
+        parse=stall_seconds,
+        text=float_text,
+        check=check_stall_timeout,
+        metavar="S",
+        help="end the run with diagnostics and exit 124 after S seconds without progress; 0: "
+        "off (default: sized from the model, 15 min + 6 s per GiB of weights while loading, "
+        "10 min while generating)",
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.backend != "openai":
+            given = self.flags_given((ENDPOINT,))
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} only apply to --backend openai (the backend is "
+                    f"{self.backend}); add --backend openai or drop them."
+                )
+
+    def flags_given(self, groups: tuple[str, ...]) -> list[str]:
+        """The flags of the options in `groups` that are given (not None)."""
+        return [
+            o.flag
+            for f, o in options_of(RunnerOptions)
+            if o.group in groups and getattr(self, f.name) is not None
+        ]

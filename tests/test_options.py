@@ -1,0 +1,220 @@
+"""Options declared once: every runner and job option has its flag and help on the commands that
+take it, a job's argv parses back to the record it came from, and bad values name their flag."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from evalpipe.cli import build_parser
+from evalpipe.commands._options import job_options
+from evalpipe.commands.run import runner_options
+from evalpipe.core.errors import ConfigError, UnknownNameError
+from evalpipe.core.options import options_of, to_argv
+from evalpipe.jobs.jobspec import JOB_RUNNER_GROUPS, JobOptions
+from evalpipe.jobs.submit import prepare
+from evalpipe.run.options import RunnerOptions
+
+RUN_DIR = Path("/scratch/evalpipe/results/options-run")
+
+# Every runner option given, none at its default.
+EVERY_RUNNER_OPTION = RunnerOptions(
+    backend="openai",
+    tp=2,
+    pp=3,
+    replicas=4,
+    max_model_len=4096,
+    distributed_executor_backend="ray",
+    base_url="http://127.0.0.1:8000/v1",
+    model="served-name",
+    api_key_env="MY_KEY",
+    concurrency=7,
+    categories=("math", "coding"),
+    tasks=("arithmetic", "/data/my tasks/t.yaml"),
+    limit=5,
+    mc_method="logprobs",
+    stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
+)
+# Every job option given, none at its default, with the runner options a job takes.
+EVERY_JOB_OPTION = JobOptions(
+    run=RunnerOptions(
+        tp=2,
+        pp=1,
+        replicas=2,
+        max_model_len=2048,
+        categories=("reasoning",),
+        tasks=("gsm8k",),
+        limit=3,
+        mc_method="generate",
+        stall_timeout=600,
+    ),
+    shards="auto",
+    time="auto",
+    target_wall="12:30:00",
+    margin=0.75,
+    signal_seconds=120,
+    max_restarts=0,
+    mode="serve",
+)
+
+
+def flat(pairs: list[tuple[str, str]]) -> list[str]:
+    return [word for pair in pairs for word in pair]
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def unset(record: object, groups: tuple[str, ...] | None = None) -> list[str]:
+    """The record's options (in `groups`) left at their default, None included."""
+    return [
+        f.name
+        for f, o in options_of(type(record))
+        if (groups is None or o.group in groups) and getattr(record, f.name) in (None, f.default)
+    ]
+
+
+def test_every_runner_option_survives_the_argv_round_trip() -> None:
+    assert unset(EVERY_RUNNER_OPTION) == [], "give the new option a value above"
+    argv = flat(to_argv(EVERY_RUNNER_OPTION))
+    assert runner_options(parse("run", "--preset", "p", *argv)) == EVERY_RUNNER_OPTION
+
+
+def test_every_job_option_survives_the_command_line_round_trip() -> None:
+    assert unset(EVERY_JOB_OPTION) == [], "give the new option a value above"
+    # --backend stays vLLM's: serve mode needs it (the runner round trip covers the others).
+    assert unset(EVERY_JOB_OPTION.run, JOB_RUNNER_GROUPS) == ["backend"]
+    argv = flat(to_argv(EVERY_JOB_OPTION.run) + to_argv(EVERY_JOB_OPTION))
+    args = parse("render", "--preset", "p", "--cluster", "c", *argv)
+    assert job_options(args) == EVERY_JOB_OPTION
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        JobOptions(
+            run=RunnerOptions(
+                categories=("math",),
+                tasks=("arithmetic",),
+                limit=3,
+                mc_method="logprobs",
+                stall_timeout=90.5,
+            )
+        ),
+        JobOptions(run=RunnerOptions(tp=4, pp=2, limit=2)),  # two nodes: vLLM over Ray
+        JobOptions(mode="serve", run=RunnerOptions(tasks=("ordering",))),
+    ],
+    ids=["engine", "multi-node", "serve"],
+)
+def test_a_jobs_runner_argv_parses_back_to_its_options_with_the_plans_layout(
+    options: JobOptions,
+) -> None:
+    spec = prepare("tiny_random", "local", options, RUN_DIR).spec
+    args = parse("run", *flat(spec.runner_options), "--out", str(RUN_DIR))
+    assert args.preset == ["tiny_random"]
+    plan = spec.plan
+    if spec.serve:
+        expected = dataclasses.replace(
+            options.run,
+            backend="openai",
+            max_model_len=plan.max_model_len,
+            concurrency=spec.serve_concurrency,
+        )
+    else:
+        expected = dataclasses.replace(
+            options.run,
+            tp=plan.tensor_parallel_size,
+            pp=plan.pipeline_parallel_size,
+            replicas=plan.replicas,
+            max_model_len=plan.max_model_len,
+            distributed_executor_backend="ray" if spec.multi_node else None,
+        )
+    assert runner_options(args) == expected
+
+
+def test_a_smoke_jobs_argv_parses_with_the_smoke_command() -> None:
+    options = JobOptions(run=RunnerOptions(backend="fake", tp=2), smoke=True)
+    spec = prepare("tiny_random", "local", options, RUN_DIR).spec
+    args = parse(*spec.command, *flat(spec.runner_options), "--out", str(RUN_DIR))
+    assert (args.backend, args.tp, args.gpu) == ("fake", 2, spec.plan.gpu)
+
+
+def help_text(command: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """`evalpipe COMMAND --help` with no whitespace (argparse wraps lines where it likes)."""
+    with pytest.raises(SystemExit):
+        parse(command, "--help")
+    return "".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("command", ["run", "render", "submit"])
+def test_each_option_is_on_the_command_line_with_its_help(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shown = help_text(command, capsys)
+    declared = [o for _, o in options_of(RunnerOptions)]
+    if command != "run":
+        declared = [o for o in declared if o.group in JOB_RUNNER_GROUPS]
+        declared += [o for _, o in options_of(JobOptions)]
+    for opt in declared:
+        assert opt.flag in shown
+        start = "".join(opt.help.split("{")[0].split())[:40]
+        assert start in shown, (opt.flag, start)
+
+
+def test_layout_help_says_where_the_default_comes_from(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "tensorparallelsize(default:plannedfromthevisibleGPUs" in help_text("run", capsys)
+    assert "tensorparallelsize(default:auto)" in help_text("plan", capsys)
+    assert "tensorparallelsize(default:planned)" in help_text("render", capsys)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: RunnerOptions(limit=0), "--limit: must be a positive integer, got 0"),
+        (lambda: RunnerOptions(mc_method="rank"), "--mc-method 'rank' is not one of generate"),
+        (lambda: RunnerOptions(categories=()), "--categories: expected one or more names"),
+        (lambda: RunnerOptions(stall_timeout=-1), "--stall-timeout must be 0 (off) or a positive"),
+        (lambda: RunnerOptions(concurrency=4), "--concurrency only apply to --backend openai"),
+        (lambda: JobOptions(margin=1.5), "--margin: 1.5 must be a share of the time limit"),
+        (lambda: JobOptions(shards=0), "--shards: must be a positive integer, got 0"),
+        (lambda: JobOptions(time="soon"), "--time: time 'soon' is not a SLURM time"),
+        (lambda: JobOptions(signal_seconds=-5), "--signal-seconds: signal_seconds must be within"),
+        (
+            lambda: JobOptions(run=RunnerOptions(distributed_executor_backend="mp")),
+            "--distributed-executor-backend: a job's runner does not take these",
+        ),
+        (
+            lambda: JobOptions(run=RunnerOptions(limit=3), smoke=True),
+            "--limit: a smoke job's runner does not take these",
+        ),
+        (
+            lambda: JobOptions(shards="auto", run=RunnerOptions(backend="fake")),
+            "--backend fake has none",
+        ),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_flag(make, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make()
+
+
+def test_an_unknown_task_or_category_is_refused_with_near_matches() -> None:
+    with pytest.raises(UnknownNameError, match=r"Unknown task 'arithmetc'\. Did you mean"):
+        prepare(
+            "tiny_random", "local", JobOptions(run=RunnerOptions(tasks=("arithmetc",))), RUN_DIR
+        )
+    with pytest.raises(UnknownNameError, match=r"Unknown category 'maths'\. Did you mean 'math'"):
+        prepare(
+            "tiny_random", "local", JobOptions(run=RunnerOptions(categories=("maths",))), RUN_DIR
+        )
+    with pytest.raises(ConfigError, match=r"Task file '/nowhere/t\.yaml' does not exist"):
+        prepare(
+            "tiny_random",
+            "local",
+            JobOptions(run=RunnerOptions(tasks=("/nowhere/t.yaml",))),
+            RUN_DIR,
+        )
