@@ -1,10 +1,14 @@
 """Options declared once: every runner and job option has its flag and help on the commands that
-take it, a job's argv parses back to the record it came from, and bad values name their flag."""
+take it, a job's argv parses back to the record it came from, bad values name their flag, and the
+planning commands check task names without loading the tasks."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from evalpipe.jobs.jobspec import JOB_RUNNER_GROUPS, JobOptions
 from evalpipe.jobs.submit import prepare
 from evalpipe.run.options import RunnerOptions
 
+ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = Path("/scratch/evalpipe/results/options-run")
 
 # Every runner option given, none at its default.
@@ -218,3 +223,44 @@ def test_an_unknown_task_or_category_is_refused_with_near_matches() -> None:
             JobOptions(run=RunnerOptions(tasks=("/nowhere/t.yaml",))),
             RUN_DIR,
         )
+
+
+def imported_modules(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], set]:
+    """Run `python -X importtime -m evalpipe ARGV`; the modules it imported."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALPIPE_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "evalpipe", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+    return done, {line.rsplit("|", 1)[1].strip() for line in lines[1:]}
+
+
+RENDER = ["render", "--preset", "tiny_random", "--cluster", "local"]
+SELECTION = ["--categories", "math", "--tasks", "arithmetic,gsm8k", "--mc-method", "logprobs"]
+
+
+@pytest.mark.parametrize(
+    "argv, status",
+    [
+        (["plan", "--preset", "llama3_1_8b", "--gpu", "a100-40gb"], 0),
+        (["plan", "--preset", "llama3_1_8b", "--all-gpus"], 0),
+        (RENDER, 0),
+        ([*RENDER, *SELECTION, "--limit", "3"], 0),
+        ([*RENDER, "--tasks", "arithmetc"], 1),
+    ],
+    ids=["plan", "plan-all-gpus", "render", "render-tasks", "render-unknown-task"],
+)
+def test_planning_commands_load_no_task_module(
+    argv: list[str], status: int, tmp_path: Path
+) -> None:
+    done, modules = imported_modules(tmp_path, *argv)
+    assert done.returncode == status, done.stderr[-2000:]
+    assert "evalpipe.cli" in modules  # the probe sees evalpipe's own imports
+    assert sorted(m for m in modules if m.startswith("evalpipe.tasks")) == []
+    if status:
+        assert "Unknown task 'arithmetc'. Did you mean 'arithmetic'?" in done.stderr

@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import fmt_seconds
-from evalpipe.estimate.cost import Estimate
+
+if TYPE_CHECKING:  # annotations only: the job options take MARGIN without the cost model
+    from evalpipe.estimate.cost import Estimate
 
 # With --shards/--time auto, a shard's predicted wall (its high end) may fill this share of the
 # time limit.

@@ -138,8 +138,6 @@ def _cost(
     spec: JobSpec, gpu: registry.Gpu, options: JobOptions, results: Sequence[Path] | None
 ) -> Prepared:
     """The estimate (and choice) for a first spec; a Prepared whose scripts are filled later."""
-    from evalpipe.estimate.predict import DEFAULT_RESULTS, Selection, predictor
-
     blank = Prepared(spec=spec, script="", merge_script=None)
     if results is None and not options.auto_chosen:
         return blank
@@ -148,6 +146,9 @@ def _cost(
         return dataclasses.replace(
             blank, no_estimate=f"only vLLM runs are estimated, not {run.backend}"
         )
+    # Only here: the estimate loads the tasks, which `evalpipe render` without one never does.
+    from evalpipe.estimate.predict import DEFAULT_RESULTS, Selection, predictor
+
     site = spec.cluster
     try:
         prediction = predictor(
