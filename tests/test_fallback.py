@@ -134,6 +134,14 @@ def test_a_step_the_device_refuses_is_undone_and_the_ladder_goes_on() -> None:
     assert "fp8_kv_cache undone" in steps.steps[1]
 
 
+def test_a_device_without_an_fp8_kv_cache_shortens_the_context_first() -> None:
+    cpu = ladder(Context(min_model_len=4096, kv_budget_fixed=True, fp8_weights=False, fp8_kv=False))
+    cpu.recover(KV_CAPACITY, "build")
+    assert "kv_cache_dtype" not in cpu.kwargs
+    assert cpu.kwargs["max_model_len"] == 20480
+    assert len(cpu.steps) == 1
+
+
 def test_other_failures_and_a_disabled_ladder_raise_engine_errors() -> None:
     with pytest.raises(EngineError, match="vLLM failed \\(build\\) for preset big: ValueError"):
         ladder().recover(ValueError("unknown architecture"), "build")

@@ -112,6 +112,7 @@ class Context:
     kv_budget_fixed: bool
     fp8_weights: bool  # vLLM's fp8 weight quantization runs here (fp8_weights_supported)
     bnb_4bit: bool = False  # vLLM can load the weights as bitsandbytes NF4 (bitsandbytes_supported)
+    fp8_kv: bool = True  # vLLM stores an fp8 KV cache here (fp8_kv_cache_supported)
     # The preset's own `quantization` (the Ladder fills it in from its first kwargs): the ladder
     # never replaces it, while its own 8-bit step may give way to 4 bits.
     preset_quantization: str | None = None
@@ -173,7 +174,7 @@ def utilization(kw: dict[str, Any], failure: MemoryFailure, ctx: Context) -> Cha
 
 def fp8_kv_cache(kw: dict[str, Any], failure: MemoryFailure, ctx: Context) -> Change | None:
     current = kw.get("kv_cache_dtype", "auto")
-    if failure.kind != "kv_capacity" or str(current).startswith("fp8"):
+    if not ctx.fp8_kv or failure.kind != "kv_capacity" or str(current).startswith("fp8"):
         return None
     return {"kv_cache_dtype": "fp8"}, f"kv_cache_dtype {current} → fp8 (half the KV bytes)"
 
@@ -247,6 +248,23 @@ def fp8_weights_supported() -> bool:
     if current_platform.is_cpu():
         return False
     return bool(current_platform.has_device_capability(Fp8Config.get_min_capability()))
+
+
+def fp8_kv_cache_supported() -> bool:
+    """Whether vLLM can store the KV cache in fp8 on this device.
+
+    vLLM's CPU attention refuses it on a CPU without AVX-512 or AMX ("FP8 KV cache on CPU
+    requires x86 with AVX-512 or AMX", vllm/v1/attention/backends/cpu_attn.py `_get_attn_isa`), so
+    the step would only cost a build there. A GPU that refuses it says so when the engine is
+    built, and the ladder undoes the step.
+    """
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return True
+    import torch
+
+    return bool(torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def bitsandbytes_supported() -> bool:

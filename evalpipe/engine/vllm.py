@@ -37,6 +37,7 @@ from evalpipe.engine.fallback import (
     Context,
     Ladder,
     bitsandbytes_supported,
+    fp8_kv_cache_supported,
     fp8_weights_supported,
 )
 
@@ -267,6 +268,7 @@ class VllmEngine(Engine):
             kv_budget_fixed=kv_fixed,
             fp8_weights=fp8_weights_supported(),
             bnb_4bit=bitsandbytes_supported(),
+            fp8_kv=fp8_kv_cache_supported(),
         )
         ladder = Ladder(
             kwargs, context=context, enabled=settings.oom_fallback, subject=f"preset {preset.name}"
