@@ -15,6 +15,8 @@ from typing import Any
 
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.results import SampleRecord, write_samples
+from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.summary import metric_stats
 
 
@@ -70,24 +72,24 @@ def _devices(run: SyntheticRun) -> list[dict[str, Any]]:
 def write_run(path: Path, run: SyntheticRun) -> Path:
     """Write `run` into `path` (created) and return it."""
     path.mkdir(parents=True, exist_ok=True)
-    lines = []
+    records = []
     by_category: dict[str, list[float]] = {}
     tasks_summary = {}
     for task, (category, values) in run.tasks.items():
         for i, value in enumerate(values):
-            record = {
-                "task": task,
-                "category": category,
-                "sample_id": f"{task}-{run.first_id + i}",
-                "prompt": f"Question {i} of {task}?",
-                "completions": [f"answer {i}"],
-                "extracted": [str(i)],
-                "scores": {run.metric: value},
-                "prompt_tokens": 12,
-                "completion_tokens": [7],
-                "shard": None,
-            }
-            lines.append(json.dumps(record))
+            records.append(
+                SampleRecord(
+                    task=task,
+                    category=category,
+                    sample_id=f"{task}-{run.first_id + i}",
+                    prompt=f"Question {i} of {task}?",
+                    completions=(f"answer {i}",),
+                    extracted=(str(i),),
+                    scores={run.metric: value},
+                    prompt_tokens=12,
+                    completion_tokens=(7,),
+                )
+            )
         by_category.setdefault(category, []).extend(values)
         tasks_summary[task] = {
             "category": category,
@@ -96,7 +98,7 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
             "metrics": {run.metric: metric_stats(values)} if values else {},
         }
     files = RunDir(path)
-    files.samples.write_text("".join(line + "\n" for line in lines))
+    write_samples(files.samples, records)
     n_done = sum(len(v) for _, v in run.tasks.values())
     n_total = sum(t["n_total"] for t in tasks_summary.values())
     rate = run.generated_tokens / run.generate_s if run.generated_tokens else None
@@ -129,7 +131,9 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
         run_id=run.run_id,
         status=run.status,
         preset={"name": run.preset},
-        config={"shard": run.shard, "backend": "fake"},
+        config=RunConfig(
+            preset=run.preset, backend="fake", tasks=tuple(run.tasks), shard=run.shard
+        ),
         config_hash="synthetic",
         started_at="2026-01-01T00:00:00Z",
         samples_planned=[

@@ -21,6 +21,8 @@ from evalpipe.estimate.throughput import from_smoke, roofline
 from evalpipe.estimate.workmodel import TaskWork, task_work
 from evalpipe.planning import planner
 from evalpipe.planning.memory import GIB
+from evalpipe.rundir.results import SampleRecord, write_samples
+from evalpipe.rundir.timings import Timings
 from evalpipe.tasks import load_task
 
 H100 = registry.get_gpu("h100-80gb")
@@ -274,11 +276,13 @@ def test_past_runs_give_the_scoring_time_of_a_code_task(tmp_path: Path) -> None:
 
     samples = tmp_path / "samples.jsonl"
     rows = [("humaneval", "coding")] * 3 + [("mbpp", "coding")] + [("arithmetic", "math")] * 2
-    samples.write_text("".join(
-        json.dumps({"task": t, "category": c, "completion_tokens": [10], "prompt_tokens": 5})
-        + "\n" for t, c in rows
-    ))  # fmt: skip
-    records = {r.task: r for r in _tasks(samples, {"score:coding": 8.0, "generate:math": 1.0})}
+    write_samples(samples, [
+        SampleRecord(task=t, category=c, sample_id=f"{t}-{i}", prompt="?", completions=("x",),
+                     extracted=(None,), scores={}, prompt_tokens=5, completion_tokens=(10,))
+        for i, (t, c) in enumerate(rows)
+    ])  # fmt: skip
+    timings = Timings({"score:coding": 8.0, "generate:math": 1.0})
+    records = {r.task: r for r in _tasks(samples, timings)}
     assert records["humaneval"].score_s == pytest.approx(6.0)
     assert records["mbpp"].score_s == pytest.approx(2.0)
     assert records["arithmetic"].score_s == 0.0  # no score:math recorded

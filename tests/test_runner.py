@@ -231,7 +231,7 @@ def test_failure_is_recorded_and_the_run_resumes(tmp_path: Path) -> None:
     manifest = read_json(out / "manifest.json")
     assert manifest["status"] == "failed"
     assert "scorer broke" in manifest["error"]
-    written = {r.sample_id for r in read_samples(out / "samples.jsonl")}
+    written = {r.sample_id for r in read_samples(out / "samples.jsonl").records}
     # Samples are scored in the groups that finished together (two at a time with a window of
     # two): everything before the failing group was written, nothing from it.
     assert "gamma-3" not in written and {"gamma-0", "gamma-1"} <= written
@@ -365,7 +365,7 @@ def test_multiple_choice_by_logprobs_records_the_likeliest_option(tmp_path: Path
     out = tmp_path / "run"
     options = dataclasses.replace(OPTIONS, limit=4)
     assert run(out, engine=engine, tasks=[ordering], options=options).status == "complete"
-    records = {r.sample_id: r for r in read_samples(out / "samples.jsonl")}
+    records = {r.sample_id: r for r in read_samples(out / "samples.jsonl").records}
     assert len(engine.served) == 4  # one scoring request per question, nothing generated
     right = records[first.id]
     assert right.completions == (first.target["answer"],) and right.scores["accuracy"] == 1.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,11 +181,17 @@ def test_a_job_gone_without_accounting_is_judged_by_its_run_dir(tmp_path: Path) 
     job = submit("tiny_random", "local", out=tmp_path / "r", slurm=fake)
     assert job.state().tasks[0].state == "UNKNOWN"
     assert not job.state().ok
-    (job.run_dir / "manifest.json").write_text(json.dumps({"status": "complete"}))
-    (job.run_dir / "samples.jsonl").write_text("{}\n{}\n")
+    # A finished run's files, one sample line damaged and one cut short by a kill.
+    done = Path(__file__).parent / "fixtures" / "rundir-submitted-e4af4c7"
+    shutil.copy(done / "manifest.json", job.run_dir / "manifest.json")
+    lines = (done / "samples.jsonl").read_text().splitlines(keepends=True)
+    (job.run_dir / "samples.jsonl").write_text("".join(lines[:3]) + "{}\n" + lines[3][:20])
     status = Job.load(job.run_dir, slurm=fake).state()
     assert status.ok and status.tasks[0].source == "run dir"
-    assert status.samples_done == 2
+    assert status.samples_done == 3
+    (job.run_dir / "manifest.json").write_text(json.dumps({"status": "complete"}))
+    status = Job.load(job.run_dir, slurm=fake).state()  # not a manifest: the run dir cannot say
+    assert not status.ok and status.tasks[0].reason == "run dir says None"
 
 
 def test_load_needs_a_readable_submission_record(tmp_path: Path) -> None:

@@ -268,8 +268,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nRun directory: {out}")
     if result.status != "complete":
         print(
-            f"evalpipe run: interrupted with {result.summary['n_done']}/"
-            f"{result.summary['n_total']} samples done; rerun the same command with "
+            f"evalpipe run: interrupted with {result.n_done}/{result.n_total} samples done; "
+            "rerun the same command with "
             f"--out {shlex.quote(str(out))} to resume.",
             file=sys.stderr,
         )

@@ -57,6 +57,11 @@ class RunDirError(EvalpipeError):
     disagree); the message names the file."""
 
 
+class DamagedFileError(RunDirError):
+    """A run-directory file was read but is not what it should be (damaged, incomplete, or a
+    newer schema); readers that can go on without it (reports, estimates) warn instead."""
+
+
 class RunDirLockedError(RunDirError):
     """Another process (run, resume or merge) holds the run directory; the message names it."""
 

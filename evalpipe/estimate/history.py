@@ -4,7 +4,6 @@ pandas: estimates run on login nodes)."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -15,7 +14,9 @@ from typing import Any
 from evalpipe.catalog.registry import Gpu
 from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.manifest import Manifest
+from evalpipe.rundir.manifest import Manifest, read_manifest
+from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.timings import Timings
 
 _FAMILY = re.compile(r"[a-z]+[0-9.]*")
 
@@ -77,8 +78,8 @@ class PastJob:
 
 
 def _device_gpu(manifest: Manifest, gpus: Mapping[str, Gpu]) -> str | None:
-    planned = (manifest.plan or {}).get("gpu")
-    if isinstance(planned, str) and planned in gpus:
+    planned = manifest.plan.gpu if manifest.plan else None
+    if planned in gpus:
         return planned
     devices = manifest.devices
     names = {d.name for d in devices if d.is_gpu}
@@ -90,30 +91,24 @@ def _device_gpu(manifest: Manifest, gpus: Mapping[str, Gpu]) -> str | None:
     return None
 
 
-def _tasks(samples: Path, timings: Mapping[str, float]) -> tuple[TaskRecord, ...]:
+def _tasks(samples: Path, timings: Timings) -> tuple[TaskRecord, ...]:
     totals: dict[str, list[int]] = {}
     categories: dict[str, str] = {}
     try:
-        with samples.open(encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    record = json.loads(line)
-                    counts = [int(n) for n in record["completion_tokens"]]
-                    prompt = int(record["prompt_tokens"])
-                    ranked = bool(record.get("option_logprobs"))
-                    task = str(record["task"])
-                    categories.setdefault(task, str(record.get("category") or ""))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a damaged line: the run's own resume repairs it
-                t = totals.setdefault(task, [0, 0, 0, 0, 0, 0])
-                t[0] += 1
-                t[1] += 0 if ranked else len(counts)
-                t[2] += prompt
-                t[3] += 0 if ranked else sum(counts)
-                t[4] = max(t[4], max(counts, default=0) if not ranked else 0)
-                t[5] += ranked
-    except OSError:
+        records = read_samples(samples).records  # damaged lines are skipped
+    except RunDirError:
         return ()
+    for record in records:
+        counts = record.completion_tokens
+        ranked = bool(record.option_logprobs)
+        categories.setdefault(record.task, record.category)
+        t = totals.setdefault(record.task, [0, 0, 0, 0, 0, 0])
+        t[0] += 1
+        t[1] += 0 if ranked else len(counts)
+        t[2] += record.prompt_tokens
+        t[3] += 0 if ranked else sum(counts)
+        t[4] = max(t[4], max(counts, default=0) if not ranked else 0)
+        t[5] += ranked
     in_category: dict[str, int] = {}
     for task, counts in totals.items():
         in_category[categories[task]] = in_category.get(categories[task], 0) + counts[0]
@@ -127,9 +122,7 @@ def _tasks(samples: Path, timings: Mapping[str, float]) -> tuple[TaskRecord, ...
             longest=m,
             ranked=r,
             category=categories[task],
-            score_s=timings.get(f"score:{categories[task]}", 0.0)
-            * n
-            / in_category[categories[task]],
+            score_s=timings.of("score", categories[task]) * n / in_category[categories[task]],
         )
         for task, (n, c, p, g, m, r) in totals.items()
     )
@@ -137,28 +130,27 @@ def _tasks(samples: Path, timings: Mapping[str, float]) -> tuple[TaskRecord, ...
 
 def _job(part: RunDir, gpus: Mapping[str, Gpu]) -> PastJob | None:
     try:
-        manifest = Manifest.from_dict(json.loads(part.manifest.read_text(encoding="utf-8")))
-    except (OSError, ValueError, RunDirError):
+        manifest = read_manifest(part)
+    except RunDirError:  # unreadable or damaged: a past job that cannot inform an estimate
         return None
-    if manifest.status != "complete" or not manifest.attempts:
+    if manifest is None or manifest.status != "complete" or not manifest.attempts:
         return None
-    engine = manifest.config.get("engine") or {}
-    timings = manifest.timings
+    config = manifest.config
+    timings = manifest.phase_timings
     energy = [d.energy_j for d in manifest.devices if d.is_gpu]
-    model = str((manifest.preset or {}).get("model") or "")
     return PastJob(
         path=part.path,
         preset=manifest.preset_name,
-        family=family(model),
+        family=family(manifest.model),
         gpu=_device_gpu(manifest, gpus),
-        tp=int(engine.get("tensor_parallel_size") or 1),
-        pp=int(engine.get("pipeline_parallel_size") or 1),
-        replicas=int(engine.get("replicas") or 1),
-        backend=str(manifest.config.get("backend") or ""),
+        tp=config.tensor_parallel_size,
+        pp=config.pipeline_parallel_size,
+        replicas=config.replicas,
+        backend=config.backend,
         attempts=len(manifest.attempts),
-        load_s=timings.get("load", 0.0),
-        generate_s=math.fsum(v for k, v in timings.items() if k.startswith("generate:")),
-        score_s=math.fsum(v for k, v in timings.items() if k.startswith("score:")),
+        load_s=timings.load_s,
+        generate_s=timings.total_s("generate"),
+        score_s=timings.total_s("score"),
         wall_s=manifest.wall_s,
         gpus=len(energy),
         energy_j=math.fsum(e for e in energy if e is not None)

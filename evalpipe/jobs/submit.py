@@ -11,7 +11,6 @@ Only the SlurmClient touches the scheduler; pass FakeSlurm to see what would be 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +25,9 @@ from evalpipe.jobs import preflight, render
 from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.jobs.jobspec import JobOptions, JobSpec, make_jobspec
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import new_run_dir, read_json, write_json
+from evalpipe.rundir.manifest import read_manifest
+from evalpipe.rundir.results import new_run_dir, read_samples
+from evalpipe.rundir.submission import Submission, read_submission, write_plan, write_submission
 from evalpipe.rundir.sweep import SweepManifest, SweepRun, write_sweep
 from evalpipe.slurm.client import UNKNOWN, Slurm, SlurmClient, TaskState, sbatch_argv
 
@@ -59,14 +60,6 @@ class Prepared:
                 f"--time {self.choice.time_limit}\n"
             )
         return text
-
-    def cost_record(self) -> dict[str, object]:
-        """What submission.json keeps of the estimate, for `evalpipe report`'s comparison."""
-        return {
-            "estimate": None if self.estimate is None else self.estimate.to_dict(),
-            "choice": None if self.choice is None else self.choice.to_dict(),
-            "no_estimate": self.no_estimate,
-        }
 
     @property
     def run_dir(self) -> Path:
@@ -231,9 +224,10 @@ class JobStatus:
 
 def _manifest_status(run_dir: Path) -> str | None:
     try:
-        return json.loads(RunDir(run_dir).manifest.read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError, AttributeError):
+        manifest = read_manifest(RunDir(run_dir))
+    except RunDirError:  # being written, damaged or unreadable: the run dir cannot say
         return None
+    return None if manifest is None else manifest.status
 
 
 def _settle(task: TaskState, run_dir: Path) -> TaskState:
@@ -248,17 +242,15 @@ def _settle(task: TaskState, run_dir: Path) -> TaskState:
 
 
 def _samples_done(run_dir: Path) -> int:
+    """Whole sample records written so far (a damaged or cut-short line is no sample)."""
     files = RunDir(run_dir)
-    paths = [files.samples, *(RunDir(p).samples for p in files.shards.glob("*"))]
     # A merged run holds the shards' samples again: count the merged file alone once it exists.
-    merged = paths[0]
-    counted = [merged] if merged.is_file() else paths[1:]
+    parts = [files] if files.samples.is_file() else files.shard_dirs()
     total = 0
-    for path in counted:
+    for part in parts:
         try:
-            with path.open("rb") as fh:
-                total += sum(1 for _ in fh)
-        except OSError:
+            total += len(read_samples(part.samples).records)
+        except RunDirError:  # unreadable for now (NFS, permissions): counted on the next poll
             continue
     return total
 
@@ -321,19 +313,12 @@ class Job:
     @classmethod
     def load(cls, run_dir: Path, slurm: SlurmClient | None = None) -> Job:
         """The job recorded in RUN_DIR/submission.json."""
-        path = RunDir(run_dir).submission
-        if not path.exists():
-            raise RunDirError(
-                f"{run_dir} holds no {path.name}: it was not submitted by `evalpipe submit`."
-            )
-        data = read_json(path)
-        if "job_id" not in data:
-            raise RunDirError(f"{path} names no job_id; it was not written by `evalpipe submit`.")
+        record = read_submission(RunDir(run_dir))
         return cls(
             run_dir=run_dir,
-            job_id=str(data["job_id"]),
-            merge_job_id=data.get("merge_job_id"),
-            shards=int(data.get("shards", 1)),
+            job_id=record.job_id,
+            merge_job_id=record.merge_job_id,
+            shards=record.shards,
             slurm=slurm or Slurm(),
         )
 
@@ -367,8 +352,7 @@ def _record(prepared: Prepared, *, scripts: bool) -> None:
         (RunDir(run_dir).job_script).write_text(prepared.script, encoding="utf-8")
     if scripts and prepared.merge_script is not None:
         (RunDir(run_dir).merge_script).write_text(prepared.merge_script, encoding="utf-8")
-    plan = prepared.spec.plan.to_dict()
-    RunDir(run_dir).plan.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    write_plan(RunDir(run_dir), prepared.spec.plan)
 
 
 def submit_prepared(
@@ -397,21 +381,22 @@ def _submit(
     _record(prepared, scripts=executor == "sbatch")
     run_dir = prepared.run_dir
     job_id, argvs, merge_id = submit(prepared, client)
-    write_json(
-        RunDir(run_dir).submission,
-        {
-            "schema": 1,
-            "executor": executor,
-            "argv": argvs,
-            "job_id": job_id,
-            "merge_job_id": merge_id,
-            "shards": spec.options.shards,
-            "preset": spec.preset.name,
-            "cluster": spec.cluster.name,
-            "preflight": checked,
-            "submitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            **prepared.cost_record(),
-        },
+    write_submission(
+        RunDir(run_dir),
+        Submission(
+            executor=executor,
+            argv=argvs,
+            job_id=job_id,
+            merge_job_id=merge_id,
+            shards=spec.options.shards,
+            preset=spec.preset.name,
+            cluster=spec.cluster.name,
+            preflight=checked,
+            submitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            estimate=None if prepared.estimate is None else prepared.estimate.to_dict(),
+            choice=None if prepared.choice is None else prepared.choice.to_dict(),
+            no_estimate=prepared.no_estimate,
+        ),
     )
     return Job(
         run_dir=run_dir,

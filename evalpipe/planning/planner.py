@@ -83,6 +83,25 @@ class Plan:
         data["notes"] = list(self.notes)
         return data
 
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        """A plan as `to_dict` wrote it (plan.json); fields added later read with their
+        defaults, keys this version does not know are ignored. ValueError when incomplete."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a plan must be a JSON object, not {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in data.items() if k in fields}
+        missing = [
+            name
+            for name, f in fields.items()
+            if name not in known
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise ValueError(f"a plan lacks {', '.join(missing)}")
+        return cls(**known | {"notes": tuple(known.get("notes") or ())})
+
 
 def comfortable(size: Sizing) -> bool:
     """Room for one full-length sequence plus the headroom an automatic layout wants."""

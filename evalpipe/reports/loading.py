@@ -15,14 +15,16 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.core.errors import ConfigError, RunDirError
+from evalpipe.core.errors import DamagedFileError
 from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.engine.fallback import ladder_quantization
 from evalpipe.monitor.summary import DeviceSummary
-from evalpipe.reports.readers import METRICS_COLUMNS, read_json, read_metrics, read_samples
-from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.manifest import Manifest
-from evalpipe.rundir.shard import Shard
+from evalpipe.reports.readers import METRICS_COLUMNS, read_metrics
+from evalpipe.rundir.layout import SCHEMA, RunDir
+from evalpipe.rundir.manifest import Manifest, read_manifest
+from evalpipe.rundir.results import SampleRecord, read_samples
+from evalpipe.rundir.submission import read_submission
+from evalpipe.rundir.summary import MetricSummary, Summary, read_summary
 
 # The most telling status of a run's jobs when the run is not complete.
 _STATUS_ORDER = ("failed", "interrupted", "running")
@@ -59,57 +61,56 @@ class _Part:
     path: Path
     shard: int | None
     manifest: Manifest | None
-    summary: dict[str, Any] | None
-    samples: list[dict[str, Any]] | None
+    summary: Summary | None
+    samples: list[SampleRecord]
 
 
 def _read_part(path: Path, shard: int | None, warnings: list[str]) -> _Part:
+    """One job's files; a damaged one becomes a warning (an unreadable one stays an error:
+    the report would silently lack it)."""
+    files = RunDir(path)
+    try:
+        manifest = read_manifest(files)
+    except DamagedFileError as exc:
+        warnings.append(f"{exc} It is left out; the run's other files are read.")
+        manifest = None
+    try:
+        summary = read_summary(files)
+    except DamagedFileError as exc:
+        warnings.append(f"{exc} Ignored it.")
+        summary = None
+    if summary is not None and summary.schema != SCHEMA:
+        schema = summary.schema
+        age = "newer" if schema is not None and schema > SCHEMA else "older or unknown"
+        warnings.append(
+            f"{files.summary}: schema {schema!r} is {age} (this evalpipe reads schema {SCHEMA}); "
+            "reporting the fields it recognises."
+        )
+    samples = read_samples(files.samples)
+    warnings.extend(samples.warnings())
     return _Part(
-        path=path,
-        shard=shard,
-        manifest=_manifest(RunDir(path).manifest, warnings),
-        summary=read_json(RunDir(path).summary, warnings),
-        samples=read_samples(RunDir(path).samples, warnings),
+        path=path, shard=shard, manifest=manifest, summary=summary, samples=samples.records
     )
 
 
-def _manifest(path: Path, warnings: list[str]) -> Manifest | None:
-    data = read_json(path, warnings)
-    if data is None:
-        return None
-    try:
-        return Manifest.from_dict(data, where=str(path))
-    except RunDirError as exc:
-        warnings.append(f"{exc} It is left out; the run's other files are read.")
-        return None
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _number(value: Any) -> float:
-    """A JSON number as float; NaN for null, absent or non-numeric values."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return float("nan")
-    return float(value)
+def _number(value: float | None) -> float:
+    """NaN for a figure the file does not give."""
+    return float("nan") if value is None else value
 
 
 def _expected_shards(parts: Sequence[_Part]) -> int:
     """N from a shard's manifest config.shard "i/N"; 0 when no part says."""
     for part in parts:
-        text = part.manifest.config.get("shard") if part.manifest else None
-        try:
-            return Shard.parse(str(text)).count
-        except ConfigError:
-            continue
+        shard = part.manifest.config.shard_of() if part.manifest else None
+        if shard is not None:
+            return shard.count
     return 0
 
 
 def _part_complete(part: _Part) -> bool:
     if part.manifest is not None:
         return part.manifest.status == "complete"
-    return bool(_dict(part.summary).get("complete"))
+    return part.summary is not None and part.summary.complete
 
 
 def _status(parts: Sequence[_Part], complete: bool) -> str:
@@ -143,14 +144,19 @@ PREDICTED = tuple(
 
 def _predicted(run_dir: Path, warnings: list[str]) -> dict[str, float]:
     """The run's predicted wall and GPU-hours; NaN where it was submitted without an estimate."""
-    path = RunDir(run_dir).submission
-    record = read_json(path, warnings) if path.is_file() else None
-    estimate = _dict(_dict(record).get("estimate"))
-    return {
-        f"predicted_{figure}_{end}": _number(_dict(estimate.get(figure)).get(end))
-        for figure in ("wall_s", "gpu_hours")
-        for end in ("low", "mid", "high")
-    }
+    files = RunDir(run_dir)
+    record = None
+    if files.submission.is_file():
+        try:
+            record = read_submission(files)
+        except DamagedFileError as exc:
+            warnings.append(f"{exc} Ignored it.")
+    out = {}
+    for figure in ("wall_s", "gpu_hours"):
+        span = record.predicted(figure) if record else None
+        for end in ("low", "mid", "high"):
+            out[f"predicted_{figure}_{end}"] = math.nan if span is None else getattr(span, end)
+    return out
 
 
 # The columns of each RunSet frame, filled row by row and turned into frames once at the end.
@@ -219,10 +225,10 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
             "files yet; the run is reported as incomplete."
         )
 
-    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    merged: dict[tuple[str, str], SampleRecord] = {}
     for part in [top, *shards]:
-        for record in part.samples or ():
-            merged[(record["task"], str(record["sample_id"]))] = record
+        for record in part.samples:
+            merged[record.key] = record
     _add_samples(tables["samples"], run, merged)
 
     task_totals = _task_totals([top], warnings)
@@ -256,12 +262,12 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
         and n_done >= n_total
     )
     manifest = top.manifest or next((p.manifest for p in shards if p.manifest), None)
-    summary = _dict(top.summary or next((p.summary for p in shards if p.summary), None))
+    summary = top.summary or next((p.summary for p in shards if p.summary), None)
     preset_name = manifest.preset_name if manifest else None
     tables["runs"].add(
         run=run,
         run_id=top.manifest.run_id if top.manifest else run_dir.name,
-        preset=str(preset_name or summary.get("preset") or "?"),
+        preset=str(preset_name or (summary.preset if summary else None) or "?"),
         parts=tuple(str(p.path) for p in jobs_parts),
         status=_status(jobs_parts, complete),
         complete=complete,
@@ -282,17 +288,17 @@ def _ladder_quantization(parts: Sequence[_Part]) -> str | None:
     return None
 
 
-def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], dict[str, Any]]) -> None:
+def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], SampleRecord]) -> None:
     """One row per sample and metric; `primary` marks the first metric its task records."""
     primary: dict[str, str] = {}
     rows: list[tuple[Any, ...]] = []
     append = rows.append
     for (task, sample_id), record in merged.items():
-        scores = record["scores"]
+        scores = record.scores
         if task not in primary:
             primary[task] = next(iter(scores), "")
         first = primary[task]
-        category = record.get("category") or ""
+        category = record.category
         for metric, score in scores.items():
             append((task, category, sample_id, metric, score, metric == first))
     if not rows:
@@ -308,12 +314,9 @@ def _planned(part: _Part) -> list[tuple[str, str, Any]]:
 
     A run killed before its first summary still says in its manifest what it set out to do.
     """
-    tasks = _dict(_dict(part.summary).get("tasks"))
+    tasks = part.summary.tasks if part.summary else {}
     if tasks:
-        return [
-            (task, str(_dict(info).get("category") or ""), _dict(info).get("n_total"))
-            for task, info in tasks.items()
-        ]
+        return [(task, info.category, info.n_total) for task, info in tasks.items()]
     planned = part.manifest.samples_planned if part.manifest else []
     return [(p.name, p.category, p.n_total) for p in planned]
 
@@ -333,58 +336,52 @@ def _task_totals(parts: Sequence[_Part], warnings: list[str]) -> dict[str, tuple
 
 def _summary_done(top: _Part, shards: Sequence[_Part]) -> int:
     """Finished samples by the summaries, for runs without any samples.jsonl records."""
-    counts = [_dict(p.summary).get("n_done") for p in shards or [top]]
-    return sum(n for n in counts if isinstance(n, int))
+    counts = [p.summary.n_done if p.summary else None for p in shards or [top]]
+    return sum(n for n in counts if n is not None)
 
 
-def _first_metric(metrics: Any) -> tuple[str, dict[str, Any]] | None:
-    metrics = _dict(metrics)
-    name = next(iter(metrics), None)
-    return None if name is None else (name, _dict(metrics[name]))
-
-
-def _add_summary_scores(out: _Columns, run: str, summary: dict[str, Any] | None) -> None:
-    groups = [
-        ("task", name, info.get("metrics"))
-        for name, info in _dict(_dict(summary).get("tasks")).items()
-        if isinstance(info, dict)
-    ] + [
-        ("category", name, _dict(info).get("micro"))
-        for name, info in _dict(_dict(summary).get("categories")).items()
+def _add_summary_scores(out: _Columns, run: str, summary: Summary | None) -> None:
+    if summary is None:
+        return
+    groups = [("task", name, info.metrics) for name, info in summary.tasks.items()] + [
+        ("category", name, micro) for name, micro in summary.categories.items()
     ]
     for kind, group, metrics in groups:
-        first = _first_metric(metrics)
+        first = next(iter(metrics.items()), None)  # the primary metric
         if first is None:
             continue
         metric, values = first
-        out.add(
-            run=run, kind=kind, group=group, metric=metric, mean=_number(values.get("mean")),
-            stderr=_number(values.get("stderr")), n=_number(values.get("n")),
-            ci_low=_number(values.get("ci_low")), ci_high=_number(values.get("ci_high")),
-        )  # fmt: skip
+        _add_score(out, run, kind, group, metric, values)
+
+
+def _add_score(
+    out: _Columns, run: str, kind: str, group: str, metric: str, values: MetricSummary
+) -> None:
+    out.add(
+        run=run, kind=kind, group=group, metric=metric, mean=_number(values.mean),
+        stderr=_number(values.stderr), n=_number(values.n), ci_low=_number(values.ci_low),
+        ci_high=_number(values.ci_high),
+    )  # fmt: skip
 
 
 def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings: list[str]) -> None:
-    summary = _dict(part.summary)
-    throughput = _dict(summary.get("throughput"))
-    device_rows = [DeviceSummary.from_dict(_dict(d)) for d in summary.get("devices") or ()]
-    if not device_rows:
-        device_rows = _devices_from_metrics(part, warnings)
-    gpus = throughput.get("gpus")
-    if not isinstance(gpus, int):
-        plan = _dict(part.manifest.plan if part.manifest else None)
-        gpus = plan.get("total_gpus")
-    if not isinstance(gpus, int):
+    summary = part.summary or Summary()
+    throughput = summary.throughput
+    device_rows = summary.devices or _devices_from_metrics(part, warnings)
+    gpus = throughput.gpus
+    if gpus is None and part.manifest and part.manifest.plan:
+        gpus = part.manifest.plan.total_gpus
+    if gpus is None:
         gpus = sum(d.is_gpu for d in device_rows)
-    tokens = _number(throughput.get("generated_tokens"))
-    rate = _number(throughput.get("tokens_per_s"))
-    generate_s = _number(throughput.get("generate_s"))
+    tokens = _number(throughput.generated_tokens)
+    rate = _number(throughput.tokens_per_s)
+    generate_s = _number(throughput.generate_s)
     if rate > 0 and tokens == tokens:
         generate_s = tokens / rate  # the time the runner's own rate was measured over
     jobs.add(
-        run=run, shard=part.shard, wall_s=_number(throughput.get("wall_s")),
-        generated_tokens=tokens, prompt_tokens=_number(throughput.get("prompt_tokens")),
-        tokens_per_s=rate, generate_s=generate_s, gpus=gpus,
+        run=run, shard=part.shard, wall_s=_number(throughput.wall_s), generated_tokens=tokens,
+        prompt_tokens=_number(throughput.prompt_tokens), tokens_per_s=rate,
+        generate_s=generate_s, gpus=gpus,
     )  # fmt: skip
     # A run against a server (--backend openai) with no GPU here: the CPU readings are the
     # client's, not the model's, so the run shows as "remote" with nothing measured.
@@ -405,8 +402,7 @@ def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings:
 
 def _remote(part: _Part) -> bool:
     """Whether the part's engine ran elsewhere (its description says device "remote")."""
-    engine = part.manifest.engine if part.manifest else None
-    return isinstance(engine, dict) and engine.get("device") == REMOTE_DEVICE
+    return part.manifest is not None and part.manifest.engine_device == REMOTE_DEVICE
 
 
 def _read_all_metrics(part: Path, warnings: list[str]) -> pd.DataFrame | None:

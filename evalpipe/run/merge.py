@@ -13,20 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core import provenance
-from evalpipe.core.errors import ConfigError, RunDirError
-from evalpipe.rundir.checkpoint import config_diff, config_hash
+from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import MANIFEST, SHARDS, RunDir
 from evalpipe.rundir.lock import RunLock
-from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.manifest import (
+    Manifest,
+    PlannedTask,
+    RunStatus,
+    ShardStatus,
+    read_manifest,
+)
 from evalpipe.rundir.results import (
     SampleRecord,
     check_unique,
-    read_json,
     read_samples,
     write_json,
     write_samples,
 )
-from evalpipe.rundir.shard import Shard
+from evalpipe.rundir.submission import read_plan
 from evalpipe.rundir.summary import combine_devices, summarize_run
 
 
@@ -54,24 +58,19 @@ class MergeResult:
     summary: dict[str, Any]
 
 
-def _unsharded(config: dict[str, Any]) -> dict[str, Any]:
-    return {**config, "shard": None}
-
-
 def _read_shard(path: Path) -> ShardRun:
     files = RunDir(path)
-    manifest = Manifest.from_dict(read_json(files.manifest), where=str(files.manifest))
-    text = manifest.config.get("shard")
-    try:
-        shard = Shard.parse(str(text))
-    except ConfigError:
-        shard = None
+    manifest = read_manifest(files)
+    if manifest is None:
+        raise RunDirError(f"{files.manifest} does not exist.")
+    shard = manifest.config.shard_of()
     if shard is None or str(shard.index) != path.name:
         raise RunDirError(
-            f"{path} is not shard {path.name}: its manifest says shard {text!r}. Each array "
-            f"task i must run with --shard i/N --out RUN_DIR/{SHARDS}/i."
+            f"{path} is not shard {path.name}: its manifest says shard "
+            f"{manifest.config.shard!r}. Each array task i must run with --shard i/N "
+            f"--out RUN_DIR/{SHARDS}/i."
         )
-    records = read_samples(files.samples)
+    records = read_samples(files.samples).require_intact()
     check_unique(records, files.samples)
     stray = [r for r in records if r.shard != shard.index]
     if stray:
@@ -86,18 +85,18 @@ def _read_shard(path: Path) -> ShardRun:
 
 def _check_consistent(shards: Sequence[ShardRun]) -> None:
     first = shards[0]
-    base = _unsharded(first.manifest.config)
+    base = first.manifest.config.unsharded()
     for shard in shards[1:]:
         if shard.count != first.count:
             raise RunDirError(
                 f"Shards disagree on the shard count: {first.path} is one of {first.count}, "
                 f"{shard.path} one of {shard.count}."
             )
-        other = _unsharded(shard.manifest.config)
-        if config_hash(other) != config_hash(base):
+        other = shard.manifest.config.unsharded()
+        if other.fingerprint() != base.fingerprint():
             raise RunDirError(
                 f"{shard.path} ran with a different configuration than {first.path}:\n  "
-                + "\n  ".join(config_diff(base, other))
+                + "\n  ".join(base.diff(other))
             )
     seen: dict[tuple[str, str], int] = {}
     for shard in shards:
@@ -123,7 +122,7 @@ def _interleave(shards: Sequence[ShardRun], tasks: Sequence[str]) -> list[Sample
 
 def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: RunStatus) -> Manifest:
     first = shards[0].manifest
-    config = _unsharded(first.config)
+    config = first.config.unsharded()
     totals: dict[str, PlannedTask] = {}
     for shard in shards:
         for p in shard.manifest.samples_planned:
@@ -134,15 +133,14 @@ def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: RunStatu
     for shard in shards:
         for phase, seconds in shard.manifest.timings.items():
             timings[phase] = timings.get(phase, 0.0) + seconds
-    plan_file = RunDir(run_dir).plan
     hosts = [h for s in shards for h in s.manifest.hosts]
     return dataclasses.replace(
         first,
         run_id=run_dir.name,
         status=status,
-        plan=read_json(plan_file) if plan_file.exists() else first.plan,
+        plan=read_plan(RunDir(run_dir)) or first.plan,
         config=config,
-        config_hash=config_hash(config),
+        config_hash=config.fingerprint(),
         hosts=list(dict.fromkeys(hosts)),
         slurm=provenance.slurm_ids(),
         timings=timings,
@@ -151,21 +149,21 @@ def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: RunStatu
         ],
         started_at=min(s.manifest.started_at for s in shards),
         finished_at=provenance.utc_now(),
-        samples_planned=[totals[t] for t in config["tasks"]],
+        samples_planned=[totals[t] for t in config.tasks],
         attempts=[
             dataclasses.replace(a, shard=s.index) for s in shards for a in s.manifest.attempts
         ],
         devices=combine_devices([(s.manifest.devices, s.manifest.wall_s) for s in shards]),
         error=None,
         shards=[
-            {
-                "index": s.index,
-                "status": s.manifest.status,
-                "n_done": len(s.records),
-                "n_total": s.n_total,
-                "hosts": s.manifest.hosts,
-                "slurm": s.manifest.slurm,
-            }
+            ShardStatus(
+                index=s.index,
+                status=s.manifest.status,
+                n_done=len(s.records),
+                n_total=s.n_total,
+                hosts=s.manifest.hosts,
+                slurm=s.manifest.slurm,
+            )
             for s in shards
         ],
     )
@@ -192,9 +190,8 @@ def _merge(run_dir: Path, allow_incomplete: bool) -> MergeResult:
     )
     if not dirs:
         raise RunDirError(f"{shards_dir} holds no shard directories to merge.")
-    existing = RunDir(run_dir).manifest
-    if existing.exists():
-        previous = Manifest.from_dict(read_json(existing), where=str(existing))
+    previous = read_manifest(RunDir(run_dir))
+    if previous is not None:
         continued = any(a.shard is None for a in previous.attempts)
         if previous.shards is None or continued:
             raise RunDirError(
@@ -230,11 +227,10 @@ def _merge(run_dir: Path, allow_incomplete: bool) -> MergeResult:
         )
     complete = not missing
     manifest = _merged_manifest(run_dir, shards, "complete" if complete else "interrupted")
-    records = _interleave(shards, manifest.config["tasks"])
+    records = _interleave(shards, manifest.config.tasks)
     write_samples(RunDir(run_dir).samples, records)
-    summary = summarize_run(records, manifest)
     # A shard that never started has an unknown sample count, so n_done == n_total can mislead.
-    summary["complete"] = complete
+    summary = summarize_run(records, manifest, complete=complete)
     write_json(RunDir(run_dir).manifest, manifest.to_dict())
     write_json(RunDir(run_dir).summary, summary)
     return MergeResult(complete=complete, missing=missing, summary=summary)

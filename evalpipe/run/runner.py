@@ -30,22 +30,24 @@ from evalpipe.run.diagnostics import write_stall_report
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.run.watchdog import Stall, Watchdog, end_process
-from evalpipe.rundir.checkpoint import check_resume, config_hash
+from evalpipe.rundir.checkpoint import check_resume
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lock import RunLock
-from evalpipe.rundir.manifest import Attempt, Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.manifest import Attempt, Manifest, PlannedTask, RunStatus, read_manifest
 from evalpipe.rundir.results import (
     SampleLog,
     SampleRecord,
     check_unique,
-    read_json,
     read_samples,
     repair_samples,
     salvage_samples,
     write_json,
 )
+from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.shard import Shard
+from evalpipe.rundir.submission import read_plan
 from evalpipe.rundir.summary import summarize_run
+from evalpipe.rundir.timings import LOAD, phase
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.bounds import needed_model_len
 
@@ -108,15 +110,18 @@ class StopFlag(Protocol):
 class RunResult:
     status: RunStatus  # "complete" or "interrupted"
     run_dir: Path
-    summary: dict[str, Any]
+    summary: dict[str, Any]  # summary.json as written
+    n_done: int  # samples finished, of
+    n_total: int  # the samples the run planned
 
     @property
     def exit_status(self) -> int:
         return exitcodes.OK if self.status == "complete" else exitcodes.RESUMABLE
 
 
-def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> dict[str, Any]:
-    """The manifest's `config`; JSON round-tripped so it compares equal to a stored one."""
+def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> RunConfig:
+    """The manifest's `config`, built from JSON-round-tripped values so that it fingerprints
+    like a stored one."""
     config = {
         "preset": preset.name,
         "model": {
@@ -141,7 +146,7 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> di
     }
     if options.deterministic:  # absent otherwise: runs made before the mode existed resume
         config["deterministic"] = True
-    return json.loads(json.dumps(config))
+    return RunConfig.from_dict(json.loads(json.dumps(config)))
 
 
 def select_samples(task: Task, options: RunOptions) -> list[Sample]:
@@ -222,15 +227,14 @@ class _Run:
 
 
 def _new_manifest(
-    out_dir: Path, preset: Preset, config: dict[str, Any], planned: list[PlannedTask]
+    out_dir: Path, preset: Preset, config: RunConfig, planned: list[PlannedTask]
 ) -> Manifest:
-    plan_file = RunDir(out_dir).plan  # written beside the run by `evalpipe submit`
     return Manifest(
         run_id=out_dir.name,
         status="running",
-        plan=read_json(plan_file) if plan_file.exists() else None,
+        plan=read_plan(RunDir(out_dir)),  # written beside the run by `evalpipe submit`
         config=config,
-        config_hash=config_hash(config),
+        config_hash=config.fingerprint(),
         versions=provenance.versions(),
         git_sha=provenance.git_sha(),
         slurm=provenance.slurm_ids(),
@@ -241,19 +245,18 @@ def _new_manifest(
 
 
 def _load_existing(
-    out_dir: Path, config: dict[str, Any], planned_keys: set[tuple[str, str]]
+    out_dir: Path, config: RunConfig, planned_keys: set[tuple[str, str]]
 ) -> tuple[Manifest | None, list[SampleRecord]]:
     """The directory's manifest (None if new) and its finished samples, after checking both."""
     samples_path = RunDir(out_dir).samples
-    manifest_path = RunDir(out_dir).manifest
-    if not manifest_path.exists():
+    manifest = read_manifest(RunDir(out_dir))
+    if manifest is None:
         if samples_path.exists():
             raise RunDirError(
-                f"{samples_path} exists but {manifest_path.name} does not, so its configuration "
-                "is unknown. Pass a new --out directory."
+                f"{samples_path} exists but {RunDir(out_dir).manifest.name} does not, so its "
+                "configuration is unknown. Pass a new --out directory."
             )
         return None, []
-    manifest = Manifest.from_dict(read_json(manifest_path), where=str(manifest_path))
     check_resume(manifest, config, out_dir)
     repair_samples(samples_path)
     damaged = salvage_samples(samples_path, RunDir(out_dir).damaged)
@@ -264,7 +267,7 @@ def _load_existing(
             samples_path,
             RunDir(out_dir).damaged.name,
         )
-    records = read_samples(samples_path)
+    records = read_samples(samples_path).records  # damaged lines were moved aside just now
     check_unique(records, samples_path)
     stray = [r.key for r in records if r.key not in planned_keys]
     if stray:
@@ -358,7 +361,11 @@ def _evaluate(
             # this attempt finishes the run (and marks that one lost).
             run.begin_attempt()
         return RunResult(
-            status="complete", run_dir=out_dir, summary=run.finish("complete", records)
+            status="complete",
+            run_dir=out_dir,
+            summary=run.finish("complete", records),
+            n_done=len(records),
+            n_total=len(planned_keys),
         )
 
     run.begin_attempt()
@@ -386,12 +393,12 @@ def _evaluate(
     try:
         # A signal that came while starting up stops the run before it pays for a model load.
         if not _stopping(stop):
-            _phase(sampler, "load")
+            _phase(sampler, LOAD)
             t0 = time.monotonic()
             engine = open_engine(options.engine)
             if guard is not None:
                 guard.phase("generate")
-            run.add_time("load", time.monotonic() - t0)
+            run.add_time(LOAD, time.monotonic() - t0)
             run.manifest.versions = provenance.versions()  # the engine may have imported torch
             run.note_engine(engine)
             run.save()
@@ -431,7 +438,13 @@ def _evaluate(
         guard.stop()
     _close(engine, sampler, run)
     status = "complete" if len(records) == len(planned_keys) else "interrupted"
-    return RunResult(status=status, run_dir=out_dir, summary=run.finish(status, records))
+    return RunResult(
+        status=status,
+        run_dir=out_dir,
+        summary=run.finish(status, records),
+        n_done=len(records),
+        n_total=len(planned_keys),
+    )
 
 
 # How often the manifest (timings, engine state) is rewritten while samples stream.
@@ -470,19 +483,19 @@ class _RunHooks(Hooks):
         self.write_scored = write_scored
 
     def admitted(self, item: Item) -> None:
-        phase = f"generate:{item.task.category}"
-        if phase != self._phase:
-            self._phase = phase
-            _phase(self._sampler, phase)
+        name = phase("generate", item.task.category)
+        if name != self._phase:
+            self._phase = name
+            _phase(self._sampler, name)
 
     def stepped(self, seconds: float, categories: Sequence[str]) -> None:
         # Categories in flight together share the step's time (their sum is the stream's wall).
         for category in categories:
-            self._run.add_time(f"generate:{category}", seconds / len(categories))
+            self._run.add_time(phase("generate", category), seconds / len(categories))
         self._progress("an engine step finished")
 
     def scored(self, category: str, seconds: float) -> None:
-        self._run.add_time(f"score:{category}", seconds)
+        self._run.add_time(phase("score", category), seconds)
         self._progress(f"{category} samples scored")
 
     def _progress(self, what: str) -> None:

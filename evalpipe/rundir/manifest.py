@@ -12,9 +12,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from evalpipe.core.errors import RunDirError
+from evalpipe.core.errors import DamagedFileError
 from evalpipe.monitor.summary import DeviceSummary
-from evalpipe.rundir.layout import SCHEMA
+from evalpipe.planning.planner import Plan
+from evalpipe.rundir.layout import SCHEMA, RunDir
+from evalpipe.rundir.results import read_json
+from evalpipe.rundir.runconfig import RunConfig
+from evalpipe.rundir.timings import Timings
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]
 # An attempt found still `running` by the next one was killed without a word: `lost`.
@@ -76,6 +80,39 @@ class PlannedTask:
         return cls(name=data["task"], category=data["category"], n_total=int(data["n_total"]))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ShardStatus:
+    """In a merged manifest: where one shard stood when it was merged."""
+
+    index: int
+    status: RunStatus
+    n_done: int
+    n_total: int
+    hosts: list[str] = field(default_factory=list)
+    slurm: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "status": self.status,
+            "n_done": self.n_done,
+            "n_total": self.n_total,
+            "hosts": self.hosts,
+            "slurm": self.slurm,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ShardStatus:
+        return cls(
+            index=int(data["index"]),
+            status=_status(data["status"], RunStatus, "shard status"),
+            n_done=int(data["n_done"]),
+            n_total=int(data["n_total"]),
+            hosts=list(data.get("hosts") or []),
+            slurm=data.get("slurm"),
+        )
+
+
 _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
@@ -89,12 +126,12 @@ class Manifest:
 
     run_id: str
     status: RunStatus
-    config: dict[str, Any]
+    config: RunConfig
     config_hash: str
     started_at: str
     samples_planned: list[PlannedTask]
     preset: dict[str, Any] | None = None  # the resolved preset of the latest attempt
-    plan: dict[str, Any] | None = None  # `evalpipe submit`'s plan.json
+    plan: Plan | None = None  # `evalpipe submit`'s plan.json
     versions: dict[str, Any] = field(default_factory=dict)
     git_sha: str | None = None
     hosts: list[str] = field(default_factory=list)
@@ -108,13 +145,28 @@ class Manifest:
     devices: list[DeviceSummary] = field(default_factory=list)
     attempts: list[Attempt] = field(default_factory=list)
     error: str | None = None
-    shards: list[dict[str, Any]] | None = None  # a merged run: each shard's status
+    shards: list[ShardStatus] | None = None  # a merged run: each shard's status
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     @property
     def preset_name(self) -> str:
-        return str((self.preset or {}).get("name") or self.config.get("preset") or "")
+        return str((self.preset or {}).get("name") or self.config.preset)
+
+    @property
+    def model(self) -> str:
+        """The model's id, as the resolved preset (else the configuration) names it."""
+        return str((self.preset or {}).get("model") or self.config.model.get("model") or "")
+
+    @property
+    def engine_device(self) -> str | None:
+        """Where the engine said it ran (its description's `device`); None if it did not say."""
+        device = (self.engine or {}).get("device")
+        return None if device is None else str(device)
+
+    @property
+    def phase_timings(self) -> Timings:
+        return Timings(self.timings)
 
     @property
     def wall_s(self) -> float:
@@ -147,8 +199,8 @@ class Manifest:
             "run_id": self.run_id,
             "status": self.status,
             "preset": self.preset,
-            "plan": self.plan,
-            "config": self.config,
+            "plan": None if self.plan is None else self.plan.to_dict(),
+            "config": self.config.to_dict(),
             "config_hash": self.config_hash,
             "versions": self.versions,
             "git_sha": self.git_sha,
@@ -167,17 +219,17 @@ class Manifest:
         if self.error is not None:
             out["error"] = self.error
         if self.shards is not None:
-            out["shards"] = self.shards
+            out["shards"] = [s.to_dict() for s in self.shards]
         return self.extra | out
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "manifest.json") -> Manifest:
         """A manifest of this schema or an older one; RunDirError naming `where` otherwise."""
         if not isinstance(data, dict):
-            raise RunDirError(f"{where} must hold a JSON object, not {type(data).__name__}.")
+            raise DamagedFileError(f"{where} must hold a JSON object, not {type(data).__name__}.")
         schema = data.get("schema")
         if not isinstance(schema, int) or schema > SCHEMA:
-            raise RunDirError(
+            raise DamagedFileError(
                 f"{where} has schema {schema!r}; this evalpipe reads schema {SCHEMA} and older. "
                 "Upgrade evalpipe to read it."
             )
@@ -186,12 +238,12 @@ class Manifest:
                 schema=schema,
                 run_id=str(data["run_id"]),
                 status=_status(data["status"], RunStatus, "status"),
-                config=dict(data["config"]),
+                config=RunConfig.from_dict(data["config"]),
                 config_hash=str(data["config_hash"]),
                 started_at=str(data["started_at"]),
                 samples_planned=[PlannedTask.from_dict(p) for p in data["samples_planned"]],
                 preset=data.get("preset"),
-                plan=data.get("plan"),
+                plan=None if data.get("plan") is None else Plan.from_dict(data["plan"]),
                 versions=dict(data.get("versions") or {}),
                 git_sha=data.get("git_sha"),
                 hosts=list(data.get("hosts") or []),
@@ -204,11 +256,24 @@ class Manifest:
                 devices=[DeviceSummary.from_dict(d) for d in data.get("devices") or []],
                 attempts=[Attempt.from_dict(a) for a in data.get("attempts") or []],
                 error=data.get("error"),
-                shards=data.get("shards"),
+                shards=None
+                if data.get("shards") is None
+                else [ShardStatus.from_dict(s) for s in data["shards"]],
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise RunDirError(f"{where} is not a complete manifest ({exc!r}).") from exc
+            raise DamagedFileError(f"{where} is not a complete manifest ({exc!r}).") from exc
+
+
+def read_manifest(files: RunDir) -> Manifest | None:
+    """The run directory's manifest; None when it has none.
+
+    The one error policy for reading it: a file that cannot be read is a RunDirError; one that
+    is not a manifest this evalpipe reads (damaged, incomplete, a newer schema) is a
+    DamagedFileError, which readers that go on without it (reports, estimates, status) catch."""
+    if not files.manifest.exists():
+        return None
+    return Manifest.from_dict(read_json(files.manifest), where=str(files.manifest))
 
 
 def _status(value: Any, kind: Any, what: str) -> Any:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core.configio import first_repeat
-from evalpipe.core.errors import RunDirError, StorageError
+from evalpipe.core.errors import DamagedFileError, RunDirError, StorageError
 from evalpipe.engine.base import Prompt
 
 
@@ -207,41 +207,101 @@ def append_samples(path: Path, records: Sequence[SampleRecord]) -> None:
         log.append(records)
 
 
-def _parse_tail(tail: bytes) -> SampleRecord | None:
+def _record(line: bytes) -> SampleRecord | None:
+    """The one validity rule of samples.jsonl: a line counts when it is a whole record."""
     try:
-        return SampleRecord.from_dict(json.loads(tail))
+        return SampleRecord.from_dict(json.loads(line))
     except ValueError:  # includes JSONDecodeError and UnicodeDecodeError
         return None
 
 
-def read_samples(path: Path) -> list[SampleRecord]:
-    """The records in a samples file, in file order, without modifying it.
+@dataclass(frozen=True, kw_only=True)
+class SampleFile:
+    """What a samples.jsonl holds: its whole records in file order, and where it is damaged.
 
-    An unterminated last line is a write cut short: it counts only if it is a whole record.
-    A bad line anywhere else means the file was damaged otherwise, and is an error.
+    Blank lines are skipped. An unterminated last line is a write cut short by a crash: it
+    counts when it is a whole record, else it is `cut_short` (the normal trace of a kill). Any
+    other line that is not a whole record is `damaged` (a torn write on NFS, a bad block, an
+    edit): readers skip it, resume moves it aside and runs its sample again.
     """
-    if not path.exists():
-        return []
-    data = path.read_bytes()
+
+    path: Path
+    records: list[SampleRecord]
+    damaged: tuple[int, ...] = ()  # line numbers, from 1
+    cut_short: int | None = None  # the number of a cut-short last line
+
+    def require_intact(self) -> list[SampleRecord]:
+        """The records, or RunDirError when a line other than a cut-short last one is damaged
+        (for merge, which must not silently drop samples)."""
+        if self.damaged:
+            raise RunDirError(
+                f"{self.path}, line {self.damaged[0]}, is not a sample record. Only the last "
+                "line can be cut short by a crash; rerun `evalpipe run` with the same options "
+                "to move damaged lines aside and run their samples again."
+            )
+        return self.records
+
+    def warnings(self) -> list[str]:
+        """One line per kind of damage, for readers that report and go on."""
+        out = []
+        if self.cut_short is not None:
+            out.append(
+                f"{self.path}: last line {self.cut_short} is truncated (the run was killed or is "
+                "still writing); ignored it."
+            )
+        if self.damaged:
+            shown = ", ".join(map(str, self.damaged[:10])) + (
+                " …" if len(self.damaged) > 10 else ""
+            )
+            out.append(
+                f"{self.path}: {len(self.damaged)} line(s) are not sample records ({shown}); "
+                "ignored them."
+            )
+        return out
+
+
+def read_samples(path: Path) -> SampleFile:
+    """Read a samples file without modifying it (see SampleFile); a missing file holds no
+    records, one that cannot be read is a RunDirError naming it."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return SampleFile(path=path, records=[])
+    except OSError as exc:
+        raise RunDirError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(SampleRecord.from_dict(json.loads(line)))
-        except ValueError as exc:
-            raise RunDirError(
-                f"{path}, line {number}, is not a sample record ({exc}). Only the last line can be "
-                "cut short by a crash; rerun `evalpipe run` with the same options to move "
-                "damaged lines aside and run their samples again."
-            ) from exc
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    records = _read_fast([line for _, line in numbered])
+    damaged: list[int] = []
+    if records is None:
+        records = []
+        for number, line in numbered:
+            record = _record(line)
+            if record is None:
+                damaged.append(number)
+            else:
+                records.append(record)
+    cut_short = None
     if tail.strip():
-        last = _parse_tail(tail)
-        if last is not None:
+        last = _record(tail)
+        if last is None:
+            cut_short = len(lines) + 1
+        else:
             records.append(last)
-    return records
+    return SampleFile(path=path, records=records, damaged=tuple(damaged), cut_short=cut_short)
+
+
+def _read_fast(lines: list[bytes]) -> list[SampleRecord] | None:
+    """Every line as a record in one parse of the whole file as a JSON array (one call into the
+    C scanner instead of one per line); None when any line is not a record."""
+    try:
+        values = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(values) != len(lines):
+            return None
+        return [SampleRecord.from_dict(value) for value in values]
+    except ValueError:
+        return None
 
 
 def repair_samples(path: Path) -> None:
@@ -253,7 +313,7 @@ def repair_samples(path: Path) -> None:
         return
     cut = data.rfind(b"\n") + 1
     with open(path, "r+b") as fh:
-        if _parse_tail(data[cut:]) is not None:
+        if _record(data[cut:]) is not None:
             fh.seek(0, os.SEEK_END)
             fh.write(b"\n")  # the record was whole, only its newline was lost
         else:
@@ -263,28 +323,22 @@ def repair_samples(path: Path) -> None:
 
 
 def salvage_samples(path: Path, aside: Path) -> int:
-    """Move damaged lines out of the middle of a samples file into `aside`; how many moved.
+    """Move the damaged lines (SampleFile.damaged) of a samples file into `aside`; how many moved.
 
-    A line that is not a whole record anywhere but at the end (a torn write on NFS, a bad
-    block) would stop every resume; moved aside, its sample simply runs again. A last line cut
-    short by a crash is left for repair_samples."""
-    if not path.exists():
+    A damaged line would stop every merge; moved aside, its sample simply runs again. A last
+    line cut short by a crash is left for repair_samples."""
+    found = read_samples(path)
+    if not found.damaged:
         return 0
-    data = path.read_bytes()
-    lines = data.split(b"\n")
+    lines = path.read_bytes().split(b"\n")
     tail = lines.pop()
-    good, bad = [], []
-    for line in lines:
-        if not line.strip():
-            continue
-        (good if _parse_tail(line) is not None else bad).append(line)
-    if not bad:
-        return 0
+    bad = set(found.damaged)
     with storage(aside), open(aside, "ab") as fh:
-        fh.write(b"".join(line + b"\n" for line in bad))
+        fh.write(b"".join(lines[n - 1] + b"\n" for n in found.damaged))
         fh.flush()
         os.fsync(fh.fileno())
-    _replace(path, b"".join(line + b"\n" for line in good) + tail)
+    kept = [line for n, line in enumerate(lines, 1) if n not in bad and line.strip()]
+    _replace(path, b"".join(line + b"\n" for line in kept) + tail)
     return len(bad)
 
 
@@ -332,13 +386,16 @@ def write_samples(path: Path, records: list[SampleRecord]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    """A run-directory JSON document; a missing or damaged file is a RunDirError naming it."""
+    """A run-directory JSON document: RunDirError naming it when it is missing or cannot be read,
+    DamagedFileError when it is not a JSON object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_bytes())
     except FileNotFoundError as exc:
         raise RunDirError(f"{path} does not exist.") from exc
-    except (OSError, ValueError) as exc:
-        raise RunDirError(f"{path} cannot be read as JSON ({exc}).") from exc
+    except OSError as exc:
+        raise RunDirError(f"Cannot read {str(path)!r}: {exc.strerror}.") from exc
+    except ValueError as exc:
+        raise DamagedFileError(f"{path} cannot be read as JSON ({exc}).") from exc
     if not isinstance(data, dict):
-        raise RunDirError(f"{path} must hold a JSON object, not {type(data).__name__}.")
+        raise DamagedFileError(f"{path} must hold a JSON object, not {type(data).__name__}.")
     return data

@@ -1,4 +1,5 @@
-"""Aggregate sample records into summary.json (pure: values in, values out).
+"""summary.json: aggregate sample records into it (pure: values in, values out), and read it
+back as a typed record (`Summary`).
 
 Per task and metric: mean, standard error (sample standard deviation / sqrt(n), 0 for n = 1),
 n, and a 95 % interval ci_low..ci_high (Wilson for 0/1 scores, bootstrap otherwise; see
@@ -13,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.core.intervals import interval
 from evalpipe.core.textable import format_table
 from evalpipe.monitor.summary import DeviceSummary
-from evalpipe.rundir.layout import SCHEMA
+from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.results import SampleRecord, read_json
+from evalpipe.rundir.timings import Timings
 
 
 def metric_stats(values: Sequence[float]) -> dict[str, Any]:
@@ -134,7 +137,7 @@ def summarize(
     n_total = sum(p.n_total for p in planned)
     prompt_tokens = sum(r.prompt_tokens for r in records)
     generated = sum(sum(r.completion_tokens) for r in records)
-    generate_s = math.fsum(v for k, v in timings.items() if k.startswith("generate:"))
+    generate_s = Timings(timings).total_s("generate")
     # None when nothing was generated (multiple choice by log-probabilities): there is no rate.
     tokens_per_s = generated / generate_s if generate_s > 0 and generated > 0 else None
     return {
@@ -157,7 +160,7 @@ def summarize(
         },
         "throughput": {
             "wall_s": round(wall_s, 3),
-            "load_s": round(timings.get("load", 0.0), 3),
+            "load_s": round(Timings(timings).load_s, 3),
             "generate_s": round(generate_s, 3),
             "prompt_tokens": prompt_tokens,
             "generated_tokens": generated,
@@ -219,18 +222,19 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     )
 
 
-def summarize_run(records: Sequence[SampleRecord], manifest: Manifest) -> dict[str, Any]:
+def summarize_run(
+    records: Sequence[SampleRecord], manifest: Manifest, *, complete: bool | None = None
+) -> dict[str, Any]:
     """summary.json from a run directory's records and manifest (runner and merge alike).
 
     Timings and wall time add up over every attempt (and shard) recorded in the manifest.
     The GPU count is every replica's TP × PP when the monitor saw GPUs, else 0 (a CPU run).
+    `complete` overrides n_done == n_total where the caller knows better (a merge missing a
+    shard that never started cannot count that shard's samples).
     """
     devices = manifest.devices
-    engine = manifest.config.get("engine") or {}
-    layout = engine.get("tensor_parallel_size", 1) * engine.get("pipeline_parallel_size", 1)
-    layout *= engine.get("replicas", 1)
     saw_gpu = any(d.is_gpu for d in devices)
-    return summarize(
+    summary = summarize(
         records,
         run_id=manifest.run_id,
         preset=manifest.preset_name,
@@ -238,6 +242,123 @@ def summarize_run(records: Sequence[SampleRecord], manifest: Manifest) -> dict[s
         timings=manifest.timings,
         wall_s=manifest.wall_s,
         devices=devices,
-        gpus=layout if saw_gpu else 0,
+        gpus=manifest.config.gpus if saw_gpu else 0,
         oom_fallback=manifest.oom_fallback,
     )
+    return summary if complete is None else summary | {"complete": complete}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSummary:
+    """One metric over a task's (or a category's pooled) samples; None where not recorded."""
+
+    mean: float | None = None
+    stderr: float | None = None
+    n: float | None = None
+    ci_low: float | None = None  # absent from summaries written before intervals existed
+    ci_high: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MetricSummary:
+        data = _object(data)
+        return cls(**{f.name: _number(data.get(f.name)) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskSummary:
+    category: str
+    n_total: int | None  # None when the file does not say
+    metrics: dict[str, MetricSummary] = field(default_factory=dict)  # first: the primary one
+
+
+@dataclass(frozen=True, kw_only=True)
+class Throughput:
+    wall_s: float | None = None
+    generate_s: float | None = None
+    prompt_tokens: float | None = None
+    generated_tokens: float | None = None
+    tokens_per_s: float | None = None
+    gpus: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary:
+    """summary.json as read back by reports: every figure optional, since a reader meets files
+    of every version and of runs killed at any point."""
+
+    preset: str | None = None
+    complete: bool = False
+    n_done: int | None = None
+    tasks: dict[str, TaskSummary] = field(default_factory=dict)
+    categories: dict[str, dict[str, MetricSummary]] = field(default_factory=dict)  # micro
+    throughput: Throughput = field(default_factory=Throughput)
+    devices: list[DeviceSummary] = field(default_factory=list)
+    schema: int | None = SCHEMA
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Summary:
+        data = _object(data)
+        tasks = {
+            str(name): TaskSummary(
+                category=str(info.get("category") or ""),
+                n_total=_int(info.get("n_total")),
+                metrics={
+                    str(m): MetricSummary.from_dict(v)
+                    for m, v in _object(info.get("metrics")).items()
+                },
+            )
+            for name, info in _object(data.get("tasks")).items()
+            if isinstance(info, dict)
+        }
+        categories = {
+            str(name): {
+                str(m): MetricSummary.from_dict(v)
+                for m, v in _object(_object(info).get("micro")).items()
+            }
+            for name, info in _object(data.get("categories")).items()
+        }
+        t = _object(data.get("throughput"))
+        devices = data.get("devices")
+        return cls(
+            preset=None if data.get("preset") is None else str(data["preset"]),
+            complete=bool(data.get("complete")),
+            n_done=_int(data.get("n_done")),
+            tasks=tasks,
+            categories=categories,
+            throughput=Throughput(
+                wall_s=_number(t.get("wall_s")),
+                generate_s=_number(t.get("generate_s")),
+                prompt_tokens=_number(t.get("prompt_tokens")),
+                generated_tokens=_number(t.get("generated_tokens")),
+                tokens_per_s=_number(t.get("tokens_per_s")),
+                gpus=_int(t.get("gpus")),
+            ),
+            devices=[
+                DeviceSummary.from_dict(_object(d))
+                for d in (devices if isinstance(devices, list) else ())
+            ],
+            schema=data.get("schema") if isinstance(data.get("schema"), int) else None,
+        )
+
+
+def read_summary(files: RunDir) -> Summary | None:
+    """The run directory's summary.json; None when it has none. The manifest's error policy
+    (evalpipe.rundir.manifest.read_manifest): RunDirError when unreadable, DamagedFileError when
+    it is not a JSON object."""
+    if not files.summary.exists():
+        return None
+    return Summary.from_dict(read_json(files.summary))
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
