@@ -72,6 +72,20 @@ def test_falcon_40b_on_a100_40gb_chooses_tp4() -> None:
     assert p.fits
 
 
+def test_plan_json_reads_back_as_the_same_plan() -> None:
+    p = plan("falcon_40b", "a100-40gb")
+    assert p.notes  # the tuple that JSON turns into a list
+    written = json.loads(json.dumps(p.to_dict()))
+    assert planner.Plan.from_dict(written) == p
+    # A plan.json from before a field existed reads with its default; an incomplete one is named.
+    older = {k: v for k, v in written.items() if k not in ("replicas", "load_peak_per_gpu_gib")}
+    assert planner.Plan.from_dict(older) == dataclasses.replace(
+        p, replicas=1, load_peak_per_gpu_gib=0.0
+    )
+    with pytest.raises(ValueError, match="a plan lacks gpu, total_gpus"):
+        planner.Plan.from_dict({k: v for k, v in written.items() if k not in ("gpu", "total_gpus")})
+
+
 def test_deepseek_v2_5_mla_cache_is_the_latent_and_not_split_by_tp() -> None:
     p = plan("deepseek_v2_5", "h200-141gb", tp=8, pp=1)
     # MLA: 60 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 B = 69,120 B per token
