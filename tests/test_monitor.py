@@ -21,9 +21,10 @@ import pynvml
 import pytest
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.monitor import COLUMNS, PHASE_FILE, DeviceSummary, Monitor, node_csv, node_summaries
+from evalpipe.monitor import COLUMNS, DeviceSummary, Monitor, device_summaries
 from evalpipe.monitor.cpu import CpuSource
 from evalpipe.monitor.fake_nvml import GIB, FakeGpu, FakeNvml, fake_uuid
+from evalpipe.rundir.layout import RunDir
 
 
 def dicts(summaries: list[DeviceSummary]) -> list[dict]:
@@ -385,8 +386,8 @@ def test_per_sample_cost_is_negligible(tmp_path: Path) -> None:
 
 
 def test_other_nodes_follow_the_runners_phase_and_clock(tmp_path: Path) -> None:
-    phase_file = tmp_path / PHASE_FILE
-    worker_csv = node_csv(tmp_path, "n2")
+    phase_file = RunDir(tmp_path).phase_file
+    worker_csv = RunDir(tmp_path).node_metrics("n2")
     worker = Monitor(
         worker_csv,
         interval_s=0.02,
@@ -405,6 +406,7 @@ def test_other_nodes_follow_the_runners_phase_and_clock(tmp_path: Path) -> None:
         host="n1",
         visible_devices="0",
         publish_phase=phase_file,
+        node_csvs=RunDir(tmp_path).node_metrics_files,
     ) as leader:
         leader.set_phase("generate:math")
         time.sleep(0.2)
@@ -424,7 +426,7 @@ def test_other_nodes_follow_the_runners_phase_and_clock(tmp_path: Path) -> None:
     assert leader_times[0] - 0.05 <= worker_times[0] <= worker_times[-1] <= leader_times[-1] + 0.05
     assert summary["host"] == "n2" and summary["samples"] == len(got)
 
-    from_files = dicts(node_summaries(tmp_path))
+    from_files = dicts(device_summaries(RunDir(tmp_path).node_metrics_files()))
     assert [(d["host"], d["device"], d["samples"], d["energy_j"]) for d in from_files] == [
         ("n2", "gpu0", summary["samples"], summary["energy_j"])
     ]
@@ -438,7 +440,7 @@ def test_other_nodes_follow_the_runners_phase_and_clock(tmp_path: Path) -> None:
 def test_a_follower_that_starts_late_still_reads_the_runs_end(tmp_path: Path) -> None:
     """A node's monitor step may start seconds into a short run (srun and Python start-up):
     it reads once more when the run stops, so that node's energy counts up to the end."""
-    phase_file = tmp_path / PHASE_FILE
+    phase_file = RunDir(tmp_path).phase_file
     with Monitor(
         tmp_path / "metrics.csv",
         interval_s=HOUR,
@@ -449,7 +451,7 @@ def test_a_follower_that_starts_late_still_reads_the_runs_end(tmp_path: Path) ->
     ) as leader:
         leader.set_phase("generate:math")
         worker = Monitor(
-            node_csv(tmp_path, "n2"),
+            RunDir(tmp_path).node_metrics("n2"),
             interval_s=HOUR,  # no tick of its own: only its first reading, then the run's end
             nvml=FakeNvml([FakeGpu(uuid=fake_uuid(7), energy_mj=(0, 5000, 9000))]),
             host="n2",
@@ -458,7 +460,7 @@ def test_a_follower_that_starts_late_still_reads_the_runs_end(tmp_path: Path) ->
         ).start()
     (summary,) = dicts(worker.stop())
     assert worker.leader_stopped.is_set()
-    assert [r["phase"] for r in rows(node_csv(tmp_path, "n2"))] == ["generate:math"] * 2
+    assert [r["phase"] for r in rows(RunDir(tmp_path).node_metrics("n2"))] == ["generate:math"] * 2
     assert summary["samples"] == 2 and summary["energy_j"] == 5.0
 
 
@@ -485,10 +487,10 @@ def test_the_cpu_fallback_in_a_job_measures_the_jobs_processes_on_its_node(
 
 
 def test_a_stopped_run_left_by_an_earlier_attempt_is_not_followed(tmp_path: Path) -> None:
-    phase_file = tmp_path / PHASE_FILE
+    phase_file = RunDir(tmp_path).phase_file
     phase_file.write_text('{"phase": "generate:math", "t0": 0, "stopped": true, "host": "n1"}')
     worker = Monitor(
-        node_csv(tmp_path, "n2"),
+        RunDir(tmp_path).node_metrics("n2"),
         interval_s=0.02,
         nvml=FakeNvml([FakeGpu(uuid=fake_uuid(0))]),
         visible_devices="0",
@@ -518,7 +520,7 @@ def test_monitor_command_follows_a_run_and_exits_when_it_stops(tmp_path: Path) -
             interval_s=HOUR,
             nvml=FakeNvml([FakeGpu(uuid=fake_uuid(0))]),
             visible_devices="0",
-            publish_phase=tmp_path / PHASE_FILE,
+            publish_phase=RunDir(tmp_path).phase_file,
         )
         with leader:
             leader.set_phase("load")
@@ -530,7 +532,7 @@ def test_monitor_command_follows_a_run_and_exits_when_it_stops(tmp_path: Path) -
     # This machine has no NVIDIA driver: the follower records its own process as "cpu".
     (summary,) = json.loads(out)
     assert (summary["host"], summary["device"]) == ("worker1", "cpu")
-    got = rows(node_csv(tmp_path, "worker1"))
+    got = rows(RunDir(tmp_path).node_metrics("worker1"))
     assert summary["samples"] == len(got) > 0
     assert {r["phase"] for r in got} == {"load"}
 

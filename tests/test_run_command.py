@@ -96,14 +96,14 @@ def test_a_run_in_a_multi_node_job_publishes_its_phase_for_the_other_nodes(
 ) -> None:
     """Whatever runs the model (vLLM over Ray, or a server the job started), a run in a job of
     several nodes publishes the phase file the other nodes' monitors follow."""
-    from evalpipe.monitor import PHASE_FILE
+    from evalpipe.rundir.layout import RunDir
 
     alone, spread = tmp_path / "alone", tmp_path / "spread"
     assert run_cli("--tasks", "arithmetic", "--limit", "1", "--out", str(alone)) == 0
-    assert not (alone / PHASE_FILE).exists()
+    assert not RunDir(alone).phase_file.exists()
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
     assert run_cli("--tasks", "arithmetic", "--limit", "1", "--out", str(spread)) == 0
-    assert read_json(spread / PHASE_FILE)["stopped"] is True
+    assert read_json(RunDir(spread).phase_file)["stopped"] is True
 
 
 def test_sigusr1_through_the_command_line_exits_resumable(tmp_path: Path) -> None:

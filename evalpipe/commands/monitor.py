@@ -37,14 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.monitor import PHASE_FILE, Monitor, node_csv
+    from evalpipe.monitor import Monitor
+    from evalpipe.rundir.layout import RunDir
 
     host = args.host or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    followed = RunDir(args.follow)
     monitor = Monitor(
-        node_csv(args.follow, host),
+        followed.node_metrics(host),
         interval_s=args.interval,
         host=host,
-        follow_phase=args.follow / PHASE_FILE,
+        follow_phase=followed.phase_file,
     )
     asked_to_stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -166,13 +166,13 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
-    from evalpipe.monitor import PHASE_FILE, Monitor
+    from evalpipe.monitor import Monitor
     from evalpipe.run.localplan import plan_local
     from evalpipe.run.replicas import ReplicaPool
     from evalpipe.run.runner import RunOptions, run_evaluation
     from evalpipe.run.watchdog import Watchdog, stall_limits
     from evalpipe.rundir.checkpoint import StopOnSignal
-    from evalpipe.rundir.layout import MANIFEST
+    from evalpipe.rundir.layout import MANIFEST, RunDir
     from evalpipe.rundir.results import new_run_dir
     from evalpipe.rundir.summary import format_summary
     from evalpipe.tasks import load_tasks
@@ -260,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
             monitor=lambda csv: Monitor(
                 csv,
                 interval_s=args.monitor_interval,
-                publish_phase=csv.parent / PHASE_FILE if spans_nodes else None,
+                publish_phase=RunDir(out).phase_file if spans_nodes else None,
+                node_csvs=RunDir(out).node_metrics_files,
             ).start(),
             watchdog=(lambda on_stall: Watchdog(limits, on_stall).start()) if limits else None,
         )

@@ -2,9 +2,8 @@
 (nvml, cpu), the CSV log (csvlog), the cross-node phase protocol (phase), the per-device
 summaries (summary) and the sampler thread that drives them (sampler)."""
 
-from evalpipe.monitor.csvlog import COLUMNS, node_csv, node_summaries
-from evalpipe.monitor.phase import PHASE_FILE
+from evalpipe.monitor.csvlog import COLUMNS, device_summaries
 from evalpipe.monitor.sampler import Monitor
 from evalpipe.monitor.summary import DeviceSummary
 
-__all__ = ["COLUMNS", "PHASE_FILE", "DeviceSummary", "Monitor", "node_csv", "node_summaries"]
+__all__ = ["COLUMNS", "DeviceSummary", "Monitor", "device_summaries"]

@@ -4,7 +4,7 @@ row cut short by a kill) so a resumed run continues its time and energy."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from evalpipe.monitor.readings import READING_FIELDS, Reading, log
@@ -72,26 +72,20 @@ def restore(path: Path, tallies: dict[tuple[str, str], Tally]) -> tuple[bool, fl
     return False, tally_rows(reader, tallies, path)
 
 
-def node_csv(run_dir: Path, host: str) -> Path:
-    """Where `evalpipe monitor --follow RUN_DIR` on node `host` writes its rows."""
-    return Path(run_dir) / f"metrics-{host}.csv"
-
-
-def node_summaries(run_dir: Path) -> list[DeviceSummary]:
-    """Per-device summaries from the other nodes' metrics-<host>.csv files of a multi-node run,
-    for summary.json beside the runner's own Monitor.stop(). Name and uuid are not in the CSV
-    (None); energy_source is None too, since the CSV does not say how energy was measured."""
-    out: list[DeviceSummary] = []
-    for path in sorted(Path(run_dir).glob("metrics-*.csv")):
-        tallies: dict[tuple[str, str], Tally] = {}
+def device_summaries(paths: Sequence[Path]) -> list[DeviceSummary]:
+    """Per-(host, device) summaries from metrics files: the other nodes' series of a multi-node
+    run (beside the runner's own Monitor.stop()), or a run's files for a report whose
+    summary.json lists no devices. Name and uuid are not in the CSV (None); energy_source is
+    None too, since the CSV does not say how energy was measured."""
+    tallies: dict[tuple[str, str], Tally] = {}
+    for path in paths:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.reader(f)
             if tuple(next(reader, ())) != COLUMNS:
                 log.warning("%s is not a metrics file of this version; left out.", path)
                 continue
             tally_rows(reader, tallies, path)
-        out.extend(summarise(key, tally, None) for key, tally in tallies.items())
-    return out
+    return [summarise(key, tally, None) for key, tally in tallies.items()]
 
 
 def tally_rows(

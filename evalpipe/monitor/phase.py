@@ -11,8 +11,6 @@ from typing import Any
 
 from evalpipe.monitor.readings import LogOnce
 
-PHASE_FILE = "monitor-phase.json"  # in the run directory: the runner's phase and clock
-
 
 def publish(path: Path, state: dict[str, Any], once: LogOnce) -> None:
     """Replace the phase file atomically: a follower never reads half a file."""

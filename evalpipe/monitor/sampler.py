@@ -24,6 +24,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ class Monitor:
         visible_devices: str | _Default | None = _Default.FROM_ENV,
         publish_phase: Path | None = None,
         follow_phase: Path | None = None,
+        node_csvs: Callable[[], Sequence[Path]] = tuple,
     ) -> None:
         """`nvml`: the pynvml module or a FakeNvml (default: import pynvml when started).
         `host`: the node name written in each row (default: $SLURMD_NODENAME, else the
@@ -64,7 +66,8 @@ class Monitor:
         on the node); by default the environment's. `publish_phase`: a file where the runner's
         monitor keeps its phase and clock for the other nodes' monitors; `follow_phase`: such a
         file, read by a monitor on another node, which then records only while that run is on,
-        with its phases and clock (and ignores set_phase)."""
+        with its phases and clock (and ignores set_phase). `node_csvs`: the other nodes'
+        series, whose devices a publishing monitor's summary adds."""
         if not interval_s > 0:
             raise ConfigError(
                 "The monitor's sampling interval must be a positive number of seconds, got "
@@ -99,6 +102,7 @@ class Monitor:
         self._summaries: list[DeviceSummary] | None = None
         self._publish = publish_phase
         self._follow = follow_phase
+        self._node_csvs = node_csvs
         self._epoch0 = 0.0  # wall-clock time of time_s = 0, shared with following monitors
         # Set once a following monitor sees that the run it follows has stopped.
         self.leader_stopped = threading.Event()
@@ -340,4 +344,4 @@ class Monitor:
         own = [summarise(key, self._tallies.get(key, Tally()), current.get(key)) for key in keys]
         if self._publish is None:
             return own
-        return own + csvlog.node_summaries(self.out_csv.parent)
+        return own + csvlog.device_summaries(self._node_csvs())

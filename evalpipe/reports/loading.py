@@ -7,6 +7,7 @@ a report never depends on `evalpipe merge` having run and never counts a shard a
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from evalpipe.core.errors import DamagedFileError
+from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.engine.fallback import ladder_quantization
-from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.monitor import DeviceSummary, device_summaries
 from evalpipe.reports.readers import METRICS_COLUMNS, read_metrics
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
@@ -412,27 +413,23 @@ def _read_all_metrics(part: Path, warnings: list[str]) -> pd.DataFrame | None:
 
 
 def _devices_from_metrics(part: _Part, warnings: list[str]) -> list[DeviceSummary]:
-    """Per-device peaks, mean utilisation and energy from metrics.csv when summary lacks them."""
-    frame = _read_all_metrics(part.path, warnings)
-    if frame is None:
+    """Per-device peaks, mean utilisation and energy from the metrics files when summary.json
+    lacks them, summarised as the monitor summarises them."""
+    files = RunDir(part.path).metrics_files()
+    if not files:
         if part.summary is not None:
             warnings.append(
                 f"{part.path}: no device figures (summary.json lists no devices and there is "
                 "no metrics.csv); memory, utilisation and energy are left blank."
             )
         return []
-    stats = frame.groupby(["host", "device"], sort=True).agg(
-        peak_memory_gib=("memory_used_gib", "max"),
-        mean_util_pct=("util_pct", "mean"),
-        energy_j=("energy_j", "max"),  # cumulative since the run started
-    )
-    return [
-        DeviceSummary.from_dict(
-            {"host": host, "device": device}
-            | {k: None if pd.isna(v) else v for k, v in row.items()}
-        )
-        for (host, device), row in stats.to_dict("index").items()
-    ]
+    try:
+        return device_summaries(files)
+    except OSError as exc:
+        raise RunDirError(f"Cannot read {str(exc.filename)!r}: {exc.strerror}.") from exc
+    except (UnicodeDecodeError, csv.Error) as exc:
+        warnings.append(f"{part.path}: a metrics file is not readable as CSV ({exc}); ignored.")
+        return []
 
 
 def load_metrics(runs: pd.DataFrame) -> tuple[pd.DataFrame, tuple[str, ...]]:

@@ -39,7 +39,8 @@ DAMAGED = "samples.damaged.jsonl"
 LOCK = "run.lock"
 SUMMARY = "summary.json"
 METRICS = "metrics.csv"
-NODE_METRICS = "metrics-*.csv"
+NODE_METRICS = "metrics-{host}.csv"
+PHASE = "monitor-phase.json"
 STALL_REQUEUES = "stall-requeues"
 JOB_SCRIPT = "job.sbatch"
 MERGE_SCRIPT = "merge.sbatch"
@@ -90,7 +91,19 @@ class RunDir:
         """metrics.csv, then metrics-<host>.csv: the series other nodes of a multi-node job
         record on the same clock and phases."""
         own = [self.metrics] if self.metrics.exists() else []
-        return own + sorted(self.path.glob(NODE_METRICS))
+        return own + self.node_metrics_files()
+
+    def node_metrics(self, host: str) -> Path:
+        """Where the monitor following this run on node `host` writes its series."""
+        return self.path / NODE_METRICS.format(host=host)
+
+    def node_metrics_files(self) -> list[Path]:
+        return sorted(self.path.glob(NODE_METRICS.format(host="*")))
+
+    @property
+    def phase_file(self) -> Path:
+        """The runner's phase and clock, published for the other nodes' monitors."""
+        return self.path / PHASE
 
     def stall_report(self, slurm: dict | None, attempt: int) -> Path:
         """Where the watchdog writes a stalled attempt's diagnostics: stall-<job>.<restart>.txt
