@@ -58,6 +58,7 @@ def _run_dirs(root: Path) -> list[Path]:
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.textable import format_table
     from evalpipe.jobs.submit import Job
+    from evalpipe.rundir.layout import RunDir
     from evalpipe.slurm.client import Slurm
 
     root = args.run_dir or _newest(Path("results"))
@@ -88,6 +89,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{entry['run_dir']}: {entry['samples_done']} samples done")
         rows = [(t["job_id"], t["state"], t["nodes"], t["reason"]) for t in entry["tasks"]]
         print(format_table(("job", "state", "nodes", "reason"), rows))
-        logs = entry["logs"] or [f"{entry['run_dir']}/logs/ (empty so far)"]
+        logs = entry["logs"] or [f"{RunDir(Path(entry['run_dir'])).logs}/ (empty so far)"]
         print("logs:\n" + "\n".join(f"  {p}" for p in logs) + "\n")
     return 0

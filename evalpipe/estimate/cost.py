@@ -21,6 +21,7 @@ from evalpipe.estimate.throughput import Rates, from_smoke, roofline
 from evalpipe.estimate.workmodel import TaskWork
 from evalpipe.planning.memory import GIB
 from evalpipe.planning.planner import Plan
+from evalpipe.rundir.layout import RunDir
 
 SCHEMA = 1
 # What a vLLM engine achieves of the roofline (time = roofline time / share): the bound itself,
@@ -256,9 +257,7 @@ def _spread(values: Sequence[float]) -> Span:
 
 def _job_name(job: PastJob) -> str:
     """run, or run/shards/i for one array task's directory."""
-    if job.path.parent.name == "shards":
-        return f"{job.path.parent.parent.name}/shards/{job.path.name}"
-    return job.path.name
+    return "/".join(job.path.parts[-3:] if RunDir(job.path).is_shard else job.path.parts[-1:])
 
 
 def uncalibrated_load(preset: Preset, plan: Plan) -> Span:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Literal, get_args
 
 from evalpipe.catalog.registry import (
@@ -42,6 +42,7 @@ from evalpipe.run.options import (
     RunnerOptions,
 )
 from evalpipe.run.serve import READY_TIMEOUT_S, served_name
+from evalpipe.rundir.layout import RunDir
 
 # Characters a run directory may not hold: SLURM expands % in --output patterns, and #SBATCH
 # lines cannot carry quotes, backslashes or line breaks.
@@ -286,7 +287,7 @@ class JobSpec:
     @property
     def log_pattern(self) -> str:
         task = "%A_%a" if self.options.shards > 1 else "%j"
-        return f"{self.run_dir}/logs/%x-{task}.out"
+        return RunDir(Path(self.run_dir)).log_pattern(task)
 
     @property
     def merge_time(self) -> str:

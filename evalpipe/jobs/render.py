@@ -20,7 +20,7 @@ from evalpipe.catalog.registry import shipped_dir
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
 from evalpipe.jobs.jobspec import JobSpec
-from evalpipe.rundir.layout import STALL_REQUEUES
+from evalpipe.rundir.layout import STALL_REQUEUES, RunDir
 
 # What an #SBATCH value may hold bare; anything else is double-quoted (sbatch strips them).
 _BARE_DIRECTIVE = re.compile(r"[A-Za-z0-9_./:=,@%+-]+")
@@ -178,5 +178,5 @@ def render_merge(spec: JobSpec) -> str:
         spec,
         kind="merge job",
         job_name=f"{spec.job_name}-merge",
-        log_pattern=f"{spec.run_dir}/logs/%x-%j.out",
+        log_pattern=RunDir(Path(spec.run_dir)).log_pattern("%j"),
     )

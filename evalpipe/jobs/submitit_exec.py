@@ -20,6 +20,7 @@ from evalpipe.catalog.registry import slurm_minutes
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import EvalpipeError, MissingDependencyError
 from evalpipe.jobs.jobspec import JobSpec
+from evalpipe.rundir.layout import RunDir
 
 
 def runner_argv(spec: JobSpec) -> list[str]:
@@ -84,7 +85,8 @@ def submit_with_submitit(spec: JobSpec, *, copy_script_to: Path) -> str:
         ) from exc
     c = spec.cluster
     executor = submitit.SlurmExecutor(
-        folder=str(Path(spec.run_dir) / "submitit"), max_num_timeout=spec.options.max_restarts
+        folder=str(RunDir(Path(spec.run_dir)).submitit),
+        max_num_timeout=spec.options.max_restarts,
     )
     extra: dict[str, Any] = {"requeue": True}
     if c.gpu_request == "gres":

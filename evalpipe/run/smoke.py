@@ -25,6 +25,7 @@ from evalpipe.engine.factory import open_engine
 from evalpipe.estimate.calibration import Calibration, DeviceMemory, Planned, ProbePoint
 from evalpipe.planning.memory import GIB, kv_bytes_per_token, kv_bytes_per_token_layer
 from evalpipe.planning.planner import Plan
+from evalpipe.rundir.layout import RunDir
 
 BATCHES = (1, 4, 16, 64)  # up to a batch that fills a prefill step of the CPU build (4096 tokens)
 PROMPT_REPEATS = 12  # ~60 prompt tokens per sequence
@@ -37,7 +38,6 @@ DECODE_TOKENS = 32
 PROBE_TRIES = 2
 CHAT_PROMPT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 PLAIN_PROMPT = "Question: What is 2 + 3? Answer:"
-MONITOR_CSV = "smoke-monitor.csv"
 _AFTER_LOAD = "loaded"
 
 
@@ -143,7 +143,7 @@ def run_smoke(
 
     out.mkdir(parents=True, exist_ok=True)
     phases: dict[str, float] = {}
-    monitor = Monitor(out / MONITOR_CSV, interval_s=5.0, nvml=nvml).start()
+    monitor = Monitor(RunDir(out).smoke_metrics, interval_s=5.0, nvml=nvml).start()
     try:
         monitor.set_phase("import")
         start = time.perf_counter()
@@ -187,7 +187,7 @@ def run_smoke(
         phases_s={k: round(v, 3) for k, v in phases.items()},
         kv_cache_tokens=kv_tokens,
         planned=planned(preset, plan),
-        devices=_memory(out / MONITOR_CSV, kv_tokens, per_token),
+        devices=_memory(RunDir(out).smoke_metrics, kv_tokens, per_token),
         probe=probe,
         answers=answers,
     )

@@ -11,8 +11,10 @@
       monitor-phase.json  the runner's phase and clock for those monitors  writer: the run's monitor
       stall-<job>.<restart>.txt  what a stalled attempt looked like    writer: the run's watchdog
       stall-requeues   job ids the sbatch script requeued after a stall   writer: the sbatch script
-      job.sbatch, merge.sbatch, plan.json, submission.json, logs/
+      job.sbatch, merge.sbatch, plan.json, submission.json, logs/ (submitit/ with
+      --executor submitit)
                        the submission, written before the job starts   writer: `evalpipe submit`
+      smoke-monitor.csv  the monitor's series of `evalpipe smoke`      writer: `evalpipe smoke`
       shards/<i>/      a complete run directory for array task i       writer: that task's run
 
 "The run" is whichever process holds the directory's lock (run.lock): `evalpipe run` (a first
@@ -47,6 +49,8 @@ MERGE_SCRIPT = "merge.sbatch"
 PLAN = "plan.json"
 SUBMISSION = "submission.json"
 LOGS = "logs"
+SUBMITIT = "submitit"
+SMOKE_METRICS = "smoke-monitor.csv"
 SHARDS = "shards"
 
 # Any of these marks a run directory (a run killed early may have only some of them).
@@ -144,6 +148,19 @@ class RunDir:
     @property
     def logs(self) -> Path:
         return self.path / LOGS
+
+    def log_pattern(self, job: str) -> str:
+        """The sbatch --output pattern of a job's log; `job` is SLURM's %j or %A_%a."""
+        return f"{self.logs}/%x-{job}.out"
+
+    @property
+    def submitit(self) -> Path:
+        """submitit's own folder (its pickles and logs) for --executor submitit."""
+        return self.path / SUBMITIT
+
+    @property
+    def smoke_metrics(self) -> Path:
+        return self.path / SMOKE_METRICS
 
     @property
     def shards(self) -> Path:
