@@ -215,13 +215,13 @@ def child_read(out: Path) -> dict:
 
     path = out / SAMPLES
     t0, c0 = time.perf_counter(), time.process_time()
-    records = read_samples(path)
+    records = read_samples(path).records
     check_unique(records, path)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss = _rss_mb()
     del records
     tracemalloc.start()
-    records = read_samples(path)
+    records = read_samples(path).records
     _, peak = tracemalloc.get_traced_memory()
     return {
         "wall_s": wall,
