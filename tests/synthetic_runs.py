@@ -7,17 +7,16 @@ random, so tests can check the report's arithmetic by hand.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalpipe.rundir.layout import SCHEMA, RunDir
-from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus, write_manifest
 from evalpipe.rundir.results import SampleRecord, write_samples
 from evalpipe.rundir.runconfig import RunConfig
-from evalpipe.rundir.summary import metric_stats
+from evalpipe.rundir.summary import metric_stats, write_summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,9 +141,9 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
         ],
         timings={"load": run.wall_s - run.generate_s, "generate": run.generate_s},
         oom_fallback=list(run.oom_fallback),
-    ).to_dict()
-    files.summary.write_text(json.dumps(summary, indent=1))
-    files.manifest.write_text(json.dumps(manifest, indent=1))
+    )
+    write_summary(files, summary)
+    write_manifest(files, manifest)
     if run.metrics_csv:
         files.metrics.write_text(_metrics_csv(run, sorted(by_category)))
     return path

@@ -22,16 +22,16 @@ from evalpipe.rundir.manifest import (
     RunStatus,
     ShardStatus,
     read_manifest,
+    write_manifest,
 )
 from evalpipe.rundir.results import (
     SampleRecord,
     check_unique,
     read_samples,
-    write_json,
     write_samples,
 )
 from evalpipe.rundir.submission import read_plan
-from evalpipe.rundir.summary import combine_devices, summarize_run
+from evalpipe.rundir.summary import combine_devices, summarize_run, write_summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,6 +231,6 @@ def _merge(run_dir: Path, allow_incomplete: bool) -> MergeResult:
     write_samples(RunDir(run_dir).samples, records)
     # A shard that never started has an unknown sample count, so n_done == n_total can mislead.
     summary = summarize_run(records, manifest, complete=complete)
-    write_json(RunDir(run_dir).manifest, manifest.to_dict())
-    write_json(RunDir(run_dir).summary, summary)
+    write_manifest(RunDir(run_dir), manifest)
+    write_summary(RunDir(run_dir), summary)
     return MergeResult(complete=complete, missing=missing, summary=summary)

@@ -33,7 +33,14 @@ from evalpipe.run.watchdog import Stall, Watchdog, end_process
 from evalpipe.rundir.checkpoint import check_resume
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lock import RunLock
-from evalpipe.rundir.manifest import Attempt, Manifest, PlannedTask, RunStatus, read_manifest
+from evalpipe.rundir.manifest import (
+    Attempt,
+    Manifest,
+    PlannedTask,
+    RunStatus,
+    read_manifest,
+    write_manifest,
+)
 from evalpipe.rundir.results import (
     SampleLog,
     SampleRecord,
@@ -41,12 +48,11 @@ from evalpipe.rundir.results import (
     read_samples,
     repair_samples,
     salvage_samples,
-    write_json,
 )
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.submission import read_plan
-from evalpipe.rundir.summary import summarize_run
+from evalpipe.rundir.summary import summarize_run, write_summary
 from evalpipe.rundir.timings import LOAD, phase
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.bounds import needed_model_len
@@ -194,7 +200,7 @@ class _Run:
     def save(self) -> None:
         if self.attempt is not None:
             self.attempt.wall_s = round(time.monotonic() - self.started, 3)
-        write_json(self.files.manifest, self.manifest.to_dict())
+        write_manifest(self.files, self.manifest)
 
     def stalled(
         self, stall: Stall, records: list[SampleRecord], sampler: PhaseMonitor | None
@@ -222,7 +228,7 @@ class _Run:
         self.manifest.error = error
         self.save()
         summary = summarize_run(records, self.manifest)
-        write_json(self.files.summary, summary)
+        write_summary(self.files, summary)
         return summary
 
 

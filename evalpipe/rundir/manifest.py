@@ -16,7 +16,7 @@ from evalpipe.core.errors import DamagedFileError
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import SCHEMA, RunDir
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.results import read_json, write_json
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.timings import Timings
 
@@ -263,6 +263,11 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DamagedFileError(f"{where} is not a complete manifest ({exc!r}).") from exc
+
+
+def write_manifest(files: RunDir, manifest: Manifest) -> None:
+    """Replace manifest.json atomically (only the directory's holder, evalpipe.rundir.lock)."""
+    write_json(files.manifest, manifest.to_dict())
 
 
 def read_manifest(files: RunDir) -> Manifest | None:

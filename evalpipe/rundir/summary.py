@@ -22,7 +22,7 @@ from evalpipe.core.textable import format_table
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
-from evalpipe.rundir.results import SampleRecord, read_json
+from evalpipe.rundir.results import SampleRecord, read_json, write_json
 from evalpipe.rundir.timings import Timings
 
 
@@ -339,6 +339,11 @@ class Summary:
             ],
             schema=data.get("schema") if isinstance(data.get("schema"), int) else None,
         )
+
+
+def write_summary(files: RunDir, summary: Mapping[str, Any]) -> None:
+    """Replace summary.json (as `summarize` built it) atomically."""
+    write_json(files.summary, summary)
 
 
 def read_summary(files: RunDir) -> Summary | None:
