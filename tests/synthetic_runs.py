@@ -7,16 +7,17 @@ random, so tests can check the report's arithmetic by hand.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalpipe.rundir.layout import SCHEMA, RunDir
-from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus, write_manifest
-from evalpipe.rundir.results import SampleRecord, write_samples
+from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
+from evalpipe.rundir.results import SampleRecord
 from evalpipe.rundir.runconfig import RunConfig
-from evalpipe.rundir.summary import metric_stats, write_summary
+from evalpipe.rundir.summary import metric_stats
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +98,7 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
             "metrics": {run.metric: metric_stats(values)} if values else {},
         }
     files = RunDir(path)
-    write_samples(files.samples, records)
+    files.samples.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
     n_done = sum(len(v) for _, v in run.tasks.values())
     n_total = sum(t["n_total"] for t in tasks_summary.values())
     rate = run.generated_tokens / run.generate_s if run.generated_tokens else None
@@ -142,8 +143,9 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
         timings={"load": run.wall_s - run.generate_s, "generate": run.generate_s},
         oom_fallback=list(run.oom_fallback),
     )
-    write_summary(files, summary)
-    write_manifest(files, manifest)
+    # Plain writes, not the runner's fsynced ones: benchmarks write thousands of these.
+    files.summary.write_text(json.dumps(summary, indent=1))
+    files.manifest.write_text(json.dumps(manifest.to_dict(), indent=1))
     if run.metrics_csv:
         files.metrics.write_text(_metrics_csv(run, sorted(by_category)))
     return path

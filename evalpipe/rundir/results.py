@@ -95,12 +95,13 @@ class SampleRecord:
                 extracted=tuple(data["extracted"]),
                 scores={str(k): float(v) for k, v in data["scores"].items()},
                 prompt_tokens=int(data["prompt_tokens"]),
-                completion_tokens=tuple(int(n) for n in data["completion_tokens"]),
+                completion_tokens=tuple(map(int, data["completion_tokens"])),
                 shard=None if data.get("shard") is None else int(data["shard"]),
-                option_logprobs=tuple(float(x) for x in data.get("option_logprobs") or ()),
+                # map(), not generators: this runs once per line of every log a report reads.
+                option_logprobs=tuple(map(float, data.get("option_logprobs") or ())),
                 reasoning=tuple(None if x is None else str(x) for x in data.get("reasoning") or ()),
-                reasoning_tokens=tuple(int(n) for n in data.get("reasoning_tokens") or ()),
-                cut_off=tuple(bool(x) for x in data.get("cut_off") or ()),
+                reasoning_tokens=tuple(map(int, data.get("reasoning_tokens") or ())),
+                cut_off=tuple(map(bool, data.get("cut_off") or ())),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc
