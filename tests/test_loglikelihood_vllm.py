@@ -136,7 +136,7 @@ def test_multiple_choice_by_logprobs_runs_end_to_end(smollm2, tmp_path: Path) ->
         options=RunOptions(backend="vllm", limit=8, engine=EngineSettings()),
     )
     assert result.status == "complete"
-    records = read_samples(out / "samples.jsonl")
+    records = read_samples(out / "samples.jsonl").records
     assert len(records) == 8
     for record in records:
         assert len(record.option_logprobs) == 4
