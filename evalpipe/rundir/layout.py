@@ -21,6 +21,12 @@
 attempt or a resume) or `evalpipe merge`; nobody else writes its manifest, samples or summary.
 Reports and `evalpipe status` only read.
 
+Each file has one typed reader beside its writer: manifest.read_manifest (its `config` a
+runconfig.RunConfig), results.read_samples (one rule for which lines are samples),
+summary.read_summary, submission.read_plan and submission.read_submission. They raise
+RunDirError for a file that cannot be read and DamagedFileError for one that is not what it
+should be; readers that can go on without a file (reports, estimates, status) catch the latter.
+
 Schema policy: manifest.json and summary.json carry `schema` (SCHEMA). Readers accept every
 version up to the current one (fields added later are optional and read with defaults); a
 change that old readers would misread raises SCHEMA, and a directory with a newer schema than
