@@ -147,7 +147,7 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> Ru
         "limit": options.limit,
         "shard": str(options.shard) if options.shard else None,
         "sampling": {t.name: t.sampling.to_dict() for t in tasks},
-        # Not fingerprinted: a run resumes under another layout (checkpoint.UNHASHED).
+        # Not fingerprinted: a run resumes under another layout (runconfig.UNHASHED).
         "engine": dataclasses.asdict(options.engine) | {"replicas": options.replicas},
     }
     if options.deterministic:  # absent otherwise: runs made before the mode existed resume
