@@ -118,6 +118,26 @@ def test_a_hub_model_online_is_a_warning_only(tmp_path: Path) -> None:
     assert "the job will download it from the hub" in out
 
 
+@pytest.mark.parametrize("offline", ["1", "0"])
+def test_a_missing_local_folder_says_to_make_it_not_to_download_it(
+    tmp_path: Path, offline: str
+) -> None:
+    profile = site(tmp_path)
+    profile.write_text(
+        profile.read_text().replace("  HF_HUB_OFFLINE: 1", f"  HF_HUB_OFFLINE: {offline}")
+    )
+    folder = tmp_path / "weights" / "tiny"
+    rc, _, err = check(
+        "check", "--preset", str(preset_at(tmp_path, str(folder))), "--cluster", str(profile),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert rc == 1  # online too: no hub serves a path, so the job would fail at the load
+    assert f"model '{folder}' is a local path and the folder {folder} does not exist" in err
+    assert "Copy the model's Hugging Face folder there" in err
+    assert "evalpipe models prepare p" in err
+    assert "hf download" not in err
+
+
 def test_the_hub_cache_of_the_profile_is_where_weights_are_found(
     tmp_path: Path, model: Path
 ) -> None:

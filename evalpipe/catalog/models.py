@@ -308,6 +308,12 @@ def _in_hf_cache(model_id: str, revision: str | None) -> bool:
     return isinstance(found, str)
 
 
+def is_local_path(model: str) -> bool:
+    """Whether a preset's `model` names a folder, which no hub id ("name" or "org/name") can be:
+    an absolute, home-relative or dotted path, or more than one "/"."""
+    return model.startswith(("/", "~", ".")) or model.count("/") > 1
+
+
 def find_model(preset: Preset) -> str | None:
     """A local folder, the prepared folder, else the hub id; None for a preset with a recipe
     whose model is neither prepared nor obtainable (hub offline and not in the cache)."""

@@ -123,6 +123,8 @@ def locate_weights(preset: Preset, site: Site) -> tuple[Path | None, list[Findin
         if built.is_dir():
             return built, []
         looked.append(f"the prepared build {built}")
+    if preset.prepare is None and models.is_local_path(preset.model):
+        return None, [_missing_folder(preset, local)]
     if "/" not in preset.model:
         looked.insert(0, f"a local folder {local}")
         return None, [_missing(preset, site, looked)]
@@ -149,6 +151,20 @@ def _missing(preset: Preset, site: Site, looked: list[str]) -> Finding:
         check="weights",
         message=f"preset {preset.name}: model {preset.model!r} is not available{why}; looked in "
         f"{', '.join(looked)}. Fetch it with: {_fetch_command(preset, site)}",
+    )
+
+
+def _missing_folder(preset: Preset, folder: Path) -> Finding:
+    # A path is no hub id: nothing can download it, so the fix is to make the folder exist.
+    recipes = ", ".join(sorted(models.RECIPES))
+    return Finding(
+        level="error",
+        check="weights",
+        message=f"preset {preset.name}: model {preset.model!r} is a local path and the folder "
+        f"{folder} does not exist. Copy the model's Hugging Face folder there (config.json, "
+        "tokenizer files, *.safetensors), or point `model:` at a hub id (org/name), or at a "
+        f"model evalpipe builds (`prepare:` one of {recipes}, then `evalpipe models prepare "
+        f"{preset.name}`).",
     )
 
 
