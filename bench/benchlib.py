@@ -7,6 +7,7 @@ times from separate runs.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -117,6 +118,29 @@ def load_average() -> str:
         f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} (1 / 5 / 15 min, "
         f"{os.cpu_count()} cores)"
     )
+
+
+# Quick mode: every script's own code path at tiny sizes, in seconds (tests/test_bench_quick.py
+# runs each one, so a rename in evalpipe breaks a test instead of `make bench`).
+QUICK_PRESET = "tiny_random"  # loads in a second; its answers are noise, its timings are not
+
+
+def parse_args(
+    parser: argparse.ArgumentParser, quick: dict[str, Any], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """The script's arguments, with `--quick` added: it makes `quick` the defaults (options given
+    on the command line still win). Quick figures are too small to judge a target by, so a
+    script prints its verdicts but exits 0 on them (its correctness checks still count)."""
+    sizes = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in quick.items())
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"tiny sizes, in seconds, to check that the script works ({sizes})",
+    )
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**quick)
+        print(f"quick mode ({sizes}): figures too small to judge; targets not enforced", flush=True)
+    return parser.parse_args(argv)
 
 
 def verdict(value: float, target: float) -> str:

@@ -3,6 +3,7 @@ and the same prompts, the generation phase's wall time, and a concurrency sweep.
 
     python bench/endpoint.py [--preset smollm2_135m] [--limit 200] [--concurrency 1,8,64,200]
     python bench/endpoint.py --part mc [--limit 40]      # multiple choice by log-probabilities
+    python bench/endpoint.py --quick    # 2 prompts on tiny_random at c=2: does it work
 
 Each side is one `evalpipe run` process: in-process first (no server yet), then one
 `evalpipe serve` of the preset for the endpoint sides, then in-process again beside the idle
@@ -13,7 +14,8 @@ echo request per option) at the first concurrency. A side's figure is the `gener
 time its manifest records (the streaming loop's wall from first admission to last answer;
 model load and process start excluded) and its generated tokens per second. The load average
 is printed beside every side: the machine is shared. Answers equal to the in-process run's are
-counted too (greedy SmolLM2 on the CPU depends on the batch, so some differ).
+counted too (greedy SmolLM2 on the CPU depends on the batch, so some differ). --quick skips the
+second in-process side (the same code as the first).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import REPO, child_env, load_average, machine
+from benchlib import QUICK_PRESET, REPO, child_env, load_average, machine, parse_args
 
 # part → (task, category, extra `evalpipe run` options)
 PARTS = {
@@ -69,8 +71,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--concurrency", default="1,8,64,200")
     parser.add_argument("--part", choices=PARTS, default="generation")
-    args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
+    args = parse_args(parser, {"limit": 2, "concurrency": "2", "preset": QUICK_PRESET})
     from evalpipe.catalog import models
     from evalpipe.catalog.registry import load_preset
     from evalpipe.run.serve import free_port, served_name, wait_ready
@@ -119,9 +120,10 @@ def main() -> int:
                 "--concurrency",
                 concurrency,
             )
-        sides["in-process, idle server beside"] = run_side(
-            args.preset, args.part, args.limit, folder / "in-process-beside"
-        )
+        if not args.quick:
+            sides["in-process, idle server beside"] = run_side(
+                args.preset, args.part, args.limit, folder / "in-process-beside"
+            )
     finally:
         server.terminate()
         server.wait(timeout=60)

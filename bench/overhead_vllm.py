@@ -2,7 +2,8 @@
 through a minimal `LLM.chat`/`LLM.generate` script (bench/raw_vllm.py) and through
 `evalpipe run` (chunking, checkpointing, scoring and the monitor all on, as a user runs it).
 
-    python bench/overhead_vllm.py [--task arithmetic] [--limit 200] [--reps 3]
+    python bench/overhead_vllm.py [--task arithmetic] [--limit 200] [--reps 3] [--preset P]
+    python bench/overhead_vllm.py --quick      # 4 short answers on tiny_random, once
 
 Real vLLM on this machine's CPU, preset smollm2_135m (prepare it once with
 `evalpipe models prepare smollm2_135m`), greedy decoding with the task's own settings. Each side
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import (
+    QUICK_PRESET,
     REPO,
     VLLM_ENV,
     EvalpipeRun,
@@ -32,16 +34,16 @@ from benchlib import (
     load_average,
     machine,
     median,
+    parse_args,
     timed_run,
     verdict,
 )
 
-PRESET = "smollm2_135m"
 GENERATE_TARGET = 1.05
 E2E_TARGET = 1.10
 
 
-def reference_spec(task_name: str, limit: int) -> dict[str, Any]:
+def reference_spec(preset_name: str, task_name: str, limit: int) -> dict[str, Any]:
     """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
     SamplingParams its engine builds from the task's settings."""
     from evalpipe.catalog import models
@@ -50,12 +52,14 @@ def reference_spec(task_name: str, limit: int) -> dict[str, Any]:
     from evalpipe.engine.vllm import llm_kwargs
     from evalpipe.tasks import load_tasks
 
-    preset = load_preset(PRESET)
+    preset = load_preset(preset_name)
     (task,) = load_tasks(tasks=(task_name,))
     s = task.sampling
     samples = task.samples(limit)
     return {
-        "llm": json.loads(json.dumps(llm_kwargs(preset, EngineSettings(), models.resolve(preset)))),
+        "llm": json.loads(
+            json.dumps(llm_kwargs(preset, EngineSettings(), models.model_source(preset)))
+        ),
         "sampling": {
             "n": s.n,
             "temperature": s.temperature,
@@ -116,12 +120,14 @@ def main() -> int:
     parser.add_argument("--task", default="arithmetic", help="an offline task (default arithmetic)")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--preset", default="smollm2_135m", help="a prepared preset")
+    quick = {"limit": 4, "reps": 1, "preset": QUICK_PRESET, "task": "ordering"}  # ≤ 16 tokens
+    args = parse_args(parser, quick)
     print(f"machine: {machine()}")
     print(f"at start: {load_average()}")
-    spec = reference_spec(args.task, args.limit)
+    spec = reference_spec(args.preset, args.task, args.limit)
     print(
-        f"preset {PRESET}, task {args.task}: {len(spec['prompts'])} prompts, "
+        f"preset {args.preset}, task {args.task}: {len(spec['prompts'])} prompts, "
         f"sampling {spec['sampling']}, LLM({spec['llm']})"
     )
     env = child_env(**VLLM_ENV)
@@ -133,7 +139,9 @@ def main() -> int:
         interleave(
             {
                 "evalpipe run": lambda: ours.append(
-                    evalpipe_run(PRESET, args.task, args.limit, Path(tmp) / f"run-{len(ours)}", env)
+                    evalpipe_run(
+                        args.preset, args.task, args.limit, Path(tmp) / f"run-{len(ours)}", env
+                    )
                 ),
                 "raw LLM script": lambda: raws.append(
                     raw_run(spec_path, Path(tmp) / f"raw-{len(raws)}.json", env)

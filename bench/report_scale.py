@@ -1,6 +1,7 @@
 """Time `evalpipe report` over many synthetic run directories (default: 1,000 runs).
 
     python bench/report_scale.py [--runs 1000] [--tasks 4] [--samples 100] [--format md]
+    python bench/report_scale.py --quick    # 20 runs of 10 samples a task
 
 Builds the runs in a temporary folder (4 categories, seeded 0/1 scores, one GPU, metrics.csv),
 then runs `python -m evalpipe report DIR` as a user would and prints the wall time. The target
@@ -18,8 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib import REPO, child_env, parse_args
+
 # The synthetic run directories are a test fixture (tests/synthetic_runs.py), not in the package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(REPO / "tests"))
 from synthetic_runs import SyntheticRun, write_run
 
 CATEGORIES = ("math", "code", "mc", "reasoning")
@@ -64,7 +67,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--samples", type=int, default=100, help="samples per task")
     parser.add_argument("--format", default="md", choices=("md", "csv", "json", "html"))
-    args = parser.parse_args()
+    args = parse_args(parser, {"runs": 20, "samples": 10})
     with tempfile.TemporaryDirectory(prefix="evalpipe-report-scale-") as tmp:
         start = time.perf_counter()
         n = build(Path(tmp), runs=args.runs, tasks=args.tasks, samples=args.samples)
@@ -73,6 +76,8 @@ def main() -> None:
         cpu_before = _children_cpu_s()
         proc = subprocess.run(
             [sys.executable, "-m", "evalpipe", "report", tmp, "--format", args.format],
+            env=child_env(),
+            cwd=REPO,
             capture_output=True,
             text=True,
             check=True,

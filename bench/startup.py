@@ -4,9 +4,11 @@
 Each command runs in its own process, interleaved with the others, after one unmeasured warm-up
 (so .pyc files exist and the page cache is warm: "cold" means a new interpreter, as on a login
 node that has run evalpipe before). A separate probe run of each command records sys.modules at
-exit to count imports and check that no heavy library (vllm, torch, pandas) was loaded.
+exit to count imports and check that no heavy library (vllm, torch, pandas) was loaded, and that
+`plan` and `render` load no task code (evalpipe.tasks: only a run or `--estimate` needs tasks).
 
     python bench/startup.py [--reps N]
+    python bench/startup.py --quick     # one repetition
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from benchlib import (
     load_average,
     machine,
     median,
+    parse_args,
     spread,
     timed_run,
     verdict,
@@ -33,6 +36,9 @@ HEAVY = ("vllm", "torch", "pandas")
 # Reported for information: libraries a login-node command has no use for either.
 OTHER_HEAVY = ("numpy", "pynvml", "matplotlib", "datasets", "ray", "transformers", "pyarrow")
 TARGET_S = 0.3
+# Task code (datasets, prompts, scorers) and the commands that must not load any of it.
+TASKS = "evalpipe.tasks"
+WITHOUT_TASKS = ("evalpipe plan", "evalpipe render")
 
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": ["-c", "pass"],
@@ -76,10 +82,15 @@ def loaded_of(names: list[str], wanted: tuple[str, ...]) -> list[str]:
     return [w for w in wanted if w in names]
 
 
+def under(names: list[str], package: str) -> list[str]:
+    """The modules in `names` that are `package` or inside it."""
+    return [n for n in names if n == package or n.startswith(package + ".")]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=15)
-    args = parser.parse_args()
+    args = parse_args(parser, {"reps": 1})
     env = child_env()
     print(f"machine: {machine()}")
     print(f"at start: {load_average()}")
@@ -105,6 +116,7 @@ def main() -> int:
     baseline = median(wall["python -c pass"])
     base_modules = modules(COMMANDS["python -c pass"])
     heavy_seen: list[str] = []
+    unwanted_seen: list[str] = []
     print(
         f"{'command':<16} {'wall s: median (min–max, n)':<32} {'× python':>8} "
         f"{'CPU s':>6} {'modules':>7} {'+ python':>8}  heavy libraries imported"
@@ -113,6 +125,9 @@ def main() -> int:
         loaded = modules(argv)
         heavy = loaded_of(loaded, HEAVY)
         heavy_seen += [f"{name}: {lib}" for lib in heavy]
+        unwanted = under(loaded, TASKS) if name in WITHOUT_TASKS else []
+        if unwanted:
+            unwanted_seen.append(f"{name}: {len(unwanted)} modules, {', '.join(unwanted[:3])} …")
         other = loaded_of(loaded, OTHER_HEAVY)
         note = ", ".join(heavy) or "none"
         if other:
@@ -135,8 +150,12 @@ def main() -> int:
         f"target no {'/'.join(HEAVY)} imported: "
         + (f"MISSES ({'; '.join(heavy_seen)})" if heavy_seen else "meets")
     )
+    print(
+        f"target {' and '.join(WITHOUT_TASKS)} import no {TASKS}: "
+        + (f"MISSES ({'; '.join(unwanted_seen)})" if unwanted_seen else "meets")
+    )
     print(f"at end: {load_average()}")
-    return 1 if broken or heavy_seen else 0
+    return 1 if broken or heavy_seen or unwanted_seen else 0
 
 
 if __name__ == "__main__":

