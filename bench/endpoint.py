@@ -71,6 +71,7 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--concurrency", default="1,8,64,200")
     parser.add_argument("--part", choices=PARTS, default="generation")
+    parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
     args = parse_args(parser, {"limit": 2, "concurrency": "2", "preset": QUICK_PRESET})
     from evalpipe.catalog import models
     from evalpipe.catalog.registry import load_preset
@@ -78,7 +79,8 @@ def main() -> int:
 
     models.prepare(args.preset)
     print(json.dumps({"machine": machine(), "load_start": load_average()}), flush=True)
-    folder = Path(tempfile.mkdtemp(prefix="evalpipe-bench-endpoint-"))
+    folder = args.out or Path(tempfile.mkdtemp(prefix="evalpipe-bench-endpoint-"))
+    folder.mkdir(parents=True, exist_ok=True)
     # In-process first, before the server exists: an idle vLLM server is not idle on the CPU
     # (its worker polls for work), so the in-process side runs again beside it at the end.
     sides: dict[str, dict[str, Any]] = {}

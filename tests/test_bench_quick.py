@@ -109,8 +109,8 @@ def test_reference_scorers_quick(vllm_env: dict[str, str], tiny_random_path: Pat
 
 
 @pytest.mark.vllm
-def test_endpoint_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
-    out = quick("endpoint.py")
+def test_endpoint_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_path: Path) -> None:
+    out = quick("endpoint.py", "--out", str(tmp_path))
     figures(out, '"server_ready_s": ')
     for side in ("in-process", "endpoint c=2"):
         assert re.search(rf'"side": "{side}".*"tok_per_s": {NUMBER}', out), out
