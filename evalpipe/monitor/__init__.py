@@ -1,9 +1,26 @@
 """Per-GPU metrics of a job through NVML (CPU fallback), one module per job: device readers
 (nvml, cpu), the CSV log (csvlog), the cross-node phase protocol (phase), the per-device
-summaries (summary) and the sampler thread that drives them (sampler)."""
+summaries (summary) and the sampler thread that drives them (sampler).
 
-from evalpipe.monitor.csvlog import COLUMNS, device_summaries
-from evalpipe.monitor.sampler import Monitor
-from evalpipe.monitor.summary import DeviceSummary
+The names below load their module on first use: the run directory's records import
+`monitor.summary` on every CLI start, which must not pull in the sampler, NVML and psutil.
+"""
 
-__all__ = ["COLUMNS", "DeviceSummary", "Monitor", "device_summaries"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {
+    "COLUMNS": "csvlog",
+    "device_summaries": "csvlog",
+    "Monitor": "sampler",
+    "DeviceSummary": "summary",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
