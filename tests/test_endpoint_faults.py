@@ -277,6 +277,22 @@ def test_a_server_without_prompt_logprobs_is_refused_clearly(
     assert "--mc-method generate" in err
 
 
+def test_top_logprobs_are_refused_since_the_api_names_no_token_ids(tmp_path: Path) -> None:
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.engine.base import EngineSettings, SamplingSettings
+    from evalpipe.engine.endpoint import EndpointEngine
+
+    with FaultServer() as server:
+        preset = load_preset(str(endpoint_preset(tmp_path, base_url=server.base_url)))
+        engine = EndpointEngine.open(preset, EngineSettings())
+        try:
+            with pytest.raises(ConfigError, match="top_logprobs=2, which the openai backend"):
+                engine.generate(["q"], SamplingSettings(), top_logprobs=2)
+        finally:
+            engine.close()
+        assert server.bodies == []  # refused before anything was sent
+
+
 def test_the_report_shows_an_endpoint_run_on_a_remote_device(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

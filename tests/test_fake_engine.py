@@ -77,3 +77,28 @@ def test_loglikelihoods_favour_the_scripted_answer_and_are_stable(preset) -> Non
     again = FakeEngine(preset, EngineSettings(), script={"capital": "Paris"})
     assert again.loglikelihoods(requests) == [paris, rome]  # same in any process
     assert engine.served == ["The capital of France?"]  # one request scores both options
+
+
+def test_top_logprobs_give_each_generated_token_and_its_likeliest_alternatives(preset) -> None:
+    engine = FakeEngine(preset, EngineSettings())
+    settings = SamplingSettings(n=2, temperature=0.8)
+    [plain] = engine.generate(["q"], settings)
+    [asked] = engine.generate(["q"], settings, top_logprobs=3)
+    assert asked.texts == plain.texts and plain.steps == ()  # the text does not change
+    assert engine.generate(["q"], settings, top_logprobs=3) == [asked]  # nor the steps
+    for text, steps in zip(asked.texts, asked.steps, strict=True):
+        assert len(steps) == len(text.split())
+        for step in steps:
+            assert step.top[0] == (step.token, step.logprob) and len(step.top) == 3
+            logprobs = [lp for _, lp in step.top]
+            assert logprobs == sorted(logprobs, reverse=True) and logprobs[0] <= 0
+
+
+@pytest.mark.parametrize("top", [-1, 21])
+def test_top_logprobs_out_of_range_or_for_scoring_are_refused(top: int) -> None:
+    from evalpipe.engine.base import Request
+
+    with pytest.raises(ConfigError, match=f"top_logprobs={top} must be 0 to 20"):
+        Request(id="r1", prompt="q", sampling=SamplingSettings(), top_logprobs=top)
+    with pytest.raises(ConfigError, match="only a generating request"):
+        Request(id="r2", prompt="q", continuations=(" A",), top_logprobs=2)

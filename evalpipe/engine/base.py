@@ -58,12 +58,23 @@ class SeenSampling:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TokenStep:
+    """One generated token and the likeliest tokens the model saw at its position."""
+
+    token: int  # the generated token's id
+    logprob: float  # its log-probability, natural log
+    top: tuple[tuple[int, float], ...]  # (token id, log-probability), likeliest first
+
+
+@dataclass(frozen=True, kw_only=True)
 class Generation:
     """The n completions for one prompt and their token counts."""
 
     texts: tuple[str, ...]
     prompt_tokens: int
     completion_tokens: tuple[int, ...]
+    # One tuple of steps per completion when the request asked for top_logprobs; else empty.
+    steps: tuple[tuple[TokenStep, ...], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +102,10 @@ class Loglikelihood:
         )
 
 
+# vLLM's default cap on log-probabilities per token (max_logprobs).
+MAX_TOP_LOGPROBS = 20
+
+
 @dataclass(frozen=True, kw_only=True)
 class Request:
     """One unit of engine work: generate for `prompt` with `sampling`, or score each of
@@ -101,12 +116,23 @@ class Request:
     prompt: Prompt
     sampling: SamplingSettings | None = None
     continuations: tuple[str, ...] = ()
+    # Also return each generated token with this many likeliest tokens at its position
+    # (Generation.steps): how tests tell a near-tie from a real difference between two runs.
+    # Not a sampling setting: it changes no text, so runs neither record nor fingerprint it.
+    top_logprobs: int = 0
 
     def __post_init__(self) -> None:
         if (self.sampling is None) == (not self.continuations):
             raise ConfigError(
                 f"Request {self.id!r} must either generate (sampling) or score continuations, "
                 "not both or neither."
+            )
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS or (
+            self.top_logprobs and self.sampling is None
+        ):
+            raise ConfigError(
+                f"Request {self.id!r}: top_logprobs={self.top_logprobs!r} must be 0 to "
+                f"{MAX_TOP_LOGPROBS}, and only a generating request (sampling) can ask for them."
             )
 
 
@@ -179,10 +205,15 @@ class Engine(ABC):
                 found[completion.id] = completion
         return [found[r.id] for r in requests]
 
-    def generate(self, prompts: Sequence[Prompt], settings: SamplingSettings) -> list[Generation]:
-        """Completions for every prompt, in order."""
+    def generate(
+        self, prompts: Sequence[Prompt], settings: SamplingSettings, *, top_logprobs: int = 0
+    ) -> list[Generation]:
+        """Completions for every prompt, in order (with `top_logprobs`, their steps too)."""
         done = self.run(
-            [Request(id=str(i), prompt=p, sampling=settings) for i, p in enumerate(prompts)]
+            [
+                Request(id=str(i), prompt=p, sampling=settings, top_logprobs=top_logprobs)
+                for i, p in enumerate(prompts)
+            ]
         )
         return [_generation(c) for c in done]
 

@@ -209,6 +209,13 @@ class EndpointEngine(Engine):
         for request in requests:
             if request.id in self._futures:
                 raise EngineError(f"Request id {request.id!r} is already in flight.")
+            if request.top_logprobs:
+                # OpenAI-compatible APIs name tokens by their text, not their ids.
+                raise ConfigError(
+                    f"Request {request.id!r} asks for top_logprobs={request.top_logprobs}, "
+                    f"which the {self.backend} backend cannot give (its API returns no token "
+                    "ids); use the vllm or fake backend."
+                )
             # Rendering with the local tokenizer happens here, in the caller's thread.
             work = _settled(self._work(request))
             future = asyncio.run_coroutine_threadsafe(work, self._loop)

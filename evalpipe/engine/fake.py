@@ -26,6 +26,7 @@ from evalpipe.engine.base import (
     Request,
     SamplingSettings,
     SeenSampling,
+    TokenStep,
 )
 
 # Seconds each request takes when no delay is passed in: lets a SLURM job run with
@@ -168,6 +169,9 @@ class FakeEngine(Engine):
                 texts=texts,
                 prompt_tokens=len(text.split()),
                 completion_tokens=tuple(len(t.split()) for t in texts),
+                steps=tuple(_steps(t, request.top_logprobs) for t in texts)
+                if request.top_logprobs
+                else (),
             ),
         )
 
@@ -211,6 +215,25 @@ class FakeEngine(Engine):
     def close(self) -> None:
         self.closed = True
         self.abort()
+
+
+def _hashed(*parts: object) -> int:
+    return int(hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:8], 16)
+
+
+def _steps(text: str, top: int) -> tuple[TokenStep, ...]:
+    """Stable made-up steps: each word a token (id from its hash), the likeliest at its
+    position, followed by `top - 1` less likely ones."""
+    steps = []
+    for position, word in enumerate(text.split()):
+        token = _hashed(word) % 50_000
+        logprob = -(_hashed(word, position) % 100) / 100
+        ranked = [(token, logprob)]
+        for rank in range(1, top):
+            logprob -= 0.01 + _hashed(word, position, rank) % 300 / 100
+            ranked.append(((token + rank) % 50_000, logprob))
+        steps.append(TokenStep(token=token, logprob=ranked[0][1], top=tuple(ranked)))
+    return tuple(steps)
 
 
 def _truncate(text: str, settings: SamplingSettings) -> str:

@@ -32,6 +32,7 @@ from evalpipe.engine.base import (
     Request,
     SamplingSettings,
     SeenSampling,
+    TokenStep,
 )
 from evalpipe.engine.fallback import (
     Context,
@@ -366,7 +367,7 @@ class VllmEngine(Engine):
         engine = self._open_llm().llm_engine
         if request.sampling is not None:
             _, ids = self._render(request.prompt)
-            params = _params(request.sampling)
+            params = _params(request.sampling, top_logprobs=request.top_logprobs)
             engine.add_request(request.id, TokensPrompt(prompt_token_ids=ids), params)
             self._sampling.add(_described(params))
             return
@@ -424,7 +425,8 @@ class VllmEngine(Engine):
         """The completion a finished vLLM request makes, once all its parts are in."""
         rid, sep, _ = out.request_id.partition(PART)
         if not sep:
-            self._pending.pop(rid, None)
+            request = self._pending.pop(rid, None)
+            top = request.top_logprobs if request is not None else 0
             choices = sorted(out.outputs, key=lambda c: c.index)
             return Completion(
                 id=rid,
@@ -432,6 +434,7 @@ class VllmEngine(Engine):
                     texts=tuple(c.text for c in choices),
                     prompt_tokens=len(out.prompt_token_ids or ()),
                     completion_tokens=tuple(len(c.token_ids) for c in choices),
+                    steps=tuple(_steps(c, top) for c in choices) if top else (),
                 ),
             )
         scoring = self._scoring.get(rid)
@@ -557,7 +560,23 @@ class _Scoring:
         self.parts[part] = members
 
 
-def _params(settings: SamplingSettings) -> Any:
+def _steps(choice: Any, top: int) -> tuple[TokenStep, ...]:
+    """A vLLM completion's tokens with the `top` likeliest at each position. vLLM gives the
+    sampled token and the top ones, each with its rank (1: likeliest)."""
+    steps = []
+    for token, found in zip(choice.token_ids, choice.logprobs, strict=True):
+        ranked = sorted((lp.rank, tid, lp.logprob) for tid, lp in found.items() if lp.rank)
+        steps.append(
+            TokenStep(
+                token=token,
+                logprob=found[token].logprob,
+                top=tuple((tid, logprob) for rank, tid, logprob in ranked if rank <= top),
+            )
+        )
+    return tuple(steps)
+
+
+def _params(settings: SamplingSettings, *, top_logprobs: int) -> Any:
     """vLLM SamplingParams for a task's settings; only finished requests come back."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -571,6 +590,7 @@ def _params(settings: SamplingSettings) -> Any:
         ignore_eos=settings.ignore_eos,
         # Per-request seeds make a sampled completion independent of its batch (resume).
         seed=settings.seed if settings.temperature > 0 else None,
+        logprobs=top_logprobs or None,
         output_kind=RequestOutputKind.FINAL_ONLY,
     )
 
