@@ -1,7 +1,7 @@
-"""The real vLLM engine on the CPU: generation, chat templates, validation, models, OOM ladder.
+"""The real vLLM engine on the CPU: generation, chat templates, validation, OOM ladder.
 
 Every LLM() build costs seconds here, so the tiny_random engine is one session fixture
-(tests/conftest.py) and only the SmolLM2 and OOM tests build their own.
+(tests/conftest.py) and only the OOM tests build their own.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
+from neartie import EPSILON, assert_near_tie_equal, tokenizer_decode
 
-from evalpipe.catalog import models
 from evalpipe.catalog.registry import Preset, load_preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.base import EngineSettings, Generation, SamplingSettings
 from evalpipe.engine.fallback import fp8_kv_cache_supported
 from evalpipe.engine.vllm import VllmEngine
 
@@ -31,14 +31,17 @@ def tokenizer(path: Path):  # a transformers tokenizer
     return AutoTokenizer.from_pretrained(path)
 
 
-def test_greedy_generation_is_deterministic_in_order_with_token_counts(
+def test_greedy_generation_in_another_order_is_equal_with_token_counts(
     tiny_engine: VllmEngine, tiny_random_path: Path
 ) -> None:
     prompts = ["What is 2 + 2?", "Name a planet.", "Hi"]
     greedy = SamplingSettings(max_tokens=12)
-    first = tiny_engine.generate(prompts, greedy)
+    first = tiny_engine.generate(prompts, greedy, top_logprobs=2)
+    # The same batch in another order: equal modulo near-ties (tests/neartie.py).
     again = tiny_engine.generate(prompts[::-1], greedy)
-    assert [g.texts for g in again[::-1]] == [g.texts for g in first]
+    decode = tokenizer_decode(tiny_random_path)
+    for reference, other in zip(first, again[::-1], strict=True):
+        assert_near_tie_equal(reference, other.texts, decode)
     assert len({g.texts for g in first}) == 3  # each prompt got its own completion
     tok = tokenizer(tiny_random_path)
     for prompt, gen in zip(prompts, first, strict=True):
@@ -48,6 +51,54 @@ def test_greedy_generation_is_deterministic_in_order_with_token_counts(
         assert gen.prompt_tokens == len(tok(templated, add_special_tokens=False).input_ids)
         assert gen.prompt_tokens > len(tok(prompt).input_ids)
         assert len(gen.texts) == 1 and gen.completion_tokens == (12,)
+
+
+def test_top_logprobs_give_the_generated_tokens_and_the_likeliest_at_each(
+    tiny_engine: VllmEngine, tiny_random_path: Path
+) -> None:
+    greedy = SamplingSettings(max_tokens=24)
+    [plain] = tiny_engine.generate(["Name a planet."], greedy)
+    [asked] = tiny_engine.generate(["Name a planet."], greedy, top_logprobs=2)
+    assert plain.steps == () and asked.texts == plain.texts  # asking changes no text
+    [steps] = asked.steps
+    assert len(steps) == asked.completion_tokens[0] == 24
+    # The text is the tokens' (vLLM holds back a character cut off at the end).
+    decoded = tokenizer(tiny_random_path).decode([s.token for s in steps])
+    assert decoded.startswith(asked.texts[0])
+    assert set(decoded[len(asked.texts[0]) :]) <= {"\ufffd"}
+    for step in steps:
+        assert len(step.top) == 2 and step.top[0][1] >= step.top[1][1]
+        # Greedy: the token taken is a likeliest one (bf16 logits tie now and then).
+        assert step.logprob == step.top[0][1] < 0
+        assert step.token in {t for t, lp in step.top if lp == step.logprob}
+
+
+def test_a_clear_divergence_from_a_recorded_reference_fails(
+    tiny_engine: VllmEngine, tiny_random_path: Path
+) -> None:
+    """The near-tie rule on real log-probabilities: taking the runner-up where the reference
+    was sure fails; taking it at a near-tie passes."""
+    prompts = ["Name a planet.", "Hi", "What is 2 + 2?", "Count to ten."]
+    references = tiny_engine.generate(prompts, SamplingSettings(max_tokens=64), top_logprobs=2)
+    decode = tokenizer_decode(tiny_random_path)
+    # (reference, position, gap) where the reference's token ends a whole character (tiny_random
+    # writes stray bytes too), so the runner-up there changes the text at that very token.
+    places = []
+    for reference in references:
+        ids = [s.token for s in reference.steps[0]]
+        for k, step in enumerate(reference.steps[0]):
+            if not any(decode(ids[:end]).endswith("\ufffd") for end in (k, k + 1)):
+                places.append((reference, k, step.top[0][1] - step.top[1][1]))
+
+    def runner_up_at(reference: Generation, k: int) -> str:
+        steps = reference.steps[0]
+        return decode([*(s.token for s in steps[:k]), steps[k].top[1][0]])
+
+    sure, k, gap = next(place for place in places if place[2] > EPSILON)
+    with pytest.raises(AssertionError, match=f"{gap:.3f} nats apart"):
+        assert_near_tie_equal(sure, [runner_up_at(sure, k)], decode)
+    tied, k, _ = next(place for place in places if place[2] < EPSILON)
+    assert_near_tie_equal(tied, [runner_up_at(tied, k)], decode)
 
 
 def test_messages_and_sampling_settings_reach_vllm(tiny_engine: VllmEngine) -> None:
@@ -229,29 +280,6 @@ def test_oom_ladder_gives_up_with_the_planner_suggestion(
     assert "raise engine_kwargs.kv_cache_memory_bytes" in message
     # vLLM's estimate with the fp8 cache, below the tasks' 1000: so no shorter max_model_len.
     assert re.search(r"lower max_model_len to \d{3} or less", message)
-
-
-def test_smollm2_135m_prepared_from_gguf_answers_sensibly(
-    vllm_env: dict, model_cache: Path
-) -> None:
-    path = models.prepare("smollm2_135m")
-    assert path == model_cache / "models" / "smollm2_gguf"
-    engine = VllmEngine.open(load_preset("smollm2_135m"), EngineSettings(deterministic=True))
-    try:
-        [answer] = engine.generate(
-            ["What is the capital of France?"], SamplingSettings(max_tokens=16)
-        )
-        # Deterministic mode on the CPU build: the same requests in the same order and window
-        # give the same completions (SmolLM2's depend on the batch, so this is the promise).
-        prompts = [f"Add {i} and {2 * i}." for i in range(12)]
-        greedy = SamplingSettings(max_tokens=24)
-        first = [g.texts for g in engine.generate(prompts, greedy)]
-        assert [g.texts for g in engine.generate(prompts, greedy)] == first
-        # vLLM 0.32's CPU build crashes with batch-invariant kernels: they stay off there.
-        assert engine.describe()["batch_invariant"] is False
-    finally:
-        engine.close()
-    assert "Paris" in answer.texts[0], answer.texts
 
 
 def test_batch_invariant_kernels_are_asked_for_on_gpus_only() -> None:
