@@ -136,7 +136,7 @@ def prompt_key(prompt: Prompt) -> str:
 class Recorder(Engine):
     """An engine for a reference run: every generation request also asks for the top-2
     log-probabilities, and each generation is kept by its prompt (`generations`). It hands the
-    engine on without letting the runner close it (the tests share one engine)."""
+    engine on without letting the runner close it (its owner does)."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -225,19 +225,31 @@ class RecordedRun:
 
 
 def record_run(
-    engine: Engine, tasks: Sequence[Any], out: Path, *, preset: Any, limit: int, decode: Decode
+    preset_name: str, tasks: Sequence[Any], out: Path, *, limit: int, decode: Decode
 ) -> RecordedRun:
-    """Run `tasks` on `engine` (left open) through the runner into `out`, recording."""
+    """Run `tasks` through the runner into `out` on a vLLM engine of its own, recording.
+
+    Its own engine, built here and closed after: closing an in-process vLLM engine tears down
+    vLLM's process-wide parallel groups, and a shared engine used after another engine closed
+    would find them gone."""
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.vllm import VllmEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
 
-    recorder = Recorder(engine)
-    result = run_evaluation(
-        lambda settings: recorder,
-        tasks,
-        out,
-        preset=preset,
-        options=RunOptions(backend=engine.backend, limit=limit),
-    )
+    preset = load_preset(preset_name)
+    engine = VllmEngine.open(preset, EngineSettings())
+    try:
+        recorder = Recorder(engine)
+        result = run_evaluation(
+            lambda settings: recorder,
+            tasks,
+            out,
+            preset=preset,
+            options=RunOptions(backend=engine.backend, limit=limit),
+        )
+    finally:
+        engine.close()
     assert result.status == "complete"
     return RecordedRun(out=out, generations=recorder.generations, decode=decode)
 

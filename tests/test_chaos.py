@@ -119,19 +119,17 @@ def test_random_kills_with_the_fake_engine(
 
 @pytest.mark.vllm
 def test_random_kills_with_the_real_engine(
-    request: pytest.FixtureRequest, tmp_path: Path, tiny_engine, tiny_random_path: Path
+    request: pytest.FixtureRequest, tmp_path: Path, vllm_env: dict, tiny_random_path: Path
 ) -> None:
     """A resumed run batches what is left, so the real engine's completions are compared with
     an uninterrupted run's modulo near-ties (tests/neartie.py); the kills are timed by an
     uninterrupted `evalpipe run`."""
-    from evalpipe.catalog.registry import load_preset
     from evalpipe.tasks import load_tasks
 
     reference = record_run(
-        tiny_engine,
+        "tiny_random",
         load_tasks(tasks=["arithmetic", "ordering"]),
         tmp_path / "reference",
-        preset=load_preset("tiny_random"),
         limit=8,
         decode=tokenizer_decode(tiny_random_path),
     )

@@ -59,16 +59,14 @@ def wait_for_lines(out: Path, n: int, proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def reference(
-    tmp_path_factory: pytest.TempPathFactory, tiny_engine, tiny_random_path: Path
+    tmp_path_factory: pytest.TempPathFactory, vllm_env: dict, tiny_random_path: Path
 ) -> RecordedRun:
-    from evalpipe.catalog.registry import load_preset
     from evalpipe.tasks import load_tasks
 
     return record_run(
-        tiny_engine,
+        "tiny_random",
         load_tasks(tasks=["ordering"]),
         tmp_path_factory.mktemp("vllm-reference") / "run",
-        preset=load_preset("tiny_random"),
         limit=TOTAL,
         decode=tokenizer_decode(tiny_random_path),
     )

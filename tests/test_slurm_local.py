@@ -498,7 +498,7 @@ def test_two_node_job_brings_up_ray_measures_every_nodes_gpus_and_tears_it_down(
 @pytest.mark.ray
 @pytest.mark.vllm
 def test_vllm_tp2_over_ray_across_two_nodes_equals_a_single_process_run(
-    local_slurm: Slurm, tmp_path: Path, tiny_engine, tiny_random_path: Path
+    local_slurm: Slurm, tmp_path: Path, vllm_env: dict, tiny_random_path: Path
 ) -> None:
     """The CPU build of vLLM with TP=2 over Ray, one rank per node, through the rendered
     multi-node script (tests/sites/ray_cpu lets the CPU platform use Ray), against the same
@@ -511,10 +511,9 @@ def test_vllm_tp2_over_ray_across_two_nodes_equals_a_single_process_run(
     from evalpipe.tasks import load_tasks
 
     single = record_run(
-        tiny_engine,
+        "tiny_random",
         load_tasks(categories=["math"]),
         tmp_path / "single",
-        preset=registry.load_preset("tiny_random"),
         limit=2,
         decode=tokenizer_decode(tiny_random_path),
     )
