@@ -5,8 +5,9 @@ Another layout (tensor parallel, batch, process) or another CPU sums in another 
 model's two likeliest next tokens are nearly tied, that rounding can pick the other one, and the
 texts part from there on. So two greedy completions count as equal when they are equal up to the
 first token where they differ and, at that token, the reference run's two likeliest tokens were
-within EPSILON nats of each other. The reference is recorded with its top-2 log-probabilities
-(`Request.top_logprobs`) in the same test run, on the same machine.
+within EPSILON nats of each other and the other run took the runner-up. The reference is
+recorded with its top-2 log-probabilities (`Request.top_logprobs`) in the same test run, on the
+same machine.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ EPSILON = 0.1
 
 Decode = Callable[[Sequence[int]], str]
 
-# Half a multi-byte character: a tokenizer decodes it to U+FFFD, vLLM's incremental
-# detokenizer leaves it out of the text. Texts are compared without it.
+# Half a multi-byte character: a tokenizer decodes it to U+FFFD, and so does vLLM, except at the
+# end of a completion, where it holds it back. Texts are compared without it.
 _PARTIAL = "\ufffd"
 
 
