@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,6 +176,16 @@ def test_two_replicas_equal_one(tmp_path: Path, one_replica: Path) -> None:
     assert [r["sampling"] for r in engine["replicas"]] == [[ARITHMETIC]] * 2
 
 
+def _cmdline(process: Any) -> str:
+    """A child's command line; "" for one that ended meanwhile (a short-lived helper process)."""
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return ""
+
+
 def test_a_dead_replica_fails_the_run_by_name_and_a_rerun_completes(
     tmp_path: Path, one_replica: Path
 ) -> None:
@@ -187,7 +198,7 @@ def test_a_dead_replica_fails_the_run_by_name_and_a_rerun_completes(
     while len(children) < 2:  # the two replica processes
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         children = [  # the replicas, not multiprocessing's resource tracker
-            c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())
+            c for c in psutil.Process(proc.pid).children() if "spawn_main" in _cmdline(c)
         ]
         time.sleep(0.05)
     while not (out / "samples.jsonl").exists() or not (out / "samples.jsonl").read_text():
