@@ -95,19 +95,24 @@ def build(cls: type[T], data: Any, where: str) -> T:
     kwargs: dict[str, Any] = {}
     for name, value in data.items():
         kwargs[name] = _convert(hints[name], value, f"{where}.{name}")
-    missing = [
-        n
-        for n, f in fields.items()
-        if n not in kwargs
-        and f.default is dataclasses.MISSING
-        and f.default_factory is dataclasses.MISSING
-    ]
+    missing = missing_fields(cls, kwargs)
     if missing:
         raise ConfigError(f"{where}: missing required key(s) {', '.join(missing)}.")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: {exc}") from exc
+
+
+def missing_fields(cls: type, given: typing.Container[str]) -> list[str]:
+    """The fields of dataclass `cls` without a default that `given` lacks."""
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.name not in given
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
 
 
 def _convert(hint: Any, value: Any, where: str) -> Any:

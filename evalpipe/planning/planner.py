@@ -14,6 +14,7 @@ from typing import Any
 
 from evalpipe.catalog import modelconfig
 from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.core.configio import missing_fields
 from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
 from evalpipe.planning.layout import Layout, candidates, check_pp, check_tp, place, tp_nodes
 from evalpipe.planning.layout import replicas as place_replicas
@@ -91,13 +92,7 @@ class Plan:
             raise ValueError(f"a plan must be a JSON object, not {type(data).__name__}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
         known = {k: v for k, v in data.items() if k in fields}
-        missing = [
-            name
-            for name, f in fields.items()
-            if name not in known
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
-        ]
+        missing = missing_fields(cls, known)
         if missing:
             raise ValueError(f"a plan lacks {', '.join(missing)}")
         return cls(**known | {"notes": tuple(known.get("notes") or ())})
