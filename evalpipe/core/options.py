@@ -45,6 +45,11 @@ def option(*, default: Any = None, **declared: Any) -> Any:
     return dataclasses.field(default=default, metadata={_KEY: Option(**declared)})
 
 
+def count_option(**declared: Any) -> Any:
+    """An option holding a positive count (a layout size, a limit, a concurrency)."""
+    return option(parse=positive_int, check=positive, **declared)
+
+
 def options_of(cls: type) -> list[tuple[dataclasses.Field, Option]]:
     """The record's option fields, in declaration order (which is the argv's order)."""
     return [(f, f.metadata[_KEY]) for f in dataclasses.fields(cls) if _KEY in f.metadata]

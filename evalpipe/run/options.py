@@ -11,13 +11,12 @@ from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
     check_options,
+    count_option,
     float_text,
     names,
     names_text,
     option,
     options_of,
-    positive,
-    positive_int,
     some_names,
 )
 from evalpipe.engine.factory import BACKENDS
@@ -58,33 +57,25 @@ class RunnerOptions:
         help="engine; fake: the deterministic test engine, no model; openai: a model behind an "
         "OpenAI-compatible server (default vllm)",
     )
-    tp: int | None = option(
+    tp: int | None = count_option(
         flag="--tp",
         group=LAYOUT,
-        parse=positive_int,
-        check=positive,
         help="tensor parallel size (default: {layout})",
     )
-    pp: int | None = option(
+    pp: int | None = count_option(
         flag="--pp",
         group=LAYOUT,
-        parse=positive_int,
-        check=positive,
         help="pipeline parallel size (default: {layout})",
     )
-    replicas: int | None = option(
+    replicas: int | None = count_option(
         flag="--replicas",
         group=LAYOUT,
-        parse=positive_int,
-        check=positive,
         help="copies of the model side by side on a node, each on its own TP × PP GPUs "
         "(default: fill the node's GPUs; a cluster profile may set it; 1 on a CPU)",
     )
-    max_model_len: int | None = option(
+    max_model_len: int | None = count_option(
         flag="--max-model-len",
         group=LAYOUT,
-        parse=positive_int,
-        check=positive,
         help="context length (default: the preset's)",
     )
     distributed_executor_backend: str | None = option(
@@ -109,11 +100,9 @@ class RunnerOptions:
         metavar="NAME",
         help="environment variable holding the API key (the key is never written anywhere)",
     )
-    concurrency: int | None = option(
+    concurrency: int | None = count_option(
         flag="--concurrency",
         group=ENDPOINT,
-        parse=positive_int,
-        check=positive,
         help="requests in flight at once (default: the preset's endpoint block, else 32)",
     )
     categories: tuple[str, ...] | None = option(
@@ -132,11 +121,9 @@ class RunnerOptions:
         check=some_names,
         help="comma list of task names",
     )
-    limit: int | None = option(
+    limit: int | None = count_option(
         flag="--limit",
         group=SELECTION,
-        parse=positive_int,
-        check=positive,
         help="at most N samples per task",
     )
     mc_method: str | None = option(
