@@ -31,20 +31,29 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def bootstrap_mean(
-    values: Sequence[float], *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+    values: Sequence[float],
+    weights: Sequence[float] | None = None,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean; values are sorted first so the result does
+    """Percentile bootstrap interval of the mean, or with `weights` of the weighted mean
+    sum(w * v) / sum(w) (samples are resampled whole, so the units inside one sample, such
+    as one prompt's instructions, stay together). Pairs are sorted first so the result does
     not depend on record order (a resumed or merged run gets the same interval)."""
-    data = np.sort(np.asarray(values, dtype=float))
-    n = data.size
+    ones = [1.0] * len(values) if weights is None else weights
+    pairs = np.asarray(sorted(zip(values, ones, strict=True)), dtype=float).reshape(-1, 2)
+    n = len(pairs)
     if n == 0:
         return (math.nan, math.nan)
+    data, weight = pairs[:, 0] * pairs[:, 1], pairs[:, 1]
     rng = np.random.default_rng(seed)
     rows = max(1, 4_000_000 // n)  # bound memory of the index matrix at any n
     means = np.empty(resamples)
     for start in range(0, resamples, rows):
         size = min(rows, resamples - start)
-        means[start : start + size] = data[rng.integers(0, n, size=(size, n))].mean(axis=1)
+        picks = rng.integers(0, n, size=(size, n))
+        means[start : start + size] = data[picks].sum(axis=1) / weight[picks].sum(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])
     return (float(low), float(high))
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.core.intervals import interval
+from evalpipe.core.intervals import bootstrap_mean, interval
 from evalpipe.core.textable import format_table
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.rundir.layout import SCHEMA, RunDir
@@ -26,7 +26,12 @@ from evalpipe.rundir.results import SampleRecord, read_json, write_json
 from evalpipe.rundir.timings import Timings
 
 
-def metric_stats(values: Sequence[float]) -> dict[str, Any]:
+def metric_stats(values: Sequence[float], weights: Sequence[float] | None = None) -> dict[str, Any]:
+    """Mean, standard error, n (samples) and 95 % interval; with `weights`, of the weighted
+    mean sum(w * v) / sum(w) (see WEIGHT_SUFFIX), its standard error that of a ratio estimator
+    over samples and its interval a bootstrap over samples."""
+    if weights is not None:
+        return _weighted_stats(values, weights)
     n = len(values)
     mean = math.fsum(values) / n
     low, high, method = interval(values)
@@ -37,12 +42,36 @@ def metric_stats(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": mean, "stderr": math.sqrt(variance) / math.sqrt(n), "n": n, **bounds}
 
 
-def _by_metric(records: Iterable[SampleRecord]) -> dict[str, list[float]]:
+# A per-sample score `METRIC:weight` is not a metric: it weights METRIC's value of that sample
+# in the task's and category's means. IFEval's instruction-level accuracy uses it (weight: the
+# sample's number of instructions), so the mean is over instructions, as the reference's is.
+WEIGHT_SUFFIX = ":weight"
+
+
+def _weighted_stats(values: Sequence[float], weights: Sequence[float]) -> dict[str, Any]:
+    n, total = len(values), math.fsum(weights)
+    mean = math.fsum(v * w for v, w in zip(values, weights, strict=True)) / total
+    low, high = bootstrap_mean(values, weights)
+    bounds = {"ci_low": low, "ci_high": high, "ci_method": "bootstrap"}
+    if n == 1:
+        return {"mean": mean, "stderr": 0.0, "n": 1, **bounds}
+    spread = math.fsum((w * (v - mean)) ** 2 for v, w in zip(values, weights, strict=True))
+    return {"mean": mean, "stderr": math.sqrt(spread * n / (n - 1)) / total, "n": n, **bounds}
+
+
+Values = tuple[list[float], list[float] | None]  # per-sample values, their weights if any
+
+
+def _by_metric(records: Iterable[SampleRecord]) -> dict[str, Values]:
     values: dict[str, list[float]] = {}
     for record in records:
         for metric, value in record.scores.items():
             values.setdefault(metric, []).append(value)
-    return {m: values[m] for m in sorted(values)}
+    return {
+        m: (values[m], values.get(m + WEIGHT_SUFFIX))
+        for m in sorted(values)
+        if not m.endswith(WEIGHT_SUFFIX)
+    }
 
 
 def combine_devices(
@@ -125,11 +154,13 @@ def summarize(
             "category": p.category,
             "n": len(by_task[p.name]),
             "n_total": p.n_total,
-            "metrics": {m: metric_stats(v) for m, v in values.items()},
+            "metrics": {m: metric_stats(*v) for m, v in values.items()},
         } | _reasoning(by_task[p.name])
         cat = categories.setdefault(p.category, {"pooled": {}, "task_means": {}})
-        for metric, vals in values.items():
-            cat["pooled"].setdefault(metric, []).extend(vals)
+        for metric, (vals, weights) in values.items():
+            pooled, pooled_weights = cat["pooled"].setdefault(metric, ([], []))
+            pooled.extend(vals)
+            pooled_weights.extend(weights or [1.0] * len(vals))
             cat["task_means"].setdefault(metric, []).append(
                 tasks[p.name]["metrics"][metric]["mean"]
             )
@@ -150,7 +181,7 @@ def summarize(
         "tasks": tasks,
         "categories": {
             name: {
-                "micro": {m: metric_stats(v) for m, v in sorted(c["pooled"].items())},
+                "micro": {m: _pooled_stats(*v) for m, v in sorted(c["pooled"].items())},
                 "macro": {
                     m: {"mean": math.fsum(v) / len(v), "n_tasks": len(v)}
                     for m, v in sorted(c["task_means"].items())
@@ -190,6 +221,11 @@ def _ci(stats: Mapping[str, Any]) -> str:
     if "ci_low" not in stats:
         return f"±{stats['stderr']:.3f}"
     return f"[{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
+
+
+def _pooled_stats(values: list[float], weights: list[float]) -> dict[str, Any]:
+    """A category's micro statistics: weighted only where some task's samples carry weights."""
+    return metric_stats(values, None if all(w == 1.0 for w in weights) else weights)
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:

@@ -13,12 +13,13 @@ from evalpipe.core.configio import build, read_yaml
 from evalpipe.engine.base import SamplingSettings
 
 SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
-SCORERS = ("multiple_choice", "math", "code")
+SCORERS = ("multiple_choice", "math", "code", "ifeval")
 # The extractor each scorer kind accepts; the first is its default.
 EXTRACTORS = {
     "multiple_choice": ("letter",),
     "math": ("answer", "boxed", "last_number"),
     "code": ("python",),
+    "ifeval": ("instructions",),  # tasks/ifeval.py: the whole completion, checked as written
 }
 HARNESSES = ("humaneval", "mbpp")
 # What a logprobs method scores after the prompt: the option's letter (" B", MMLU-style) or its
@@ -29,6 +30,7 @@ REQUIRED_FIELDS = {
     "multiple_choice": ("question", "answer"),
     "math": ("question", "answer"),
     "code": (),  # per harness, below
+    "ifeval": ("prompt", "instruction_id_list", "kwargs"),
 }
 HARNESS_FIELDS = {"humaneval": ("prompt", "test", "entry_point"), "mbpp": ("tests",)}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

@@ -15,6 +15,7 @@ from typing import Any
 
 from evalpipe.core.errors import DatasetError
 from evalpipe.tasks.config import ScorerConfig
+from evalpipe.tasks.ifeval import ifeval_target
 
 Record = dict[str, Any]
 
@@ -45,6 +46,8 @@ def target(record: Record, scorer: ScorerConfig) -> dict[str, Any]:
         return {"answer": record["answer_letter"], "choices": record["choices"]}
     if scorer.kind == "math":
         return {"answer": str(record["answer"])}
+    if scorer.kind == "ifeval":
+        return ifeval_target(record)
     if scorer.harness == "humaneval":
         return {k: record[k] for k in ("prompt", "test", "entry_point")}
     tests = record["tests"]

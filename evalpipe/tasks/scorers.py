@@ -7,6 +7,8 @@
   metric `accuracy` as above.
 - code: each completion assembled into a test program and run in the sandbox; metrics `pass@k`
   for each configured k, the unbiased estimator of Chen et al. (2021) over the n completions.
+- ifeval: IFEval's verifiable instructions checked on each completion (tasks/ifeval.py);
+  prompt- and instruction-level accuracy, strict and loose.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 from evalpipe.tasks.base import Scored
 from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
+from evalpipe.tasks.ifeval import InstructionScorer
 
 Target = dict[str, Any]
 # evalpipe.sandbox.pool.run_programs, or a stand-in with the same signature.
@@ -193,4 +196,6 @@ def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = Non
         return MultipleChoiceScorer()
     if config.kind == "math":
         return MathScorer(config.extractor_name)
+    if config.kind == "ifeval":
+        return InstructionScorer()
     return CodeScorer(str(config.harness), config.k, config.timeout_s, run_programs)

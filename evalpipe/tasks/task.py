@@ -14,6 +14,7 @@ from evalpipe.engine.base import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
+from evalpipe.tasks.ifeval import METRICS as IFEVAL_METRICS
 from evalpipe.tasks.prompts import PromptBuilder
 from evalpipe.tasks.reasoning import split
 from evalpipe.tasks.records import Record, build_record, lookup, target
@@ -71,6 +72,8 @@ class ConfiguredTask:
         scorer = self.config.scorer
         if scorer.kind == "code":
             return tuple(f"pass@{k}" for k in scorer.k)
+        if scorer.kind == "ifeval":
+            return IFEVAL_METRICS
         return ("accuracy",)
 
     def definition(self) -> dict[str, Any]:
