@@ -15,10 +15,18 @@ if ! cmp -s bench/lm_eval_requirements.txt "$LM_EVAL/requirements.txt"; then
     python -m pip install -q --no-deps --target "$LM_EVAL" -r bench/lm_eval_requirements.txt
     cp bench/lm_eval_requirements.txt "$LM_EVAL/requirements.txt"
 fi
+# NLTK's released punkt_tab data for bench/ifeval_agreement.py: bench/punkt_tab_requirements.txt.
+PUNKT=.cache/bench-punkt-tab
+if ! cmp -s bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"; then
+    rm -rf "$PUNKT"
+    python -m pip install -q --no-deps --target "$PUNKT" -r bench/punkt_tab_requirements.txt
+    cp bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"
+fi
 python -m evalpipe models prepare smollm2_135m
 
 status=0
-for script in startup scale sandbox_throughput overhead_vllm peer_lm_eval mc_methods stream estimate; do
+for script in startup scale sandbox_throughput overhead_vllm peer_lm_eval mc_methods stream estimate \
+    ifeval_agreement; do
     echo "== python bench/$script.py"
     start=$SECONDS
     python "bench/$script.py" || status=1

@@ -129,3 +129,13 @@ def test_stream_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     figures(out, "evalpipe generation phase / raw:", "SIGUSR1 → exit 75:", "kill -9 after")
     assert "(0 written lines lost)" in out
     figures(out, "dispatcher: 320 requests", "fake engine, 8 long-tailed prompts")
+
+
+def test_ifeval_agreement_quick() -> None:
+    out = quick("ifeval_agreement.py")
+    figures(out, "completions,", "evalpipe strict:", "evalpipe loose:")
+    if (REPO / ".cache" / "bench-lm-eval" / "lm_eval").is_dir():  # `make bench` installed it
+        assert "instruction strict: 34 of 34 equal, 0 differ" in out
+        assert "prompt loose: 34 of 34 equal, 0 differ" in out
+    else:
+        assert "lm-eval's side SKIPPED: lm-eval is not installed" in out

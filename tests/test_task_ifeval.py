@@ -10,8 +10,10 @@ expected verdicts are worked out by hand in the comments.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
+import langdetect
 import nltk
 import pytest
 from runner_support import preset
@@ -92,6 +94,7 @@ def test_strict_and_loose_verdicts_per_instruction() -> None:
     task = fixture_task()
     samples = task.samples()
     scored = task.score_many([(s, [COMPLETIONS[s.id][0]]) for s in samples])
+    assert langdetect.DetectorFactory.seed == 0  # language checks give the same verdict each run
     for sample, result in zip(samples, scored, strict=True):
         _, strict, loose = COMPLETIONS[sample.id]
         bits = "".join("1" if x else "0" for x in strict), "".join("1" if x else "0" for x in loose)
@@ -174,6 +177,7 @@ def test_punkt_model_comes_from_the_pinned_package() -> None:
     import punkt
 
     root = use_punkt()
+    assert root == Path(os.environ["EVALPIPE_CACHE"]) / "nltk_data" / "punkt-2.2.1"
     assert nltk.data.path[0] == str(root)
     tokenizer = nltk.tokenize.PunktTokenizer(LANGUAGE)
     model = punkt.load_model(LANGUAGE)
