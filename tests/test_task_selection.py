@@ -23,7 +23,7 @@ def test_shipped_tasks_and_categories() -> None:
         "arc_challenge", "mmlu", "bbh", "gsm8k", "math500", "humaneval", "mbpp",
         "arithmetic", "ordering", "pyfuncs",
     }  # fmt: skip
-    assert category_names() == ["coding", "math", "reasoning"]
+    assert category_names() == ["coding", "instruction_following", "math", "reasoning"]
 
 
 def test_default_run_is_each_categorys_offline_tasks() -> None:

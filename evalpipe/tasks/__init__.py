@@ -77,8 +77,8 @@ def load_tasks(
     made = {"run_programs": run_programs, "reasoning_parser": reasoning_parser}
     shipped = _shipped()
     known = sorted({config.category for config, _ in shipped.values()})
-    if not categories and not tasks:
-        categories = known
+    if not categories and not tasks:  # every category's defaults; hub-only ones have none
+        categories = sorted({c.category for c, _ in shipped.values() if c.default})
     chosen: dict[str, ConfiguredTask] = {}
     for category in categories or ():
         if category not in known:
