@@ -21,7 +21,8 @@ reference, followed instructions over all instructions rather than a mean of fra
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalpipe.core.errors import DatasetError, MissingDependencyError
@@ -66,31 +67,18 @@ def check_instruction_ids(ids: Sequence[str], registry: dict[str, Any]) -> None:
 
 
 class InstructionScorer:
-    """Strict and loose instruction following, prompt and instruction level."""
-
-    def __init__(self) -> None:
-        try:
-            import langdetect
-            from if_verifiable.common import get_loose_transformations
-            from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"IFEval's checkers need {exc.name!r}, which is not installed. "
-                f"Install with: {INSTALL}"
-            ) from None
-        use_punkt()
-        langdetect.DetectorFactory.seed = LANGDETECT_SEED
-        self._registry = INSTRUCTION_DICT
-        self._variants = get_loose_transformations
+    """Strict and loose instruction following, prompt and instruction level. The checkers load
+    on first use, so listing or planning tasks needs neither them nor the Punkt model."""
 
     def follows(self, target: Target, text: str) -> tuple[list[bool], list[bool]]:
         """(strict, loose): per instruction, whether `text` follows it."""
+        registry, transformations = _checkers()
         ids = target["instruction_id_list"]
-        check_instruction_ids(ids, self._registry)
-        variants = [v for v in self._variants(text) if v.strip()]
+        check_instruction_ids(ids, registry)
+        variants = [v for v in transformations(text) if v.strip()]
         strict, loose = [], []
         for instruction_id, kwargs in zip(ids, target["kwargs"], strict=True):
-            checker = self._registry[instruction_id](instruction_id)
+            checker = registry[instruction_id](instruction_id)
             checker.build_description(**{k: v for k, v in kwargs.items() if v})
             args = checker.get_instruction_args()
             if args and "prompt" in args:
@@ -116,6 +104,23 @@ class InstructionScorer:
             extracted = tuple(f"strict {_bits(s)} loose {_bits(lo)}" for s, lo in results)
             out.append(Scored(extracted=extracted, scores=scores))
         return out
+
+
+@functools.cache
+def _checkers() -> tuple[dict[str, Any], Callable[[str], list[str]]]:
+    """if-verifiable's instruction registry and its loose variants of a response, with NLTK
+    reading evalpipe's Punkt model and langdetect seeded."""
+    try:
+        import langdetect
+        from if_verifiable.common import get_loose_transformations
+        from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"IFEval's checkers need {exc.name!r}, which is not installed. Install with: {INSTALL}"
+        ) from None
+    use_punkt()
+    langdetect.DetectorFactory.seed = LANGDETECT_SEED
+    return INSTRUCTION_DICT, get_loose_transformations
 
 
 def _bits(flags: Sequence[bool]) -> str:
