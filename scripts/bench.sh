@@ -22,11 +22,18 @@ if ! cmp -s bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"; then
     python -m pip install -q --no-deps --target "$PUNKT" -r bench/punkt_tab_requirements.txt
     cp bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"
 fi
+# nvidia-simple-evals for bench/agree_mcq.py, likewise apart: bench/simple_evals_requirements.txt.
+SIMPLE_EVALS=.cache/bench-simple-evals
+if ! cmp -s bench/simple_evals_requirements.txt "$SIMPLE_EVALS/requirements.txt"; then
+    rm -rf "$SIMPLE_EVALS"
+    python -m pip install -q --no-deps --target "$SIMPLE_EVALS" -r bench/simple_evals_requirements.txt
+    cp bench/simple_evals_requirements.txt "$SIMPLE_EVALS/requirements.txt"
+fi
 python -m evalpipe models prepare smollm2_135m
 
 status=0
 for script in startup scale sandbox_throughput overhead_vllm peer_lm_eval mc_methods stream estimate \
-    ifeval_agreement; do
+    ifeval_agreement agree_mcq; do
     echo "== python bench/$script.py"
     start=$SECONDS
     python "bench/$script.py" || status=1

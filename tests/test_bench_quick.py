@@ -8,6 +8,7 @@ completions, equal verdicts), never what the model answered.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -139,3 +140,16 @@ def test_ifeval_agreement_quick() -> None:
         assert "prompt loose: 34 of 34 equal, 0 differ" in out
     else:
         assert "lm-eval's side SKIPPED: lm-eval is not installed" in out
+
+
+def test_agree_mcq_quick() -> None:
+    out = quick("agree_mcq.py")
+    for name in ("gpqa", "mmlu_pro"):
+        counts = json.loads(re.search(rf"^{name}: (\{{.*\}})$", out, re.MULTILINE).group(1))
+        assert counts["completions"] == 12
+        if "reference skipped" not in out:  # .cache/bench-simple-evals is there (make bench)
+            assert counts["extracted equal"] == counts["score equal"] == 12, out
+            assert counts["reference no answer"] == counts["evalpipe no answer"]
+    if "reference skipped" not in out:
+        assert "gpqa prompts: 12 equal of 12" in out
+        assert "gpqa permutations: 24 equal of 24" in out

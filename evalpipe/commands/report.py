@@ -25,7 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o", "--output", metavar="FILE", help="write here instead of stdout (xlsx needs it)"
     )
     parser.add_argument(
-        "--by", choices=("category", "task"), default="category", help="score columns (category)"
+        "--by",
+        choices=("category", "task", "subset"),
+        default="category",
+        help="score columns (category); subset: the per-subset breakdown of tasks that report "
+        "one, e.g. MMLU-Pro's categories (mmlu_pro/biology)",
     )
     parser.add_argument("--plots", metavar="DIR", help="also write the plots as PNG files here")
     parser.add_argument(

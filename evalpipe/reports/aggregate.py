@@ -2,7 +2,8 @@
 
 Scores are fractions (0–1) here; rendering decides how to show them. A task's score is its
 primary metric (the first metric its samples record); a category's score is the micro mean
-over all its samples' primary metrics.
+over all its samples' primary metrics; a subset's (`TASK/SUBSET`, e.g. `mmlu_pro/biology`) is
+its task's breakdown metric `METRIC/SUBSET` (task files with `scorer.by_subset`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from evalpipe.core.intervals import interval
 from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.reports.loading import RunSet
 
-By = Literal["category", "task"]
+By = Literal["category", "task", "subset"]
 
 # Run-table columns, in display order after the identifying ones.
 COST_COLUMNS = (
@@ -123,7 +124,10 @@ def scores(runset: RunSet, by: By) -> pd.DataFrame:
     interval of evalpipe.core.intervals (Wilson for 0/1 scores, bootstrap otherwise). Groups known
     only from summary.json take its interval (NaN when written before intervals existed).
     """
-    primary = runset.samples[runset.samples["primary"]].dropna(subset=["score"])
+    if by == "subset":
+        primary = _breakdown(runset.samples).dropna(subset=["score"])
+    else:
+        primary = runset.samples[runset.samples["primary"]].dropna(subset=["score"])
     grouped = primary.groupby(["run", by], sort=False)["score"]
     measured = pd.DataFrame(
         {"mean": grouped.mean(), "sd": grouped.std(ddof=1), "n": grouped.count()}
@@ -147,12 +151,23 @@ def scores(runset: RunSet, by: By) -> pd.DataFrame:
         ["mean", "stderr", "n", "metric", "ci_low", "ci_high"]
     ]
 
-    totals = runset.totals.groupby(["run", by], sort=False)["n_total"].sum()
+    if by == "subset":  # a subset's size is not planned apart from its task's
+        index = pd.MultiIndex.from_tuples([], names=["run", "group"])
+        totals = pd.Series(name="n_total", dtype=float, index=index)
+    else:
+        totals = runset.totals.groupby(["run", by], sort=False)["n_total"].sum()
     totals.index = totals.index.set_names(["run", "group"])
     out = pd.concat([measured, fallback]).join(totals, how="outer")
     out["n"] = out["n"].fillna(0).astype(int)
     out = out.reset_index()
     return out[["run", "group", "metric", "mean", "stderr", "ci_low", "ci_high", "n", "n_total"]]
+
+
+def _breakdown(samples: pd.DataFrame) -> pd.DataFrame:
+    """The samples' `METRIC/SUBSET` rows as metric METRIC of group `TASK/SUBSET`."""
+    rows = samples[samples["metric"].str.contains("/", regex=False)]
+    parts = rows["metric"].str.partition("/")
+    return rows.assign(metric=parts[0], subset=rows["task"] + "/" + parts[2])
 
 
 def wide(table: pd.DataFrame, score_table: pd.DataFrame) -> pd.DataFrame:

@@ -1,10 +1,11 @@
 """summary.json: aggregate sample records into it (pure: values in, values out), and read it
 back as a typed record (`Summary`).
 
-Per task and metric: mean, standard error (sample standard deviation / sqrt(n), 0 for n = 1),
-n, and a 95 % interval ci_low..ci_high (Wilson for 0/1 scores, bootstrap otherwise; see
-evalpipe.core.intervals). Per category: micro (all samples pooled) and macro (unweighted mean of
-task means).
+Per task and metric (`METRIC/SUBSET`: the metric over one subset's samples, e.g. MMLU-Pro's
+accuracy per category; left out of the category figures): mean, standard error (sample standard
+deviation / sqrt(n), 0 for n = 1), n, and a 95 % interval ci_low..ci_high (Wilson for 0/1
+scores, bootstrap otherwise; see evalpipe.core.intervals). Per category: micro (all samples
+pooled) and macro (unweighted mean of task means).
 Sums use math.fsum, so results do not depend on record order: a resumed, sharded or merged run
 gives bit-identical numbers to an uninterrupted one.
 """
@@ -158,6 +159,8 @@ def summarize(
         } | _reasoning(by_task[p.name])
         cat = categories.setdefault(p.category, {"pooled": {}, "task_means": {}})
         for metric, (vals, weights) in values.items():
+            if "/" in metric:  # one task's breakdown (accuracy/SUBSET), not a category figure
+                continue
             pooled, pooled_weights = cat["pooled"].setdefault(metric, ([], []))
             pooled.extend(vals)
             pooled_weights.extend(weights or [1.0] * len(vals))
@@ -233,7 +236,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     rows: list[tuple[object, ...]] = []
     for name, task in summary["tasks"].items():
         for metric, s in task["metrics"].items():
-            n = f"{task['n']}/{task['n_total']}"
+            # A subset's breakdown counts its own samples; its planned total is not known.
+            n = s["n"] if "/" in metric else f"{task['n']}/{task['n_total']}"
             rows.append((task["category"], name, metric, n, _fmt(s), _ci(s)))
         if not task["metrics"]:
             rows.append((task["category"], name, "-", f"0/{task['n_total']}", "-", ""))

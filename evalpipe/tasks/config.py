@@ -16,7 +16,9 @@ SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
 SCORERS = ("multiple_choice", "math", "code", "ifeval")
 # The extractor each scorer kind accepts; the first is its default.
 EXTRACTORS = {
-    "multiple_choice": ("letter",),
+    # letter: evalpipe's lenient cascade; answer_line (GPQA) and answer_stages (MMLU-Pro):
+    # simple-evals' extraction for those benchmarks (tasks/mcq.py).
+    "multiple_choice": ("letter", "answer_line", "answer_stages"),
     "math": ("answer", "boxed", "last_number"),
     "code": ("python",),
     "ifeval": ("instructions",),  # tasks/ifeval.py: the whole completion, checked as written
@@ -56,10 +58,13 @@ class SourceConfig:
     # the split's row count, and the mean UTF-8 bytes of one prompt as the template renders it.
     rows: int | None = None
     prompt_bytes: int | None = None
+    # hf sources whose hub page asks users to accept terms first (GPQA): a missing dataset's
+    # error then also says how to get access.
+    gated: bool = False
 
-    # Figures for estimates only: no sample depends on them, so a run's fingerprint leaves them
-    # out and a run started before they were written (or corrected) still resumes.
-    UNRECORDED: ClassVar[tuple[str, ...]] = ("rows", "prompt_bytes")
+    # Figures for estimates and advice only: no sample depends on them, so a run's fingerprint
+    # leaves them out and a run started before they were written (or corrected) still resumes.
+    UNRECORDED: ClassVar[tuple[str, ...]] = ("rows", "prompt_bytes", "gated")
 
     def __post_init__(self) -> None:
         scheme, sep, rest = self.uri.partition(":")
@@ -77,6 +82,11 @@ class SourceConfig:
             )
         if scheme != "hf" and (self.config is not None or self.revision is not None):
             raise ValueError(f"config and revision apply to hf: sources only, not {self.uri!r}")
+        if not isinstance(self.gated, bool) or (self.gated and scheme != "hf"):
+            raise ValueError(
+                f"gated must be true or false, for hf: sources only; got {self.gated!r} "
+                f"for {self.uri!r}"
+            )
         for key in ("rows", "prompt_bytes"):
             value = getattr(self, key)
             if value is not None and scheme != "hf":
@@ -121,6 +131,26 @@ class SubsetConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShuffleConfig:
+    """Options shuffled per sample as simple-evals' gpqa_eval does (tasks/mcq.py): the options
+    are `columns` (the correct one first); one generator seeded `seed` draws a permutation for
+    every row in order, then again for each further repeat. Each repeat is its own sample (id
+    `ID@R`, R = 0…repeats-1) with its own prompt; the permutation is in its meta."""
+
+    columns: tuple[str, ...]
+    seed: int
+    repeats: int = 1
+
+    def __post_init__(self) -> None:
+        if len(self.columns) < 2 or not all(isinstance(c, str) and c for c in self.columns):
+            raise ValueError(f"shuffle.columns must name 2 or more columns, got {self.columns!r}")
+        for key, least in (("seed", 0), ("repeats", 1)):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"shuffle.{key} must be a whole number >= {least}, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PromptConfig:
     """How a record becomes the model's input (Jinja templates, StrictUndefined)."""
 
@@ -153,6 +183,11 @@ class ScorerConfig:
     harness: str | None = None  # code: how the test program is assembled
     k: tuple[int, ...] = (1,)  # code: pass@k for each k (each <= sampling.n)
     timeout_s: float = 10.0  # code: wall-clock limit per program
+    # Also report each metric per subset (`accuracy/SUBSET`), e.g. MMLU-Pro's 14 categories.
+    by_subset: bool = False
+
+    # Added after runs were recorded: left at its default it stays out of a run's fingerprint.
+    LATER: ClassVar[tuple[str, ...]] = ("by_subset",)
 
     def __post_init__(self) -> None:
         if self.kind not in SCORERS:
@@ -188,6 +223,8 @@ class ScorerConfig:
                 raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
         elif self.harness is not None or self.k != (1,):
             raise ValueError("harness and k apply to code scorers only")
+        if not isinstance(self.by_subset, bool):
+            raise ValueError(f"by_subset must be true or false, got {self.by_subset!r}")
 
     @property
     def extractor_name(self) -> str:
@@ -211,6 +248,7 @@ class TaskConfig:
     default: bool = False
     source: SourceConfig
     subsets: SubsetConfig | None = None
+    shuffle: ShuffleConfig | None = None  # multiple choice: options permuted per sample (GPQA)
     # Record field name used by prompts and scorers → column in the source (dots reach into
     # nested columns: choices.text). Every column is also available under its own name.
     fields: dict[str, str] = field(default_factory=dict)
@@ -220,6 +258,9 @@ class TaskConfig:
     seed: int = 0  # picks the deterministic --limit subset
     # `task` | `model`: whose sampling settings win (tasks/generation.py); None: the preset's.
     generation_config: str | None = None
+
+    # Added after runs were recorded: left at its default it stays out of a run's fingerprint.
+    LATER: ClassVar[tuple[str, ...]] = ("shuffle",)
 
     def __post_init__(self) -> None:
         if self.generation_config is not None and self.generation_config not in (
@@ -241,6 +282,16 @@ class TaskConfig:
         ):
             raise ValueError("fields must map names to column names (strings)")
         check_sampling(self.sampling, self.scorer)
+        if self.shuffle is not None:
+            if self.scorer.kind != "multiple_choice" or self.subsets is not None:
+                raise ValueError("shuffle applies to multiple_choice tasks without subsets")
+            if self.sampling.n != 1:
+                raise ValueError(
+                    f"sampling.n = {self.sampling.n} with shuffle: each repeat is its own "
+                    "prompt with its own option order, so set shuffle.repeats instead and n: 1"
+                )
+        if self.scorer.by_subset and self.subsets is None:
+            raise ValueError("scorer.by_subset needs subsets (the column or configs to group by)")
         if self.subsets and self.subsets.by == "config" and self.source.config is not None:
             raise ValueError("subsets by config replace source.config; remove one of them")
         if self.prompt.shots and self.prompt.shots_split == self.source.split:

@@ -26,7 +26,7 @@ def load_rows(
     """The rows of one split (and hf configuration) of `source`, for task `task`."""
     scheme, location = source.scheme, source.location
     if scheme == "hf":
-        return _load_hf(task, location, config, split, source.revision)
+        return _load_hf(task, location, config, split, source.revision, gated=source.gated)
     if scheme in ("jsonl", "parquet"):
         return _read_file(task, _local_path(task, location, split, base_dir))
     if scheme == "package":
@@ -91,7 +91,7 @@ def _read_file(task: str, path: Path) -> list[Row]:
 
 
 def _load_hf(
-    task: str, name: str, config: str | None, split: str, revision: str | None
+    task: str, name: str, config: str | None, split: str, revision: str | None, *, gated: bool
 ) -> list[Row]:
     try:
         import datasets
@@ -104,10 +104,18 @@ def _load_hf(
     # `datasets` signals "not here" with many types (ConnectionError, FileNotFoundError,
     # DatasetNotFoundError, ValueError for unknown configs/splits); its message says which.
     except Exception as exc:
-        raise DatasetError(
-            _unavailable(task, name, config, split, exc, datasets.config.HF_DATASETS_CACHE)
-        ) from exc
+        message = _unavailable(task, name, config, split, exc, datasets.config.HF_DATASETS_CACHE)
+        raise DatasetError(_gated(name) + message if gated else message) from exc
     return ds.to_list()
+
+
+def _gated(name: str) -> str:
+    return (
+        f"hf:{name} is a gated dataset: its files download only for a Hugging Face account that "
+        f"accepted its terms at https://huggingface.co/datasets/{name} and a token of that "
+        "account (`hf auth login`, or HF_TOKEN) on the machine that fetches it. Otherwise point "
+        "the task's source.uri at a file of the split (way 3 below). "
+    )
 
 
 def _unavailable(

@@ -9,6 +9,7 @@ import jinja2
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Prompt
 from evalpipe.tasks.config import PromptConfig
+from evalpipe.tasks.packaged import package_constant
 from evalpipe.tasks.records import Record
 
 # trim_blocks/lstrip_blocks: `{% for %}` lines in a YAML block leave no stray blank lines.
@@ -19,6 +20,9 @@ _ENV = jinja2.Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+# A reference implementation's own prompt text, e.g. GPQA's:
+# {{ package_constant("simple_evals/common.py", "QUERY_TEMPLATE_MULTICHOICE").format(…) }}
+_ENV.globals["package_constant"] = package_constant
 
 
 class PromptBuilder:

@@ -1,7 +1,8 @@
 """Scorers: completions + reference → per-sample metric values.
 
-- multiple_choice: the option letter extracted from each completion (extract.py) against the
-  answer; metric `accuracy` = the fraction of the n completions that pick it.
+- multiple_choice: the option letter extracted from each completion (extract.py, or a reference
+  protocol's extraction in mcq.py) against the answer; metric `accuracy` = the fraction of the
+  n completions that pick it (and `no_answer` for the reference protocols).
 - math: the final answer extracted (GSM8K `#### N`, then math-verify's LaTeX/expression
   extraction, then the last number) and checked for mathematical equivalence with math-verify;
   metric `accuracy` as above.
@@ -23,6 +24,7 @@ from evalpipe.tasks.base import Scored
 from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
 from evalpipe.tasks.ifeval import InstructionScorer
+from evalpipe.tasks.mcq import extract_answer_line, extract_answer_stages
 
 Target = dict[str, Any]
 # evalpipe.sandbox.pool.run_programs, or a stand-in with the same signature.
@@ -57,13 +59,30 @@ def _mean(values: Sequence[bool]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+# Multiple-choice extractors: (completion, option texts) -> the letter picked, or None.
+LETTER_EXTRACTORS: dict[str, Callable[[str, Sequence[str]], str | None]] = {
+    "letter": extract_letter,
+    "answer_line": extract_answer_line,
+    "answer_stages": extract_answer_stages,
+}
+# Reference protocols score an answer nothing can be extracted from as wrong; these extractors
+# also report how often that happened (`no_answer`: the fraction of a sample's completions).
+COUNTS_NO_ANSWER = ("answer_line", "answer_stages")
+
+
 class MultipleChoiceScorer:
+    def __init__(self, extractor: str = "letter") -> None:
+        self._extract = LETTER_EXTRACTORS[extractor]
+        self._no_answer = extractor in COUNTS_NO_ANSWER
+
     def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
         out = []
         for target, texts in items:
-            letters = [extract_letter(t, target["choices"]) for t in texts]
-            correct = [x == target["answer"] for x in letters]
-            out.append(Scored(extracted=tuple(letters), scores={"accuracy": _mean(correct)}))
+            letters = [self._extract(t, target["choices"]) for t in texts]
+            scores = {"accuracy": _mean([x == target["answer"] for x in letters])}
+            if self._no_answer:
+                scores["no_answer"] = _mean([x is None for x in letters])
+            out.append(Scored(extracted=tuple(letters), scores=scores))
         return out
 
 
@@ -193,7 +212,7 @@ PROGRAMS: dict[str, Callable[[Target, str], tuple[str, str]]] = {
 def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = None) -> Scorer:
     """The scorer a task file asks for; `run_programs` defaults to evalpipe.sandbox.pool's."""
     if config.kind == "multiple_choice":
-        return MultipleChoiceScorer()
+        return MultipleChoiceScorer(config.extractor_name)
     if config.kind == "math":
         return MathScorer(config.extractor_name)
     if config.kind == "ifeval":

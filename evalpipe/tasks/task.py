@@ -9,16 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core.configio import as_config, first_repeat
-from evalpipe.core.errors import DatasetError
+from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.engine.base import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
-from evalpipe.tasks.config import TaskConfig
+from evalpipe.tasks.config import ShuffleConfig, TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
 from evalpipe.tasks.ifeval import METRICS as IFEVAL_METRICS
+from evalpipe.tasks.mcq import shuffled_rows
 from evalpipe.tasks.prompts import PromptBuilder
 from evalpipe.tasks.reasoning import split
 from evalpipe.tasks.records import Record, build_record, lookup, target
-from evalpipe.tasks.scorers import RunPrograms, build_scorer
+from evalpipe.tasks.scorers import COUNTS_NO_ANSWER, RunPrograms, build_scorer
 
 # (sample id, subset or None, raw row)
 Item = tuple[str, str | None, Row]
@@ -51,6 +52,12 @@ class ConfiguredTask:
         # What the engine generates with: the file's settings, or the effective ones of the
         # generation_config rule (evalpipe/tasks/generation.py).
         self.sampling = sampling or config.sampling
+        if config.shuffle is not None and self.sampling.n != 1:
+            raise ConfigError(
+                f"Task {config.name!r} ({path}) shuffles its options per prompt, so it generates "
+                f"one completion per prompt, not n = {self.sampling.n}: set shuffle.repeats "
+                "in a copy of the task file for several prompts, each with its own option order."
+            )
         self.path = path
         self._prompts = PromptBuilder(config.prompt, str(path))
         self._scorer = build_scorer(config.scorer, run_programs=run_programs)
@@ -74,6 +81,8 @@ class ConfiguredTask:
             return tuple(f"pass@{k}" for k in scorer.k)
         if scorer.kind == "ifeval":
             return IFEVAL_METRICS
+        if scorer.kind == "multiple_choice" and scorer.extractor_name in COUNTS_NO_ANSWER:
+            return ("accuracy", "no_answer")
         return ("accuracy",)
 
     def definition(self) -> dict[str, Any]:
@@ -98,6 +107,15 @@ class ConfiguredTask:
 
         With a reasoning parser only each completion's final answer is scored; a completion
         cut off inside its reasoning is scored as an empty (unanswered) one."""
+        scored = self._score_answers(items)
+        if not self.config.scorer.by_subset:
+            return scored
+        return [
+            dataclasses.replace(result, scores=result.scores | _per_subset(sample, result.scores))
+            for (sample, _), result in zip(items, scored, strict=True)
+        ]
+
+    def _score_answers(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
         if self.reasoning_parser is None:
             return self._scorer.score_many([(s.target, texts) for s, texts in items])
         splits = [[split(t, self.reasoning_parser) for t in texts] for _, texts in items]
@@ -138,11 +156,14 @@ class ConfiguredTask:
         except DatasetError as exc:
             raise self._at(sample_id, exc) from exc
         examples = shots.get(subset if subset in shots else None, [])
+        meta: dict[str, Any] = {"subset": subset} if subset is not None else {}
+        if self.config.shuffle is not None:
+            meta["permutation"] = record["permutation"]
         return Sample(
             id=sample_id,
             prompt=self._prompts.build(record, examples),
             target=reference,
-            meta={"subset": subset} if subset is not None else {},
+            meta=meta,
             options=self._options(record),
         )
 
@@ -187,6 +208,8 @@ class ConfiguredTask:
                 items += self._identify(rows, value)
             return _unique(cfg.name, items)
         rows = load_rows(cfg.name, cfg.source, split=split, config=cfg.source.config, base_dir=base)
+        if cfg.shuffle is not None and split == cfg.source.split:
+            return _unique(cfg.name, self._shuffled(rows, cfg.shuffle))
         if subsets is None:
             return _unique(cfg.name, self._identify(rows, None))
         column = subsets.by
@@ -209,6 +232,21 @@ class ConfiguredTask:
         ]
         return _unique(cfg.name, items)
 
+    def _shuffled(self, rows: list[Row], shuffle: ShuffleConfig) -> list[Item]:
+        """Every repeat of every row with its options permuted (ids `ID@R` for several)."""
+        ids = [sample_id for sample_id, _, _ in self._identify(rows, None)]
+        missing = [c for c in shuffle.columns if rows and c not in rows[0]]
+        if missing:
+            raise DatasetError(
+                f"Task {self.name!r}: shuffle.columns {', '.join(map(repr, missing))} are not "
+                f"in the rows; columns: {', '.join(sorted(rows[0]))}."
+            )
+        out = shuffled_rows(rows, shuffle.columns, seed=shuffle.seed, repeats=shuffle.repeats)
+        return [
+            (ids[i % len(rows)] + (f"@{repeat}" if shuffle.repeats > 1 else ""), None, row)
+            for i, (repeat, row) in enumerate(out)
+        ]
+
     def _identify(self, rows: list[Row], subset: str | None) -> list[Item]:
         path = self.config.fields.get("id")
         prefix = f"{subset}/" if subset is not None else ""
@@ -227,6 +265,13 @@ def _unique(task: str, items: list[Item]) -> list[Item]:
             "`fields: {id: COLUMN}` or remove the duplicate rows."
         )
     return items
+
+
+def _per_subset(sample: Sample, scores: dict[str, float]) -> dict[str, float]:
+    """`METRIC/SUBSET` for the primary (first) metric: the summary's per-subset breakdown."""
+    subset = sample.meta.get("subset")
+    metric = next(iter(scores), None)
+    return {} if subset is None or metric is None else {f"{metric}/{subset}": scores[metric]}
 
 
 def _rank(seed: int, sample_id: str) -> str:
