@@ -137,6 +137,16 @@ class Request:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Slots:
+    """The engine's sequence slots during its last step: how many held a sequence, of its cap
+    (vLLM's max_num_seqs). A decoding sequence makes one token per step, so `busy` is also the
+    step's generated tokens (prefill steps aside)."""
+
+    busy: int
+    total: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class Completion:
     """A finished request: its generation, or one log-likelihood per continuation in order."""
 
@@ -187,6 +197,11 @@ class Engine(ABC):
     def fallback_steps(self) -> list[str]:
         """The out-of-memory fallback steps taken so far (they can change while it runs)."""
         return []
+
+    def slots(self) -> Slots | None:
+        """The sequence slots busy during the last `step`; None where the engine cannot tell
+        (a remote server, replicas in other processes)."""
+        return None
 
     # -- whole batches, for callers that want every answer at once -------------------------
 

@@ -26,6 +26,7 @@ from evalpipe.engine.base import (
     Request,
     SamplingSettings,
     SeenSampling,
+    Slots,
     TokenStep,
 )
 
@@ -70,7 +71,10 @@ class FakeEngine(Engine):
     """Engine implementation with scripted or hash-derived completions.
 
     Token counts are whitespace-separated words. Up to `max_num_seqs` requests run at once,
-    each for `delay_s` (a fixed per-request latency); the rest wait their turn. `served` lists
+    each for `delay_s` (a fixed per-request latency); the rest wait their turn. With `token_s`,
+    it decodes as vLLM does instead: each step makes one token of every running sequence and
+    takes `token_s`, so a request holds its slot for as many steps as its longest completion
+    has words (what makes admission order matter). `served` lists
     every prompt text answered, in the order requests finished, so tests can check what a
     resumed run asked for; `sampling` holds the distinct settings it generated with. With
     `hang_after`, once that many requests were answered `step` blocks (sleeping in `sleep`)
@@ -90,6 +94,7 @@ class FakeEngine(Engine):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         hang_after: int | None = None,
+        token_s: float | None = None,
     ) -> None:
         self.preset = preset
         self.settings = settings
@@ -97,13 +102,17 @@ class FakeEngine(Engine):
         self.delay_s = _env_delay() if delay_s is None else delay_s
         self.hang_after = _env_hang_after() if hang_after is None else hang_after
         self.max_num_seqs = max_num_seqs
+        self.token_s = token_s
         self.served: list[str] = []
         self.sampling = SeenSampling()
         self.closed = False
         self._clock = clock
         self._sleep = sleep
         self._waiting: dict[str, Request] = {}
-        self._running: dict[str, tuple[float, Request]] = {}  # id → (finishes at, request)
+        # id → (finishes at, request): a clock time, or with token_s a step number
+        self._running: dict[str, tuple[float, Request]] = {}
+        self._steps = 0  # decoding steps taken (token_s)
+        self._busy = 0  # sequences in the last step
 
     @property
     def capacity(self) -> int:
@@ -125,10 +134,16 @@ class FakeEngine(Engine):
             raise EngineError("The fake engine hung (hang_after) and was closed while stepping.")
         if not self._running:
             return []
-        wait = min(at for at, _ in self._running.values()) - self._clock()
-        if wait > 0:
-            self._sleep(wait)
-        now = self._clock()
+        self._busy = len(self._running)
+        if self.token_s is None:
+            wait = min(at for at, _ in self._running.values()) - self._clock()
+            if wait > 0:
+                self._sleep(wait)
+            now = self._clock()
+        else:  # one decoding step of every running sequence
+            self._sleep(self.token_s)
+            self._steps += 1
+            now = self._steps
         ready = [rid for rid, (at, _) in self._running.items() if at <= now]
         done = [self._answer(self._running.pop(rid)[1]) for rid in ready]
         self._schedule()
@@ -139,7 +154,23 @@ class FakeEngine(Engine):
         now = self._clock()
         while self._waiting and len(self._running) < self.max_num_seqs:
             rid = next(iter(self._waiting))
-            self._running[rid] = (now + self.delay_s, self._waiting.pop(rid))
+            request = self._waiting.pop(rid)
+            if self.token_s is None:
+                self._running[rid] = (now + self.delay_s, request)
+            else:
+                self._running[rid] = (self._steps + self._length(request), request)
+
+    def _length(self, request: Request) -> int:
+        """Decoding steps a request takes: its longest completion's words (≥ 1)."""
+        settings = request.sampling
+        if settings is None:
+            return 1
+        text = prompt_text(request.prompt)
+        texts = [self._completion(text, settings, i) for i in range(settings.n)]
+        return max(1, *(len(_truncate(t, settings).split()) for t in texts))
+
+    def slots(self) -> Slots:
+        return Slots(busy=self._busy, total=self.max_num_seqs)
 
     def in_flight(self) -> int:
         return len(self._waiting) + len(self._running)

@@ -32,6 +32,7 @@ from evalpipe.engine.base import (
     Request,
     SamplingSettings,
     SeenSampling,
+    Slots,
     TokenStep,
 )
 from evalpipe.engine.fallback import (
@@ -245,6 +246,7 @@ class VllmEngine(Engine):
         self._pending: dict[str, Request] = {}  # admitted, not yet returned
         self._scoring: dict[str, _Scoring] = {}  # option-scoring requests' parts in flight
         self._sampling = SeenSampling()
+        self._busy = 0  # sequences in the last step
         self.builds = 0
         self.build_s = 0.0
 
@@ -345,7 +347,23 @@ class VllmEngine(Engine):
                 completion = self._finish(out)
                 if completion is not None:
                     done.append(completion)
+        scheduler = self._scheduler()
+        if scheduler is not None:  # those still running, and those that finished in the step
+            finished = sum(len(out.outputs) for out in outputs if out.finished)
+            self._busy = len(scheduler.running) + finished
         return done
+
+    def _scheduler(self) -> Any:
+        """vLLM's scheduler when its engine core runs in this process (evalpipe's default:
+        VLLM_ENABLE_V1_MULTIPROCESSING=0); None otherwise."""
+        core = getattr(self._open_llm().llm_engine.engine_core, "engine_core", None)
+        return getattr(core, "scheduler", None)
+
+    def slots(self) -> Slots | None:
+        if self._llm is None or self._scheduler() is None:
+            return None
+        config = self._llm.llm_engine.vllm_config
+        return Slots(busy=self._busy, total=int(config.scheduler_config.max_num_seqs))
 
     def in_flight(self) -> int:
         return len(self._pending)

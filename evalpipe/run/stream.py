@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evalpipe.core.errors import EngineError
-from evalpipe.engine.base import Completion, Engine, Generation, Request
+from evalpipe.engine.base import Completion, Engine, Generation, Request, Slots
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.tasks.base import Sample, Task
 from evalpipe.tasks.scorers import best_option
@@ -60,6 +60,10 @@ class Hooks:
     def stepped(self, seconds: float, categories: Sequence[str]) -> None:
         """On the loop's thread: one engine step took `seconds` while samples of `categories`
         were in flight."""
+
+    def occupied(self, seconds: float, slots: Slots) -> None:
+        """On the loop's thread, after `stepped`, where the engine reports its slots: how many
+        sequence slots were busy in the step of `seconds`."""
 
     def scored(self, category: str, seconds: float) -> None:
         """On the loop's thread, just before `written` for the same batch: the scoring thread
@@ -140,7 +144,11 @@ def run_stream(
                 categories = sorted({i.task.category for i in in_flight.values()})
                 t0 = time.monotonic()
                 done = engine.step()
-                hooks.stepped(time.monotonic() - t0, categories)
+                seconds = time.monotonic() - t0
+                hooks.stepped(seconds, categories)
+                slots = engine.slots()
+                if slots is not None:
+                    hooks.occupied(seconds, slots)
                 if done:
                     finished = [(in_flight.pop(c.id), c) for c in done]
                     scoring.append(pool.submit(_score, finished, shard))

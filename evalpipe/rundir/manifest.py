@@ -16,6 +16,7 @@ from evalpipe.core.errors import DamagedFileError
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import SCHEMA, RunDir
+from evalpipe.rundir.occupancy import Occupancy
 from evalpipe.rundir.results import read_json, write_json
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.timings import Timings
@@ -117,6 +118,7 @@ _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
     "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
+    "occupancy", "admission",
 )  # fmt: skip
 
 
@@ -146,6 +148,10 @@ class Manifest:
     attempts: list[Attempt] = field(default_factory=list)
     error: str | None = None
     shards: list[ShardStatus] | None = None  # a merged run: each shard's status
+    # How full the engine's batch was while generating, over every attempt.
+    occupancy: Occupancy = field(default_factory=Occupancy)
+    # The latest attempt's admission order: policy, prediction sources (evalpipe.run.admission).
+    admission: dict[str, Any] | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
@@ -220,6 +226,10 @@ class Manifest:
             out["error"] = self.error
         if self.shards is not None:
             out["shards"] = [s.to_dict() for s in self.shards]
+        if self.occupancy.tail_share is not None:
+            out["occupancy"] = self.occupancy.to_dict()
+        if self.admission is not None:
+            out["admission"] = self.admission
         return self.extra | out
 
     @classmethod
@@ -259,6 +269,8 @@ class Manifest:
                 shards=None
                 if data.get("shards") is None
                 else [ShardStatus.from_dict(s) for s in data["shards"]],
+                occupancy=Occupancy.from_dict(data.get("occupancy")),
+                admission=data.get("admission"),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

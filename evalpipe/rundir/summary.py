@@ -23,6 +23,7 @@ from evalpipe.core.textable import format_table
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
+from evalpipe.rundir.occupancy import Occupancy
 from evalpipe.rundir.results import SampleRecord, read_json, write_json
 from evalpipe.rundir.timings import Timings
 
@@ -142,6 +143,7 @@ def summarize(
     devices: Sequence[DeviceSummary],
     gpus: int,
     oom_fallback: Sequence[str],
+    occupancy: Occupancy | None = None,
 ) -> dict[str, Any]:
     """summary.json for `records` of a run that planned `planned` (in run order)."""
     by_task: dict[str, list[SampleRecord]] = {p.name: [] for p in planned}
@@ -212,6 +214,9 @@ def summarize(
             for d in devices
         ],
         "oom_fallback": list(oom_fallback),
+        # The share of generation wall with fewer than half the engine's slots busy, and the
+        # tokens/s of that tail against the rest; None where the engine did not report slots.
+        "occupancy": occupancy.summary() if occupancy is not None else None,
     }
 
 
@@ -259,6 +264,19 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     return (
         f"{table}\n\n{summary['n_done']}/{summary['n_total']} samples ({status}); "
         f"{work}; load {t['load_s']:.1f} s, wall {t['wall_s']:.1f} s"
+        + _occupancy_line(summary.get("occupancy"))
+    )
+
+
+def _occupancy_line(occupancy: Mapping[str, Any] | None) -> str:
+    """'tail: 23% of generation with < half of 64 slots busy, 310 tok/s against 1,020'."""
+    if not occupancy:
+        return ""
+    rates = [occupancy.get("tail_tokens_per_s"), occupancy.get("rest_tokens_per_s")]
+    speed = f", {rates[0]:,.0f} tok/s against {rates[1]:,.0f}" if None not in rates else ""
+    return (
+        f"\ntail: {occupancy['tail_share']:.0%} of generation with < half of "
+        f"{occupancy['slots']} sequence slots busy{speed}"
     )
 
 
@@ -284,6 +302,7 @@ def summarize_run(
         devices=devices,
         gpus=manifest.config.gpus if saw_gpu else 0,
         oom_fallback=manifest.oom_fallback,
+        occupancy=manifest.occupancy,
     )
     return summary if complete is None else summary | {"complete": complete}
 
@@ -319,6 +338,13 @@ class Throughput:
     generated_tokens: float | None = None
     tokens_per_s: float | None = None
     gpus: int | None = None
+    # summary.json's `occupancy` (absent before it existed, or where the engine did not say):
+    # generation steps with fewer than half the engine's slots busy (tail) and the rest
+    tail_share: float | None = None
+    tail_s: float | None = None
+    tail_tokens: float | None = None
+    rest_s: float | None = None
+    rest_tokens: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -358,6 +384,7 @@ class Summary:
             for name, info in _object(data.get("categories")).items()
         }
         t = _object(data.get("throughput"))
+        occupancy = _object(data.get("occupancy"))
         devices = data.get("devices")
         return cls(
             preset=None if data.get("preset") is None else str(data["preset"]),
@@ -372,6 +399,10 @@ class Summary:
                 generated_tokens=_number(t.get("generated_tokens")),
                 tokens_per_s=_number(t.get("tokens_per_s")),
                 gpus=_int(t.get("gpus")),
+                **{
+                    name: _number(occupancy.get(name))
+                    for name in ("tail_share", "tail_s", "tail_tokens", "rest_s", "rest_tokens")
+                },
             ),
             devices=[
                 DeviceSummary.from_dict(_object(d))

@@ -1,0 +1,84 @@
+"""How full the engine's batch was while a run generated: the manifest's `occupancy` record.
+
+A step in which fewer than half of the engine's sequence slots held a sequence is the run's
+tail (long completions finishing with a nearly empty batch). The record keeps the seconds and
+tokens of tail steps and of the rest, summed over attempts, so the summary can say how much of
+the generation wall the tail took and how slowly it went.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(kw_only=True)
+class Occupancy:
+    """Generation steps split into tail (< half the slots busy) and the rest; mutable, because
+    the run that holds the directory adds each step as it comes."""
+
+    slots: int = 0  # the engine's sequence slots (the largest seen)
+    tail_s: float = 0.0
+    tail_tokens: int = 0
+    rest_s: float = 0.0
+    rest_tokens: int = 0
+
+    def add(self, seconds: float, busy: int, total: int) -> None:
+        """One engine step of `seconds` with `busy` of `total` slots holding a sequence (each
+        made one token)."""
+        self.slots = max(self.slots, total)
+        if 2 * busy < total:
+            self.tail_s += seconds
+            self.tail_tokens += busy
+        else:
+            self.rest_s += seconds
+            self.rest_tokens += busy
+
+    @property
+    def tail_share(self) -> float | None:
+        """The share of generation wall spent in the tail; None before any step."""
+        total = self.tail_s + self.rest_s
+        return self.tail_s / total if total > 0 else None
+
+    @property
+    def tail_tokens_per_s(self) -> float | None:
+        return self.tail_tokens / self.tail_s if self.tail_s > 0 else None
+
+    @property
+    def rest_tokens_per_s(self) -> float | None:
+        return self.rest_tokens / self.rest_s if self.rest_s > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "slots": self.slots,
+            "tail_s": round(self.tail_s, 6),
+            "tail_tokens": self.tail_tokens,
+            "rest_s": round(self.rest_s, 6),
+            "rest_tokens": self.rest_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Occupancy:
+        """The stored record (missing numbers read as 0)."""
+        data = data if isinstance(data, dict) else {}
+        return cls(
+            slots=int(data.get("slots") or 0),
+            tail_s=float(data.get("tail_s") or 0.0),
+            tail_tokens=int(data.get("tail_tokens") or 0),
+            rest_s=float(data.get("rest_s") or 0.0),
+            rest_tokens=int(data.get("rest_tokens") or 0),
+        )
+
+    def summary(self) -> dict[str, Any] | None:
+        """What summary.json shows of it: None when no step reported its slots."""
+        if self.tail_share is None:
+            return None
+        return self.to_dict() | {
+            "tail_share": round(self.tail_share, 4),
+            "tail_tokens_per_s": _round(self.tail_tokens_per_s),
+            "rest_tokens_per_s": _round(self.rest_tokens_per_s),
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
