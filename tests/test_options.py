@@ -41,6 +41,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     tasks=("arithmetic", "/data/my tasks/t.yaml"),
     limit=5,
     mc_method="logprobs",
+    admission="given",
     stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
 )
 # Every job option given, none at its default, with the runner options a job takes.
@@ -54,6 +55,7 @@ EVERY_JOB_OPTION = JobOptions(
         tasks=("gsm8k",),
         limit=3,
         mc_method="generate",
+        admission="longest-first",
         stall_timeout=600,
     ),
     shards="auto",

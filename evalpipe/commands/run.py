@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
+    from evalpipe.estimate.lengths import load_lengths
     from evalpipe.monitor import Monitor
     from evalpipe.run.localplan import plan_local
     from evalpipe.run.replicas import ReplicaPool
@@ -222,8 +223,17 @@ def run(args: argparse.Namespace) -> int:
             replicas=layout.replicas,
             window=args.window,
             deterministic=args.deterministic,
+            admission=given.admission,
         )
         out = args.out or new_run_dir(Path("results"), preset.name)
+        # Past runs in results/ and beside this one (not the whole working directory) predict
+        # its completion lengths.
+        beside = [] if out.parent.resolve() == Path.cwd().resolve() else [out.parent]
+        past = (
+            load_lengths([Path("results"), *beside], exclude=out)
+            if given.admission != "given"
+            else []
+        )
         _log_to_stderr()
         print(f"evalpipe run: run directory {out}", file=sys.stderr, flush=True)
         where = (
@@ -264,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
                 node_csvs=RunDir(out).node_metrics_files,
             ).start(),
             watchdog=(lambda on_stall: Watchdog(limits, on_stall).start()) if limits else None,
+            past=past,
         )
     print(format_summary(result.summary))
     print(f"\nRun directory: {out}")

@@ -20,6 +20,7 @@ from evalpipe.core.options import (
     some_names,
 )
 from evalpipe.engine.factory import BACKENDS
+from evalpipe.run.admission import POLICIES
 from evalpipe.run.watchdog import check_stall_timeout
 
 # The option groups: each command adds the ones it takes.
@@ -132,6 +133,15 @@ class RunnerOptions:
         choices=MC_METHODS,
         help="how multiple-choice tasks answer: generate a completion and extract the letter, "
         "or rank the option letters by log-probability (default: each task file's)",
+    )
+    admission: str | None = option(
+        flag="--admission",
+        group=ENGINE,
+        choices=POLICIES,
+        help="the order samples enter the engine: longest-first admits the longest predicted "
+        "completions first (predicted from past runs in the results folder), given keeps the "
+        "tasks' order (default: longest-first where past runs predict lengths; given with "
+        "--deterministic)",
     )
     stall_timeout: float | None = option(
         flag="--stall-timeout",

@@ -23,9 +23,11 @@ from evalpipe.catalog.registry import Preset
 from evalpipe.core import exitcodes, provenance
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import ConfigError, RunDirError, StorageError
-from evalpipe.engine.base import Engine, EngineSettings
+from evalpipe.engine.base import Engine, EngineSettings, Slots
 from evalpipe.engine.factory import check_backend
+from evalpipe.estimate.lengths import PastLengths
 from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
@@ -76,9 +78,17 @@ class RunOptions:
     # Fixed request order, window and seeds on one engine, and batch-invariant kernels where
     # the engine has them (docs/runner.md says what each platform promises).
     deterministic: bool = False
+    # The order samples are admitted in (evalpipe.run.admission); None: longest first where
+    # past runs predict lengths. Not fingerprinted: it changes when samples run, not what.
+    admission: Policy | None = None
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
+        if self.admission is not None and self.admission not in POLICIES:
+            raise ConfigError(
+                f"admission {self.admission!r} is not one of {', '.join(POLICIES)}; leave it "
+                "unset for longest first where past runs predict lengths."
+            )
         check_limit(self.limit)
         if self.replicas < 1:
             raise ConfigError(f"replicas must be ≥ 1, got {self.replicas}.")
@@ -298,6 +308,7 @@ def run_evaluation(
     progress: Callable[[int, int], Progress] = Progress,
     watchdog: Callable[[Callable[[Stall], None]], Watchdog] | None = None,
     exit_process: Callable[[int], None] = end_process,
+    past: Sequence[PastLengths] = (),
 ) -> RunResult:
     """Evaluate `tasks` into `out_dir`, resuming whatever it already holds.
 
@@ -306,7 +317,8 @@ def run_evaluation(
     `monitor(metrics_csv)` starts a sampler for this attempt. `progress(total, done)` builds the
     progress display. `watchdog(on_stall)` starts a stall watchdog for this attempt; on a stall
     the run writes its diagnostics, checkpoints and calls `exit_process(exitcodes.STALL)` from
-    the watchdog's thread.
+    the watchdog's thread. `past` holds earlier runs' completion lengths, which predict this
+    run's for its admission order (evalpipe.run.admission).
     Raises ResumeMismatchError if `out_dir` belongs to another configuration.
     """
     if not tasks:
@@ -328,6 +340,7 @@ def run_evaluation(
             progress,
             watchdog,
             exit_process,
+            past,
         )
 
 
@@ -343,6 +356,7 @@ def _evaluate(
     progress: Callable[[int, int], Progress],
     watchdog: Callable[[Callable[[Stall], None]], Watchdog] | None,
     exit_process: Callable[[int], None],
+    past: Sequence[PastLengths],
 ) -> RunResult:
     if options.engine.min_model_len is None:
         settings = dataclasses.replace(options.engine, min_model_len=needed_model_len(work))
@@ -408,7 +422,12 @@ def _evaluate(
             run.manifest.versions = provenance.versions()  # the engine may have imported torch
             run.note_engine(engine)
             run.save()
-            items = [Item(task=t, sample=s) for t, samples in pending for s in samples]
+            items, run.manifest.admission = admission_order(
+                [Item(task=t, sample=s) for t, samples in pending for s in samples],
+                length_model(past, preset.name, options.backend),
+                options.admission,
+                deterministic=options.deterministic,
+            )
             bar = progress(len(planned_keys), len(done))
             hooks = _RunHooks(run, engine, sampler, stop, bar, guard)
             with SampleLog(RunDir(out_dir).samples) as log:
@@ -499,6 +518,9 @@ class _RunHooks(Hooks):
         for category in categories:
             self._run.add_time(phase("generate", category), seconds / len(categories))
         self._progress("an engine step finished")
+
+    def occupied(self, seconds: float, slots: Slots) -> None:
+        self._run.manifest.occupancy.add(seconds, slots.busy, slots.total)
 
     def scored(self, category: str, seconds: float) -> None:
         self._run.add_time(phase("score", category), seconds)

@@ -1,0 +1,127 @@
+"""Longest-first admission from past runs' lengths, and the batch occupancy every run records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from runner_support import ToyTask, preset
+
+from evalpipe.core.errors import ConfigError
+from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.estimate.lengths import LengthModel, PastLengths, load_lengths
+from evalpipe.run.admission import admission_order
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.run.stream import Item
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.occupancy import Occupancy
+from evalpipe.rundir.summary import format_summary, read_summary
+
+LONG = " ".join(["word"] * 60)  # 60 decoding steps on the token-stepped fake engine
+TASK = ToyTask(name="story", category="writing", size=24)
+# The last three questions get long answers: in the given order they run last, nearly alone.
+SCRIPT = {f"Question {i} of story:": LONG for i in (21, 22, 23)}
+
+
+def past(run: str, preset_name: str, lengths: dict[str, float], task: str = "t") -> PastLengths:
+    return PastLengths(run=run, preset=preset_name, backend="vllm", tasks={task: lengths})
+
+
+def test_a_sample_is_predicted_from_its_own_past_lengths_scaled_between_presets() -> None:
+    runs = [
+        past("a", "small", {"s1": 100, "s2": 300}),  # small's mean on t: 200
+        past("b", "big", {"s1": 50, "s3": 150}),  # big's mean on t: 100, half of small's
+    ]
+    model = LengthModel(runs, "small")
+    s1 = model.predict("t", "s1", max_tokens=999)
+    assert (s1.basis, s1.tokens) == ("sample", 100.0)  # (100 + 50 × 2) / 2
+    assert model.predict("t", "s3", 999).tokens == 300.0  # big's 150, in small's terms
+    unseen = model.predict("t", "s9", 999)
+    assert (unseen.basis, unseen.tokens) == ("task", 200.0)  # small's own mean on t
+    assert model.predict("other", "s1", 999).basis == "max_tokens"
+    # A preset with no run of its own takes other presets' lengths unscaled.
+    assert LengthModel(runs, "new").predict("t", "s3", 999).tokens == 150.0
+
+
+def test_longest_first_sorts_by_prediction_then_prompt_length_and_keeps_ties() -> None:
+    runs = [past("a", "p", {"story-0": 5, "story-1": 80, "story-2": 5}, task="story")]
+    given = [Item(task=TASK, sample=s) for s in TASK.samples()[:4]]
+    order, record = admission_order(given, LengthModel(runs, "p"), None, deterministic=False)
+    # story-3 has no past: the task's mean (30) puts it after story-1; 0 and 2 tie, in order.
+    assert [i.sample.id for i in order] == ["story-1", "story-3", "story-0", "story-2"]
+    assert record["policy"] == "longest-first" and record["requested"] == "auto"
+    assert record["predicted_by"] == {"sample": 3, "task": 1, "max_tokens": 0}
+    assert record["head"][0] == {"task": "story", "sample_id": "story-1", "predicted_tokens": 80.0}
+    # No past lengths, or a deterministic run: the given order unless asked otherwise.
+    for model, deterministic in ((LengthModel([], "p"), False), (LengthModel(runs, "p"), True)):
+        order, record = admission_order(given, model, None, deterministic=deterministic)
+        assert order == given and record["policy"] == "given"
+    with pytest.raises(ConfigError, match="admission 'shortest' is not one of given, longest"):
+        RunOptions(backend="fake", admission="shortest")  # type: ignore[arg-type]
+
+
+def test_the_occupancy_record_splits_steps_at_half_the_slots() -> None:
+    occupancy = Occupancy()
+    occupancy.add(2.0, busy=8, total=8)
+    occupancy.add(1.0, busy=4, total=8)  # half busy is not the tail
+    occupancy.add(1.0, busy=3, total=8)
+    assert occupancy.tail_share == 0.25
+    assert (occupancy.tail_tokens_per_s, occupancy.rest_tokens_per_s) == (3.0, 4.0)
+    assert Occupancy.from_dict(occupancy.to_dict()) == occupancy
+    assert Occupancy().summary() is None
+
+
+def _run(out: Path, admission: str | None, history: list[PastLengths]) -> FakeEngine:
+    engine = FakeEngine(preset(), EngineSettings(), script=SCRIPT, max_num_seqs=8, token_s=0.002)
+    run_evaluation(
+        lambda settings: engine,
+        [TASK],
+        out,
+        preset=preset(),
+        options=RunOptions(backend="fake", admission=admission),  # type: ignore[arg-type]
+        past=history,
+    )
+    return engine
+
+
+def _samples(out: Path) -> dict[str, list[str]]:
+    lines = (out / "samples.jsonl").read_text().splitlines()
+    return {r["sample_id"]: r["completions"] for r in map(json.loads, lines)}
+
+
+def test_longest_first_from_a_past_run_shortens_the_tail_and_changes_no_result(
+    tmp_path: Path,
+) -> None:
+    given = _run(tmp_path / "results" / "first", "given", [])
+    summary = read_summary(RunDir(tmp_path / "results" / "first"))
+    assert summary is not None and summary.throughput.tail_share is not None
+    # Two rounds of 8 short answers (4 words each), then the last 8 with the three long ones,
+    # which go on alone in 3 of the 8 slots for 56 more steps.
+    assert given._steps == 8 + 60
+    assert summary.throughput.tail_share > 0.7
+
+    history = load_lengths([tmp_path / "results"], exclude=tmp_path / "results" / "second")
+    assert [h.run for h in history] == [str(tmp_path / "results" / "first")]
+    second = tmp_path / "results" / "second"
+    longest = _run(second, None, history)
+    assert longest._steps == 60  # the short answers run beside the long ones
+    assert _samples(second) == _samples(tmp_path / "results" / "first")
+    manifest = json.loads((second / "manifest.json").read_text())
+    assert manifest["admission"]["policy"] == "longest-first"
+    assert manifest["admission"]["predicted_by"]["sample"] == 24
+    assert [h["sample_id"] for h in manifest["admission"]["head"][:3]] == [
+        "story-21", "story-22", "story-23",
+    ]  # fmt: skip
+    assert manifest["occupancy"]["slots"] == 8
+    text = format_summary(json.loads((second / "summary.json").read_text()))
+    assert "of generation with < half of 8 sequence slots busy" in text
+
+    from evalpipe.reports import aggregate, loading, tables
+
+    table = aggregate.run_table(loading.load_runs([tmp_path / "results" / "first", second]))
+    shown = tables.markdown(tables.occupancy(table))
+    assert "Batch occupancy (generation)" in shown
+    first_share = table.set_index("run_id").loc["first", "tail_share"]
+    assert first_share == pytest.approx(summary.throughput.tail_share, abs=1e-3)
