@@ -173,7 +173,7 @@ _COLUMNS = {
     ),
     "jobs": (
         "run", "shard", "wall_s", "generated_tokens", "prompt_tokens", "tokens_per_s",
-        "generate_s", "gpus",
+        "generate_s", "gpus", "tail_s", "tail_tokens", "rest_s", "rest_tokens",
     ),
     "devices": (
         "run", "shard", "host", "device", "name", "peak_memory_gib", "mean_util_pct", "energy_j",
@@ -192,7 +192,8 @@ _DTYPES = {
         "ci_low": float,
         "ci_high": float,
     },
-    "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int},
+    "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int}
+    | {name: float for name in ("tail_s", "tail_tokens", "rest_s", "rest_tokens")},
     "devices": {"device": str, "peak_memory_gib": float, "energy_j": float},
 }
 
@@ -382,7 +383,9 @@ def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings:
     jobs.add(
         run=run, shard=part.shard, wall_s=_number(throughput.wall_s), generated_tokens=tokens,
         prompt_tokens=_number(throughput.prompt_tokens), tokens_per_s=rate,
-        generate_s=generate_s, gpus=gpus,
+        generate_s=generate_s, gpus=gpus, tail_s=_number(throughput.tail_s),
+        tail_tokens=_number(throughput.tail_tokens), rest_s=_number(throughput.rest_s),
+        rest_tokens=_number(throughput.rest_tokens),
     )  # fmt: skip
     # A run against a server (--backend openai) with no GPU here: the CPU readings are the
     # client's, not the model's, so the run shows as "remote" with nothing measured.

@@ -224,6 +224,37 @@ def predictions(table: pd.DataFrame) -> list[Table]:
     ]  # fmt: skip
 
 
+def occupancy(table: pd.DataFrame) -> list[Table]:
+    """How much of each run's generation the batch spent less than half full (none when no run
+    recorded it): the time a run lost to its tail of long completions."""
+    shown = table[table["tail_share"].notna()]
+    if shown.empty:
+        return []
+    rows = tuple(
+        (
+            r["preset"],
+            _run_name(r),
+            f"{r['tail_share']:.0%}",
+            number(r["tail_tokens_per_s"], 1),
+            number(r["rest_tokens_per_s"], 1),
+        )
+        for _, r in shown.iterrows()
+    )
+    return [
+        Table(
+            title="Batch occupancy (generation)",
+            header=("preset", "run", "tail share", "tail tok/s", "rest tok/s"),
+            rows=rows,
+            right=(False, False, True, True, True),
+            notes=(
+                "Tail: engine steps with fewer than half of the engine's sequence slots busy; "
+                "tail share = their share of the generation wall. A large share with a low tail "
+                "rate is time lost to a few long completions (see --admission, docs/runner.md).",
+            ),
+        )
+    ]
+
+
 def _with_interval(mean: float, low: float, high: float) -> str:
     """'0.0 [0.0, 27.8]' (%), DASH when nothing is shared."""
     if _missing(mean):
