@@ -8,15 +8,19 @@ from pathlib import Path
 import pytest
 from runner_support import ToyTask, preset
 
+from evalpipe.cli import main
+from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.estimate.lengths import LengthModel, PastLengths, load_lengths
 from evalpipe.run.admission import admission_order
+from evalpipe.run.replicas import ReplicaPool
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.stream import Item
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.occupancy import Occupancy
+from evalpipe.rundir.results import read_json
 from evalpipe.rundir.summary import format_summary, read_summary
 
 LONG = " ".join(["word"] * 60)  # 60 decoding steps on the token-stepped fake engine
@@ -45,19 +49,28 @@ def test_a_sample_is_predicted_from_its_own_past_lengths_scaled_between_presets(
     assert LengthModel(runs, "new").predict("t", "s3", 999).tokens == 150.0
 
 
-def test_longest_first_sorts_by_prediction_then_prompt_length_and_keeps_ties() -> None:
+def test_longest_first_sorts_across_tasks_by_prediction_then_prompt_length() -> None:
     runs = [past("a", "p", {"story-0": 5, "story-1": 80, "story-2": 5}, task="story")]
-    given = [Item(task=TASK, sample=s) for s in TASK.samples()[:4]]
+    poems = ToyTask(name="poem", category="writing", size=2)
+    stories = [s for s in TASK.samples() if s.id in ("story-0", "story-1", "story-2", "story-3",
+                                                     "story-10")]  # fmt: skip
+    given = [Item(task=TASK, sample=s) for s in stories]
+    given += [Item(task=poems, sample=s) for s in poems.samples()]
     order, record = admission_order(given, LengthModel(runs, "p"), None, deterministic=False)
-    # story-3 has no past: the task's mean (30) puts it after story-1; 0 and 2 tie, in order.
-    assert [i.sample.id for i in order] == ["story-1", "story-3", "story-0", "story-2"]
+    # The poems have no past at all: their max_tokens (256) puts them first. story-3 and
+    # story-10 have none of their own: the task's mean (30), the longer prompt first. 0 and 2
+    # tie on both, and keep their order.
+    assert [i.sample.id for i in order] == [
+        "poem-0", "poem-1", "story-1", "story-10", "story-3", "story-0", "story-2",
+    ]  # fmt: skip
     assert record["policy"] == "longest-first" and record["requested"] == "auto"
-    assert record["predicted_by"] == {"sample": 3, "task": 1, "max_tokens": 0}
-    assert record["head"][0] == {"task": "story", "sample_id": "story-1", "predicted_tokens": 80.0}
+    assert record["predicted_by"] == {"sample": 3, "task": 2, "max_tokens": 2}
+    assert record["head"][2] == {"task": "story", "sample_id": "story-1", "predicted_tokens": 80.0}
     # No past lengths, or a deterministic run: the given order unless asked otherwise.
     for model, deterministic in ((LengthModel([], "p"), False), (LengthModel(runs, "p"), True)):
         order, record = admission_order(given, model, None, deterministic=deterministic)
         assert order == given and record["policy"] == "given"
+    given = given[:4]
     with pytest.raises(ConfigError, match="admission 'shortest' is not one of given, longest"):
         RunOptions(backend="fake", admission="shortest")  # type: ignore[arg-type]
 
@@ -71,6 +84,8 @@ def test_the_occupancy_record_splits_steps_at_half_the_slots() -> None:
     assert (occupancy.tail_tokens_per_s, occupancy.rest_tokens_per_s) == (3.0, 4.0)
     assert Occupancy.from_dict(occupancy.to_dict()) == occupancy
     assert Occupancy().summary() is None
+    # Replicas in other processes cannot say: the run's summary then has no occupancy.
+    assert ReplicaPool([]).slots() is None
 
 
 def _run(out: Path, admission: str | None, history: list[PastLengths]) -> FakeEngine:
@@ -125,3 +140,23 @@ def test_longest_first_from_a_past_run_shortens_the_tail_and_changes_no_result(
     assert "Batch occupancy (generation)" in shown
     first_share = table.set_index("run_id").loc["first", "tail_share"]
     assert first_share == pytest.approx(summary.throughput.tail_share, abs=1e-3)
+
+
+def test_the_command_line_predicts_from_past_runs_in_the_results_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",
+            "--limit", "4", "--out"]  # fmt: skip
+    assert main([*argv, "results/a"]) == exitcodes.OK
+    assert read_json(Path("results/a/manifest.json"))["admission"]["policy"] == "given"
+    assert main([*argv, "results/b"]) == exitcodes.OK
+    admission = read_json(Path("results/b/manifest.json"))["admission"]
+    assert admission["policy"] == "longest-first"
+    assert admission["sources"] == [str((tmp_path / "results" / "a").resolve())]
+    assert admission["predicted_by"]["sample"] == 4
+    assert main([*argv, "results/c", "--admission", "given"]) == exitcodes.OK
+    admission = read_json(Path("results/c/manifest.json"))["admission"]
+    assert (admission["policy"], admission["requested"], admission["sources"]) == (
+        "given", "given", [],
+    )  # fmt: skip

@@ -109,6 +109,11 @@ def test_signal_then_kill_9_then_rerun_equals_an_uninterrupted_run(
     assert all(r["prompt_tokens"] > 0 and r["completion_tokens"][0] > 0 for r in records)
     assert (got["complete"], got["n_done"], got["n_total"]) == (True, TOTAL, TOTAL)
     assert got["throughput"]["tokens_per_s"] > 0
+    # vLLM's scheduler reports its busy slots: with a window of one request, every step had
+    # one sequence of max_num_seqs, all tail.
+    occupancy = got["occupancy"]
+    assert occupancy["slots"] == manifest["engine"]["resolved"]["max_num_seqs"] > 2
+    assert occupancy["tail_share"] == 1.0 and occupancy["tail_tokens"] > 0
     assert manifest["status"] == "complete"
     assert manifest["engine"]["backend"] == "vllm"
     assert manifest["versions"]["vllm"] and manifest["versions"]["torch"]
