@@ -153,3 +153,15 @@ def test_agree_mcq_quick() -> None:
     if "reference skipped" not in out:
         assert "gpqa prompts: 12 equal of 12" in out
         assert "gpqa permutations: 24 equal of 24" in out
+
+
+def test_admission_quick(tiny_random_path: Path, tmp_path: Path) -> None:
+    out = quick("admission.py", "--work", str(tmp_path))
+    figures(out, "| raw |", "| predicted |", "| oracle |", "| none |", "longest first / given")
+    # The simulator replays the same quick workload against the figures just measured.
+    sim = quick("admission_sim.py", "--work", str(tmp_path))
+    figures(sim, "| 4 | predicted |", "| AIME-like", "| MMLU-Pro-like")
+
+
+def test_admission_sim_quick() -> None:
+    figures(quick("admission_sim.py", "--work", "/nonexistent"), "| AIME-like")

@@ -1,0 +1,336 @@
+"""Longest-first admission against one raw `LLM.chat` call on long-tailed work, and no loss on
+uniform short work.
+
+    python bench/admission.py [--seqs 64,256] [--reps 3] [--prompts 1024]   # ~4 min a rep
+    python bench/admission.py --quick                                         # seconds
+
+Workload: `--prompts` prompts in 4 tasks (max_tokens = `--max-tokens`), each answer forced to
+its own long-tailed length (Pareto, median ~28, capped at `--max-tokens`; `ignore_eos`, the
+length set per request by a wrapper around the loaded engine, so every side generates exactly
+the same tokens). The lengths are predicted from a past run of a DIFFERENT preset
+(`--past-preset`, run once for real into the work folder) whose recorded lengths are this
+workload's × 1.5 × log-normal noise (σ 0.35): a more verbose model that disagrees per sample.
+
+In one process per repetition and `max_num_seqs`, the same loaded engine runs, in a rotating
+order: raw, one `LLM.chat` over all prompts in the given order; evalpipe's runner with the past
+run (predicted, longest first); with the true lengths as the past (oracle); with no past run
+(no prediction: the given order). Ratios are each evalpipe generation phase over raw, per
+repetition, then the median. With the largest `max_num_seqs` the same process also runs
+`--uniform` short prompts (32 forced tokens each) raw, through evalpipe in the given order and
+longest first. Each repetition's figures are appended to `--work`/results.jsonl; a rerun adds
+repetitions until `--reps` are there (so the bench runs in chunks) and prints the table of all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchlib import (
+    QUICK_PRESET,
+    REPO,
+    VLLM_ENV,
+    child_env,
+    load_average,
+    machine,
+    median,
+    parse_args,
+    verdict,
+)
+from stream import KeepOpen, LengthTask
+
+TARGETS = {64: 0.90, 256: 0.97}  # evalpipe predicted / raw, per max_num_seqs
+UNIFORM_TOKENS = 32
+PROBE_TOKENS = 64
+UNIFORM_NOISE = 0.03  # "within noise": longest first / given on uniform work
+SIDES = ("raw", "predicted", "oracle", "none")
+TASKS = 4
+QUICK = {
+    "preset": QUICK_PRESET,
+    "past_preset": QUICK_PRESET,
+    "prompts": 12,
+    "max_tokens": 8,
+    "seqs": "4",
+    "reps": 1,
+    "uniform": 4,
+}
+
+
+def workload(prompts: int, cap: int, seed: int = 0) -> tuple[list[LengthTask], dict[str, int]]:
+    """The tasks (each sample's prompt names its topic) and each prompt's forced length."""
+    rng = random.Random(seed)
+    lengths: dict[str, int] = {}
+    by_task: list[list[str]] = [[] for _ in range(TASKS)]
+    for i in range(prompts):
+        prompt = f"Write a long story about topic number {i}."
+        lengths[prompt] = min(cap, int(14 * rng.paretovariate(1.0)) + 1)
+        by_task[i % TASKS].append(prompt)
+    tasks = [
+        LengthTask(name=f"story{t}", category="story", prompts=tuple(p), max_tokens=cap)
+        for t, p in enumerate(by_task)
+    ]
+    return tasks, lengths
+
+
+def past_lengths(lengths: dict[str, int], cap: int, seed: int = 1) -> dict[str, int]:
+    """What a more verbose, disagreeing model answered: × 1.5 × log-normal noise."""
+    rng = random.Random(seed)
+    return {p: max(1, min(2 * cap, round(n * 1.5 * math.exp(rng.gauss(0, 0.35))))) for p, n in
+            lengths.items()}  # fmt: skip
+
+
+class Forced(KeepOpen):
+    """The loaded engine with every request's length forced to its prompt's (ignore_eos)."""
+
+    def __init__(self, engine: Any, lengths: dict[str, int]) -> None:
+        super().__init__(engine)
+        self.lengths = lengths
+
+    def add(self, requests: Sequence[Any]) -> None:
+        self.engine.add(
+            [
+                dataclasses.replace(
+                    r, sampling=dataclasses.replace(r.sampling, max_tokens=self.lengths[r.prompt])
+                )
+                for r in requests
+            ]
+        )
+
+
+def _open(preset_name: str, seqs: int | None) -> tuple[Any, Any]:
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.vllm import VllmEngine
+
+    preset = load_preset(preset_name)
+    if seqs is not None:
+        kwargs = {**preset.engine_kwargs, "max_num_seqs": seqs}
+        preset = dataclasses.replace(preset, engine_kwargs=kwargs)
+    return preset, VllmEngine.open(preset, EngineSettings())
+
+
+def _evalpipe(
+    engine: Any, preset: Any, tasks: list[LengthTask], lengths: dict[str, int], **options: Any
+) -> dict[str, Any]:
+    """One run through evalpipe's runner; its generation phase, occupancy and admission."""
+    from evalpipe.run.runner import RunOptions, run_evaluation
+
+    past = options.pop("past", ())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run"
+        run_evaluation(
+            lambda settings: Forced(engine, lengths),
+            tasks,
+            out,
+            preset=preset,
+            options=RunOptions(backend="vllm", **options),
+            past=past,
+        )
+        manifest = json.loads((out / "manifest.json").read_text())
+        summary = json.loads((out / "summary.json").read_text())
+    return {
+        "generate_s": sum(v for k, v in manifest["timings"].items() if k.startswith("generate")),
+        "policy": manifest["admission"]["policy"],
+        "tail_share": (summary["occupancy"] or {}).get("tail_share"),
+        "tokens": summary["throughput"]["generated_tokens"],
+    }
+
+
+def _past_run(args: argparse.Namespace, out: Path) -> None:
+    """The past run of the other preset, for real, with its own (more verbose) lengths; its
+    engine is closed before the measured one is built in the same process."""
+    from evalpipe.run.runner import RunOptions, run_evaluation
+
+    tasks, lengths = workload(args.prompts, args.max_tokens)
+    preset, engine = _open(args.past_preset, None)
+    run_evaluation(
+        lambda settings: Forced(engine, past_lengths(lengths, args.max_tokens)),
+        tasks,
+        out,
+        preset=preset,
+        options=RunOptions(backend="vllm", admission="given"),
+    )
+    engine.close()
+
+
+def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> dict[str, Any]:
+    from vllm import SamplingParams
+
+    from evalpipe.estimate.lengths import PastLengths, load_lengths
+
+    past_run = Path(args.past)
+    if not (past_run / "summary.json").exists():
+        _past_run(args, past_run)
+    tasks, lengths = workload(args.prompts, args.max_tokens)
+    preset, engine = _open(args.preset, seqs)
+    llm = engine._llm
+    prompts = [p for t in tasks for p in t.prompts]  # the given order: task by task
+
+    def raw(prompts: list[str], forced: dict[str, int]) -> float:
+        params = [SamplingParams(max_tokens=forced[p], ignore_eos=True, temperature=0.0)
+                  for p in prompts]  # fmt: skip
+        t0 = time.perf_counter()
+        llm.chat([[{"role": "user", "content": p}] for p in prompts], params, use_tqdm=False)
+        return time.perf_counter() - t0
+
+    raw(prompts[:8], lengths)  # warm-up, every side after it
+    oracle = PastLengths(
+        run="oracle",
+        preset=preset.name,
+        backend="vllm",
+        tasks={t.name: {s.id: lengths[s.prompt] for s in t.samples()} for t in tasks},
+    )
+    past = load_lengths([past_run])
+    sides = {
+        "raw": lambda: {"generate_s": raw(prompts, lengths)},
+        "predicted": lambda: _evalpipe(engine, preset, tasks, lengths, past=past),
+        "oracle": lambda: _evalpipe(engine, preset, tasks, lengths, past=[oracle]),
+        "none": lambda: _evalpipe(engine, preset, tasks, lengths),
+    }
+    order = list(SIDES[rep % len(SIDES) :] + SIDES[: rep % len(SIDES)])
+    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "order": order}
+    for side in order:
+        figures[side] = sides[side]()
+    policies = {side: figures[side].get("policy") for side in SIDES}
+    expected = {"raw": None, "predicted": "longest-first", "oracle": "longest-first",
+                "none": "given"}  # fmt: skip
+    if policies != expected:
+        raise RuntimeError(f"admission policies {policies}, expected {expected}")
+    # Seconds per decode step at a few batch sizes, for the simulator's CPU step model
+    # (bench/admission_sim.py): two forced lengths, so the prefill cancels out.
+    figures["step_s"] = {}
+    for batch in sorted({1, 16, seqs}):
+        few = {p: PROBE_TOKENS for p in prompts[:batch]}
+        long = raw(prompts[:batch], few)
+        short = raw(prompts[:batch], {p: PROBE_TOKENS // 4 for p in few})
+        figures["step_s"][str(batch)] = (long - short) / (PROBE_TOKENS - PROBE_TOKENS // 4)
+    if uniform:
+        short, _ = workload(args.uniform, UNIFORM_TOKENS)
+        flat = {p: UNIFORM_TOKENS for t in short for p in t.prompts}
+        equal = PastLengths(
+            run="uniform",
+            preset=preset.name,
+            backend="vllm",
+            tasks={t.name: {s.id: UNIFORM_TOKENS for s in t.samples()} for t in short},
+        )
+        cases = {
+            "uniform_raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
+            "uniform_given": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
+            "uniform_longest": lambda: _evalpipe(
+                engine, preset, short, flat, admission="longest-first", past=[equal]
+            ),
+        }
+        names = list(cases)
+        for name in names[rep % 3 :] + names[: rep % 3]:
+            figures[name] = cases[name]()
+    return figures
+
+
+def _child(argv: list[str]) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, __file__, *argv], env=child_env(**VLLM_ENV),
+                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    return done
+
+
+def _ratio(rows: list[dict[str, Any]], side: str, base: str = "raw") -> float:
+    return median([r[side]["generate_s"] / r[base]["generate_s"] for r in rows])
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
+    tasks, lengths = workload(args.prompts, args.max_tokens)
+    counts = list(lengths.values())
+    print(f"# {args.prompts} prompts in {len(tasks)} tasks, {sum(counts)} tokens forced "
+          f"(median {median(counts):.0f}, max {max(counts)})")  # fmt: skip
+    failed = False
+    for seqs in sorted({r["seqs"] for r in rows}):
+        mine = [r for r in rows if r["seqs"] == seqs]
+        print(f"\n## max_num_seqs {seqs}: {len(mine)} repetitions\n")
+        print("| side | median s | per-rep s | / raw (median of per-rep) | tail share |")
+        print("|---|---|---|---|---|")
+        for side in SIDES:
+            values = [r[side]["generate_s"] for r in mine]
+            tails = [r[side].get("tail_share") for r in mine]
+            tail = f"{median(tails):.2f}" if None not in tails and tails else "-"
+            print(f"| {side} | {median(values):.1f} | {[round(v, 1) for v in values]} | "
+                  f"{_ratio(mine, side):.3f} | {tail} |")  # fmt: skip
+        target = TARGETS.get(seqs)
+        if target is not None:
+            ratio = _ratio(mine, "predicted")
+            print(f"\nevalpipe predicted / raw at {seqs}: {ratio:.3f}× "
+                  f"({verdict(ratio, target)} ≤ {target})")  # fmt: skip
+            failed |= ratio > target and len(mine) >= 3
+        uniform = [r for r in mine if "uniform_raw" in r]
+        if uniform:
+            longest = _ratio(uniform, "uniform_longest", "uniform_given")
+            print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens): given / raw "
+                  f"{_ratio(uniform, 'uniform_given', 'uniform_raw'):.3f}×, longest first / "
+                  f"raw {_ratio(uniform, 'uniform_longest', 'uniform_raw'):.3f}×, longest first "
+                  f"/ given {longest:.3f}× "
+                  f"({'within' if abs(longest - 1) <= UNIFORM_NOISE else 'OUTSIDE'} "
+                  f"±{UNIFORM_NOISE:.0%})")  # fmt: skip
+    return 1 if failed and not args.quick else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "_rep":
+        args = argparse.Namespace(**json.loads(argv[1]))
+        print(json.dumps(_rep_child(args, int(argv[2]), int(argv[3]), argv[4] == "1")))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="smollm2_135m")
+    parser.add_argument("--past-preset", default="tiny_random", help="the past run's preset")
+    parser.add_argument("--prompts", type=int, default=1024)
+    parser.add_argument("--max-tokens", type=int, default=512, help="longest answer")
+    parser.add_argument("--seqs", default="64,256", help="max_num_seqs values, comma list")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--uniform", type=int, default=200, help="short uniform prompts")
+    parser.add_argument("--work", default=None, help="past run and results (default .cache/)")
+    args = parse_args(parser, QUICK, argv)
+    work = Path(
+        args.work or (tempfile.mkdtemp() if args.quick else REPO / ".cache" / "bench-admission")
+    )
+    args.work = str(work)
+    from evalpipe.catalog import models
+
+    for name in {args.preset, args.past_preset}:
+        models.prepare(name)
+    # The first repetition makes it, once per workload.
+    args.past = str(work / "past" / f"{args.past_preset}-{args.prompts}-{args.max_tokens}")
+    results = work / "results.jsonl"
+    rows = (
+        [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    )
+    rows = [r for r in rows if r.get("prompts") == args.prompts]
+    print(f"# {machine()}\n# start: {load_average()}", flush=True)
+    seqs = [int(s) for s in args.seqs.split(",")]
+    for n in seqs:
+        for rep in range(sum(r["seqs"] == n for r in rows), args.reps):
+            uniform = "1" if n == max(seqs) and args.uniform else "0"
+            done = _child(["_rep", json.dumps(vars(args)), str(n), str(rep), uniform])
+            row = json.loads(done.stdout.strip().splitlines()[-1]) | {"prompts": args.prompts}
+            row["load_average"] = load_average()
+            took = ", ".join(f"{k} {row[k]['generate_s']:.1f} s" for k in SIDES)
+            print(f"  max_num_seqs {n} rep {rep + 1}: {took}", file=sys.stderr, flush=True)
+            with results.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            rows.append(row)
+    status = report(args, [r for r in rows if r["seqs"] in seqs])
+    print(f"# end: {load_average()}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

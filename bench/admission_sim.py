@@ -1,0 +1,260 @@
+"""A scale model of admission order on paper: recorded completion lengths replayed through a
+batch-capped decode model, in the given order, longest predicted first and longest first with
+the true lengths (oracle).
+
+    python bench/admission_sim.py [--work .cache/bench-admission]   # checks + H100 figures
+    python bench/admission_sim.py --quick                             # small sizes, seconds
+
+The model (pure, no engine): sequences enter in admission order while fewer than `slots` run
+and the KV cache can hold every running sequence at its final length (no preemption). Each
+step makes one token of every running sequence and takes `step_s(batch, mean context)`; each
+admitted prompt adds its prefill (`prefill_s` per token). Between two finishes the batch is
+constant, so the model jumps from one finish to the next (exact for a step time linear in the
+context).
+
+Checked against the CPU: bench/admission.py's recorded workload (its lengths, its past run's
+predicted lengths, evalpipe's own admission order) with the CPU step time measured in the same
+repetitions (seconds per step at batch 1, 16 and max_num_seqs, a line over batch, scaled for
+context by the model's attention FLOPs); its predicted ratios against bench/admission.py's
+measured ones (target: within ±10 %). H100 figures use the GPU catalogue's roofline
+(evalpipe.estimate.throughput.roofline) on the planner's layout; the workloads' lengths are
+assumptions, printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import random
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from admission import SIDES, past_lengths, workload
+from benchlib import REPO, median, parse_args
+
+CHECK_TOLERANCE = 0.10
+CPU_PROMPT_TOKENS = 40  # the bench's chat-templated prompt, about
+CPU_KV_BYTES = 1 << 30  # VLLM_CPU_KVCACHE_SPACE=1 in the bench's environment
+# The sizes of bench/admission.py --quick, so a quick run of it can be checked.
+QUICK = {"prompts": 12, "max_tokens": 8, "aime_problems": 4, "mmlu_questions": 200}
+
+StepModel = Callable[[int, float], float]  # (batch, mean context tokens) → seconds
+
+
+def simulate(
+    seqs: Sequence[tuple[int, int]],
+    *,
+    slots: int,
+    step_s: StepModel,
+    prefill_s: float = 0.0,
+    kv_tokens: float = math.inf,
+) -> float:
+    """Seconds to decode `seqs` ((prompt tokens, completion tokens), in admission order)."""
+    running: list[tuple[int, int, int]] = []  # (finishes at step, prompt - start, held tokens)
+    queue = iter(seqs)
+    waiting = next(queue, None)
+    step, seconds, base, held = 0, 0.0, 0, 0
+    while waiting is not None or running:
+        while waiting is not None and len(running) < slots:
+            prompt, length = waiting
+            size = prompt + max(1, length)
+            if running and held + size > kv_tokens:
+                break  # first come, first served: it waits for room
+            heapq.heappush(running, (step + max(1, length), prompt - step, size))
+            base, held = base + prompt - step, held + size
+            seconds += prompt * prefill_s
+            waiting = next(queue, None)
+        finish = running[0][0]
+        batch, span = len(running), finish - step
+        seconds += span * step_s(batch, (base + batch * (step + span / 2)) / batch)
+        step = finish
+        while running and running[0][0] == step:
+            _, offset, size = heapq.heappop(running)
+            base, held = base - offset, held - size
+    return seconds
+
+
+def longest_first(keys: Sequence[float]) -> list[int]:
+    """Indices by descending key, ties in the given order (evalpipe.run.admission's rule)."""
+    return sorted(range(len(keys)), key=lambda i: (-keys[i], i))
+
+
+# -- the CPU check ------------------------------------------------------------------------------
+
+
+def cpu_step_model(points: dict[int, float], preset_name: str) -> StepModel:
+    """A line over batch through the measured seconds per step (probe context ~50 tokens),
+    each sequence's share scaled by its attention FLOPs at the context."""
+    from evalpipe.catalog.registry import load_preset
+
+    arch = load_preset(preset_name).architecture
+    dense = 2 * arch.params_b * 1e9
+    per_ctx = 4 * arch.layers * arch.hidden_size  # attention FLOPs per context token
+    xs, ys = list(points), list(points.values())
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    fixed = mean_y - slope * mean_x
+    probe = 50.0
+
+    def step_s(batch: int, ctx: float) -> float:
+        return fixed + batch * slope * (dense + per_ctx * ctx) / (dense + per_ctx * probe)
+
+    return step_s
+
+
+def cpu_orders(args: argparse.Namespace, past_run: Path) -> dict[str, list[int]]:
+    """Each side's order of the bench's prompts (given = task by task), the predicted one as
+    evalpipe's admission makes it from the past run."""
+    from evalpipe.estimate.lengths import PastLengths, load_lengths
+    from evalpipe.run.admission import admission_order, length_model
+    from evalpipe.run.stream import Item
+
+    tasks, lengths = workload(args.prompts, args.max_tokens)
+    items = [Item(task=t, sample=s) for t in tasks for s in t.samples()]
+    past = load_lengths([past_run]) if past_run.exists() else []
+    if not past:  # the bench has not run here: the same lengths it would record
+        recorded = past_lengths(lengths, args.max_tokens)
+        past = [PastLengths(run="regenerated", preset=args.past_preset, backend="vllm",
+                            tasks={t.name: {s.id: recorded[s.prompt] for s in t.samples()}
+                                   for t in tasks})]  # fmt: skip
+    ordered, _ = admission_order(
+        items, length_model(past, args.preset, "vllm"), "longest-first", deterministic=False
+    )
+    index = {id(item): k for k, item in enumerate(items)}
+    true = [lengths[i.sample.prompt] for i in items]
+    return {
+        "raw": list(range(len(items))),
+        "none": list(range(len(items))),
+        "predicted": [index[id(i)] for i in ordered],
+        "oracle": longest_first(true),
+    }, true  # type: ignore[return-value]
+
+
+def cpu_check(args: argparse.Namespace) -> bool:
+    work = Path(args.work)
+    results = work / "results.jsonl"
+    rows = [json.loads(x) for x in results.read_text().splitlines()] if results.exists() else []
+    rows = [r for r in rows if r.get("prompts") == args.prompts and "step_s" in r]
+    if not rows:
+        print(f"CPU check: no bench/admission.py results with step probes in {results}; run "
+              "it first (the quick mode writes to a temporary folder)")  # fmt: skip
+        return True
+    past_run = work / "past" / f"{args.past_preset}-{args.prompts}-{args.max_tokens}"
+    orders, true = cpu_orders(args, past_run)
+    from evalpipe.catalog.registry import load_preset
+
+    arch = load_preset(args.preset).architecture
+    kv = CPU_KV_BYTES / (2 * arch.layers * arch.kv_heads * arch.head_dim * 2)
+    ok = True
+    print("| max_num_seqs | side | simulated / given | measured / raw | off by |")
+    print("|---|---|---|---|---|")
+    for seqs in sorted({r["seqs"] for r in rows}):
+        mine = [r for r in rows if r["seqs"] == seqs]
+        points = {int(b): median([r["step_s"][b] for r in mine if b in r["step_s"]])
+                  for b in mine[0]["step_s"]}  # fmt: skip
+        model = cpu_step_model(points, args.preset)
+        simulated = {
+            side: simulate([(CPU_PROMPT_TOKENS, true[k]) for k in order], slots=seqs,
+                           step_s=model, kv_tokens=kv)
+            for side, order in orders.items()
+        }  # fmt: skip
+        for side in SIDES[1:]:
+            sim = simulated[side] / simulated["raw"]
+            measured = median([r[side]["generate_s"] / r["raw"]["generate_s"] for r in mine])
+            off = sim / measured - 1
+            ok &= abs(off) <= CHECK_TOLERANCE
+            print(f"| {seqs} | {side} | {sim:.3f} | {measured:.3f} | {off:+.1%} |")
+        print(f"| {seqs} | (given, seconds) | {simulated['raw']:.1f} s simulated | "
+              f"{median([r['raw']['generate_s'] for r in mine]):.1f} s measured | |")  # fmt: skip
+    print(f"simulated ratios within ±{CHECK_TOLERANCE:.0%} of the measured: "
+          f"{'meets' if ok else 'MISSES'}")  # fmt: skip
+    return ok
+
+
+# -- H100 figures -------------------------------------------------------------------------------
+
+
+def h100_case(
+    name: str,
+    preset_name: str,
+    tp: int,
+    max_model_len: int,
+    seqs: list[tuple[int, int]],
+    group: int,
+    predicted: list[float],
+) -> None:
+    """Given, predicted and oracle order of `seqs` (`group` sequences per request, admitted
+    together as vLLM fans out n) on the planner's H100 layout, roofline step times."""
+    from evalpipe.catalog.registry import get_gpu, load_preset
+    from evalpipe.estimate.throughput import roofline
+    from evalpipe.planning.planner import plan
+
+    preset, gpu = load_preset(preset_name), get_gpu("h100-80gb")
+    layout = plan(preset, gpu, tp=tp, max_model_len=max_model_len, read_model_config=False)
+    rates = roofline(preset, gpu, layout)
+    requests = len(seqs) // group
+    true = [sum(seqs[r * group + j][1] for j in range(group)) / group for r in range(requests)]
+
+    def order(keys: list[int]) -> list[tuple[int, int]]:
+        return [seqs[r * group + j] for r in keys for j in range(group)]
+
+    walls = {
+        side: simulate(order(keys), slots=rates.max_seqs, step_s=rates.step_s,
+                       prefill_s=rates.prefill_s, kv_tokens=rates.kv_tokens)
+        for side, keys in (("given", list(range(requests))),
+                           ("predicted", longest_first(predicted)),
+                           ("oracle", longest_first(true)))
+    }  # fmt: skip
+    tokens = sum(n for _, n in seqs)
+    print(f"| {name} | {preset_name} TP={layout.tensor_parallel_size} max_model_len "
+          f"{max_model_len}, ≤{rates.max_seqs} seqs, KV {rates.kv_tokens:,.0f} tokens | "
+          f"{tokens:,} | {walls['given']:.0f} s | {walls['predicted'] / walls['given']:.3f} | "
+          f"{walls['oracle'] / walls['given']:.3f} |")  # fmt: skip
+
+
+def h100(args: argparse.Namespace) -> None:
+    rng = random.Random(7)
+    print("\n| workload | H100 plan | tokens | given | predicted / given | oracle / given |")
+    print("|---|---|---|---|---|---|")
+    # AIME-like: problems × n = 16 at a 32k budget; a problem's mean length log-normal
+    # (median 9k), its completions around it (σ 0.35), cut at the budget. Predictions: a past
+    # run of another preset, per problem, × 1.3 and noise σ 0.3.
+    budget, seqs, predicted = 32_768, [], []
+    for _ in range(args.aime_problems):
+        mean = 9_000 * math.exp(rng.gauss(0, 0.5))
+        seqs += [(150, min(budget, round(mean * math.exp(rng.gauss(0, 0.35))))) for _ in range(16)]
+        predicted.append(mean * 1.3 * math.exp(rng.gauss(0, 0.3)))
+    name = f"AIME-like, {args.aime_problems} × n=16, 32k"
+    h100_case(name, "qwen3_32b", 2, budget + 1024, seqs, 16, predicted)
+    # MMLU-Pro-like: questions with chain-of-thought answers, log-normal (median 400, σ 0.7),
+    # cut at 4k; 350-token prompts; predictions × 1.2 with noise σ 0.5.
+    seqs, predicted = [], []
+    for _ in range(args.mmlu_questions):
+        length = min(4096, round(400 * math.exp(rng.gauss(0, 0.7))))
+        seqs.append((350, length))
+        predicted.append(length * 1.2 * math.exp(rng.gauss(0, 0.5)))
+    name = f"MMLU-Pro-like, {args.mmlu_questions:,} × n=1, 4k"
+    h100_case(name, "llama3_1_8b", 1, 8192, seqs, 1, predicted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", default=str(REPO / ".cache" / "bench-admission"))
+    parser.add_argument("--preset", default="smollm2_135m")
+    parser.add_argument("--past-preset", default="tiny_random")
+    parser.add_argument("--prompts", type=int, default=1024)
+    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--aime-problems", type=int, default=30)
+    parser.add_argument("--mmlu-questions", type=int, default=12_032)
+    args = parse_args(parser, QUICK, argv)
+    ok = cpu_check(args)
+    h100(args)
+    return 0 if ok or args.quick else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
