@@ -209,11 +209,12 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> 
     # Seconds per decode step at a few batch sizes, for the simulator's CPU step model
     # (bench/admission_sim.py): two forced lengths, so the prefill cancels out.
     figures["step_s"] = {}
+    probe = min(PROBE_TOKENS, 2 * args.max_tokens)  # the quick mode's few tokens
     for batch in sorted({1, 16, seqs}):
-        few = {p: PROBE_TOKENS for p in prompts[:batch]}
+        few = {p: probe for p in prompts[:batch]}
         long = raw(prompts[:batch], few)
-        short = raw(prompts[:batch], {p: PROBE_TOKENS // 4 for p in few})
-        figures["step_s"][str(batch)] = (long - short) / (PROBE_TOKENS - PROBE_TOKENS // 4)
+        short = raw(prompts[:batch], {p: probe // 4 for p in few})
+        figures["step_s"][str(batch)] = (long - short) / (probe - probe // 4)
     if uniform:
         short, _ = workload(args.uniform, UNIFORM_TOKENS)
         flat = {p: UNIFORM_TOKENS for t in short for p in t.prompts}
