@@ -109,7 +109,7 @@ evalpipe render --preset tiny_random --cluster local --out "$WORK/run" >job.sbat
 expect render "#SBATCH --partition=local" job.sbatch
 expect render "--preset tiny_random" job.sbatch
 evalpipe tasks list >tasks.txt
-for task in "$REPO"/configs/tasks/*.yaml; do
+for task in "$REPO"/configs/tasks/*.yaml "$REPO"/configs/suites/*.yaml; do
     expect "tasks list" "$(basename "$task" .yaml)" tasks.txt
 done
 evalpipe site detect --help >site.txt

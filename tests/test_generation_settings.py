@@ -56,15 +56,22 @@ def test_task_rule_keeps_the_task_settings_and_names_the_model_s(model_dir: Path
     )
 
 
-def test_model_rule_takes_temperature_and_top_p_and_says_what_it_cannot_apply(
+def test_model_rule_takes_the_model_s_sampling_and_says_what_it_cannot_apply(
     model_dir: Path,
 ) -> None:
     preset = dataclasses.replace(registry.load_preset("qwen3_32b"), generation_config="model")
     settings, note = effective_sampling(preset, _gsm8k(), _wanted(model_dir))
-    assert settings == dataclasses.replace(_gsm8k().sampling, temperature=0.6, top_p=0.95)
+    assert settings == dataclasses.replace(_gsm8k().sampling, temperature=0.6, top_p=0.95, top_k=20)
+    assert isinstance(settings.top_k, int)  # vLLM refuses top_k=20.0
     assert note == (
-        "gsm8k: using qwen3_32b's generation_config.json: temperature=0.6, top_p=0.95 (the "
-        "task's: temperature=0, top_p=1); not applied (evalpipe has no such setting): top_k=20; "
+        "gsm8k: using qwen3_32b's generation_config.json: temperature=0.6, top_p=0.95, "
+        "top_k=20 (the task's: temperature=0, top_p=1, top_k=0); generation_config: model"
+    )
+    wanted = {"min_p": 0.05, "repetition_penalty": 1.1}
+    settings, note = effective_sampling(preset, _gsm8k(), wanted)
+    assert settings.min_p == 0.05
+    assert note is not None and note.endswith(
+        "not applied (evalpipe has no such setting): repetition_penalty=1.1; "
         "generation_config: model"
     )
 
@@ -157,9 +164,8 @@ def test_evalpipe_run_generates_with_the_effective_settings(tmp_path: Path, caps
     assert main([*argv, "--out", str(out)]) == exitcodes.OK
     err = capsys.readouterr().err
     assert (
-        "evalpipe run: follows: using local_tiny's generation_config.json: temperature=0.6 (the "
-        "task's: temperature=0); not applied (evalpipe has no such setting): top_k=20; "
-        "generation_config: model" in err
+        "evalpipe run: follows: using local_tiny's generation_config.json: temperature=0.6, "
+        "top_k=20 (the task's: temperature=0, top_k=0); generation_config: model" in err
     )
     assert (
         "evalpipe run: keeps: local_tiny's generation_config.json recommends temperature=0.6, "
@@ -193,7 +199,7 @@ def test_evalpipe_run_on_vllm_samples_at_the_model_s_temperature(
     model = tmp_path / "model"
     shutil.copytree(tiny_random_path, model)
     prepared = json.loads((model / "generation_config.json").read_text())  # bos/eos ids
-    recommends = {"do_sample": True, "temperature": 0.6}
+    recommends = {"do_sample": True, "temperature": 0.6, "top_k": 20, "min_p": 0.05}
     (model / "generation_config.json").write_text(json.dumps(prepared | recommends))
     preset, tasks = write_run_inputs(tmp_path, model)
     out = tmp_path / "run"
@@ -202,8 +208,9 @@ def test_evalpipe_run_on_vllm_samples_at_the_model_s_temperature(
     err = capsys.readouterr().err
     assert "follows: using local_tiny's generation_config.json: temperature=0.6" in err
     assert (
-        "evalpipe run: keeps: local_tiny's generation_config.json recommends temperature=0.6; "
-        "the task's settings are used (temperature=0.2, top_p=1; generation_config: task)" in err
+        "evalpipe run: keeps: local_tiny's generation_config.json recommends temperature=0.6, "
+        "top_k=20, min_p=0.05; the task's settings are used (temperature=0.2, top_p=1; "
+        "generation_config: task)" in err
     )
     manifest = read_json(out / "manifest.json")
     sampling = manifest["config"]["sampling"]
@@ -213,3 +220,6 @@ def test_evalpipe_run_on_vllm_samples_at_the_model_s_temperature(
     assert used[8]["temperature"] == pytest.approx(0.6)  # follows
     assert used[12]["temperature"] == pytest.approx(0.2)  # keeps
     assert used[8]["top_p"] == used[12]["top_p"] == 1.0
+    # top_k and min_p reach vLLM's SamplingParams too (follows); keeps samples from all tokens.
+    assert (used[8]["top_k"], used[8]["min_p"]) == (20, pytest.approx(0.05))
+    assert (used[12]["top_k"], used[12]["min_p"]) == (0, 0.0)

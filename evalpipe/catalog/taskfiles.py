@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evalpipe.catalog import registry
+from evalpipe.catalog.suites import is_suite, load_suite
 from evalpipe.core.configio import read_yaml, unknown_name
 
 # How a multiple-choice answer is obtained: extracted from a generated completion, or the
@@ -27,12 +28,17 @@ def category_names() -> list[str]:
 
 def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | None) -> None:
     """Refuse a category no task file names, or a task that is neither a task file's name nor a
-    path to a task file (UnknownNameError with near matches; ConfigError for a missing file)."""
+    path to a task file, nor `suite:NAME` of a suite whose tasks all exist (UnknownNameError with
+    near matches; ConfigError for a missing file)."""
     if categories:
         known = category_names()
         for category in categories:
             if category not in known:
                 raise unknown_name("category", category, known)
-    for task in tasks or ():
-        if registry.given_file("task", task) is None and registry.find_file("tasks", task) is None:
-            raise unknown_name("task", task, task_names())
+    for ref in tasks or ():
+        in_suite = is_suite(ref)
+        for task in load_suite(ref).task_refs() if in_suite else [ref]:
+            if registry.given_file("task", task) or registry.find_file("tasks", task):
+                continue
+            error = unknown_name("task", task, task_names())
+            raise type(error)(f"Suite {ref!r}: {error}") if in_suite else error

@@ -102,7 +102,11 @@ def _estimate(
     from evalpipe.estimate.predict import DEFAULT_RESULTS, Selection, predictor
 
     selection = Selection(
-        categories=args.categories, tasks=args.tasks, limit=args.limit, mc_method=args.mc_method
+        categories=args.categories,
+        tasks=args.tasks,
+        limit=args.limit,
+        mc_method=args.mc_method,
+        max_tokens=args.max_tokens,
     )
     prediction = predictor(preset, gpu, plan, selection, results=args.results or [DEFAULT_RESULTS])
     return prediction.estimate(shards=args.shards)
@@ -116,6 +120,7 @@ def _check(args: argparse.Namespace) -> None:
             ("--categories", args.categories),
             ("--limit", args.limit),
             ("--mc-method", args.mc_method),
+            ("--max-tokens", args.max_tokens),
             ("--results", args.results),
             ("--shards", args.shards != 1),
         )

@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
+    from evalpipe.jobs.budgets import budget_table
     from evalpipe.jobs.submit import check, prepare
     from evalpipe.rundir.layout import RunDir
     from evalpipe.rundir.results import new_run_dir
@@ -57,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     spec = prepared.spec
+    budgets = budget_table(spec.preset, spec.options.run, spec.plan.max_model_len)
+    if budgets:  # the named tasks: what each generates, in which context
+        print(budgets, end="", file=sys.stderr)
     print(
         f"evalpipe render: {spec.nodes} node(s) × {spec.gpus_per_node} GPU(s), "
         f"TP={spec.plan.tensor_parallel_size} PP={spec.plan.pipeline_parallel_size}; logs go to "

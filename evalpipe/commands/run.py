@@ -177,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.rundir.results import new_run_dir
     from evalpipe.rundir.summary import format_summary
     from evalpipe.tasks import load_tasks
+    from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.generation import with_generation_config
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
@@ -196,20 +197,23 @@ def run(args: argparse.Namespace) -> int:
             load_tasks(categories=categories, tasks=given.tasks, mc_method=given.mc_method),
             find_model(preset),
         )
+        tasks, context = fit_tasks(
+            preset, tasks, max_tokens=given.max_tokens, given=given.max_model_len
+        )
         layout = plan_local(
             preset,
             tp=given.tp,
             pp=given.pp,
             # A deterministic run is one engine unless asked otherwise (then refused, saying why).
             replicas=given.replicas or (1 if args.deterministic else None),
-            max_model_len=given.max_model_len,
+            max_model_len=context.max_model_len,
             # Neither the fake engine nor a remote server uses this machine's GPUs.
             gpus=[] if given.backend in ("fake", "openai") else None,
         )
         settings = EngineSettings(
             tensor_parallel_size=layout.tp,
             pipeline_parallel_size=layout.pp,
-            max_model_len=given.max_model_len,
+            max_model_len=context.max_model_len,
             distributed_executor_backend=given.distributed_executor_backend,
             oom_fallback=not args.no_oom_fallback,
             deterministic=args.deterministic,
@@ -244,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             f"{layout.device}" + "".join(f"\n  note: {n}" for n in layout.notes)
         )
         print(f"evalpipe run: {where}", file=sys.stderr, flush=True)
-        for note in generation_notes:
+        for note in [*generation_notes, *context.notes]:
             print(f"evalpipe run: {note}", file=sys.stderr, flush=True)
 
         def start(settings: EngineSettings):

@@ -10,13 +10,15 @@ if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
     from evalpipe.tasks.config import ScorerConfig
 
-HELP = "List evaluation tasks, show their rendered samples, or fetch their datasets."
+HELP = "List evaluation tasks and suites, show their rendered samples, or fetch their datasets."
 ORDER = 12
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser("list", help="list the tasks (the default action)")
+    listing = actions.add_parser(
+        "list", help="list the tasks, then the suites (the default action)"
+    )
     listing.add_argument("--json", action="store_true", help="print a JSON list")
     show = actions.add_parser("show", help="print a task's samples as JSON lines")
     show.add_argument("task", help="task name or task file")
@@ -65,7 +67,21 @@ def run(args: argparse.Namespace) -> int:
         for r in rows
     ]
     print(format_table(header, table))
+    suites = _suites()
+    if suites:
+        print("\nSuites (--tasks suite:NAME):\n")
+        print(format_table(("suite", "tasks", "description"), suites))
     return 0
+
+
+def _suites() -> list[tuple[str, str, str]]:
+    from evalpipe.catalog.suites import load_suite, suite_names
+
+    rows = []
+    for name in suite_names():
+        suite = load_suite(name)
+        rows.append((name, ",".join(e.task for e in suite.tasks), suite.description))
+    return rows
 
 
 def _describe(task: ConfiguredTask) -> dict[str, object]:

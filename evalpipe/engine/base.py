@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from evalpipe.catalog.budgets import DEFAULT_MAX_TOKENS
 from evalpipe.core.configio import as_config
 from evalpipe.core.errors import ConfigError, EngineError
 
@@ -26,9 +27,11 @@ REMOTE_DEVICE = "remote"
 class SamplingSettings:
     """How to generate for one task (mirrors vLLM's SamplingParams)."""
 
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # sample from the k likeliest tokens; 0: all (vLLM's "off")
+    min_p: float = 0.0  # drop tokens below min_p × the likeliest token's probability; 0: off
     n: int = 1
     stop: tuple[str, ...] = ()
     seed: int = 0
@@ -36,7 +39,7 @@ class SamplingSettings:
     ignore_eos: bool = False
 
     # Added after the first run-directory schema (see configio.as_config).
-    LATER: ClassVar[tuple[str, ...]] = ("ignore_eos",)
+    LATER: ClassVar[tuple[str, ...]] = ("ignore_eos", "top_k", "min_p")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a run's configuration records and fingerprints them."""

@@ -76,8 +76,8 @@ def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
         "stop": list(settings.stop),
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
-        "top_k": 0,
-        "min_p": 0.0,
+        "top_k": settings.top_k,
+        "min_p": settings.min_p,
         "repetition_penalty": 1.0,
         "ignore_eos": settings.ignore_eos,
     }

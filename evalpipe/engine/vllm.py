@@ -603,6 +603,8 @@ def _params(settings: SamplingSettings, *, top_logprobs: int) -> Any:
         n=settings.n,
         temperature=settings.temperature,
         top_p=settings.top_p,
+        top_k=settings.top_k,
+        min_p=settings.min_p,
         max_tokens=settings.max_tokens,
         stop=list(settings.stop) or None,
         ignore_eos=settings.ignore_eos,

@@ -28,6 +28,7 @@ class Selection:
     tasks: tuple[str, ...] | None = None
     limit: int | None = None
     mc_method: str | None = None
+    max_tokens: int | None = None  # --max-tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,10 +92,13 @@ def predictor(
     """Load the tasks (their data only where it is local) and what `results` and
     `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible."""
     from evalpipe.tasks import load_tasks
+    from evalpipe.tasks.budgets import fit_tasks
 
     # The same selection as `evalpipe run`: named tasks alone, else the preset's categories.
     categories = selection.categories or (None if selection.tasks else preset.categories)
     tasks = load_tasks(categories=categories, tasks=selection.tasks, mc_method=selection.mc_method)
+    # The budgets the run will generate with, in the plan's context (capped as the runner caps).
+    tasks, _ = fit_tasks(preset, tasks, max_tokens=selection.max_tokens, given=plan.max_model_len)
     jobs = load_history([p for p in results if p.is_dir()], registry.load_gpus())
     counter = token_counter(preset)
     work = tuple(

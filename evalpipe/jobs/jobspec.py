@@ -29,6 +29,7 @@ from evalpipe.core.options import (
     to_argv,
 )
 from evalpipe.estimate.autosize import MARGIN
+from evalpipe.jobs.budgets import task_model_len
 from evalpipe.planning import planner
 from evalpipe.planning.memory import max_seqs
 from evalpipe.planning.planner import Plan
@@ -367,18 +368,33 @@ def make_jobspec(
         )
     run = options.run
     check_selection(run.categories, run.tasks)
-    try:
-        plan = planner.plan(
+    wanted = task_model_len(preset, run)
+
+    def plan_at(max_model_len: int | None) -> Plan:
+        return planner.plan(
             preset,
             gpu,
             gpus_per_node=cluster.gpus_per_node,
             tp=run.tp,
             pp=run.pp,
-            max_model_len=run.max_model_len,
+            max_model_len=max_model_len,
             max_nodes=cluster.max_nodes,
             overhead_correction_gib=cluster.overhead_correction_gib,
             replicas=run.replicas if run.replicas is not None else cluster.replicas,
         )
+
+    # A context raised for long budgets that does not fit falls back to the preset's; the
+    # runner then caps the budgets to fit it, with a note (evalpipe/tasks/budgets.py).
+    raised = wanted != run.max_model_len
+    try:
+        try:
+            plan: Plan | None = plan_at(wanted)
+        except DoesNotFitError:
+            if not raised:
+                raise
+            plan = None
+        if raised and (plan is None or not plan.fits):
+            plan = plan_at(run.max_model_len)
     except DoesNotFitError as exc:
         raise DoesNotFitError(
             f"{exc}\nCluster {cluster.name} allows at most {cluster.max_nodes} node(s) of "

@@ -120,12 +120,17 @@ class RunnerOptions:
         parse=names,
         text=names_text,
         check=some_names,
-        help="comma list of task names",
+        help="comma list of task names, task files and suites (suite:NAME, suite:FILE)",
     )
     limit: int | None = count_option(
         flag="--limit",
         group=SELECTION,
         help="at most N samples per task",
+    )
+    max_tokens: int | None = count_option(
+        flag="--max-tokens",
+        group=SELECTION,
+        help="cap every task's token budget at N, for smoke runs (default: each task's)",
     )
     mc_method: str | None = option(
         flag="--mc-method",

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from evalpipe.catalog import registry
+from evalpipe.catalog.suites import SuiteEntry, expand
 from evalpipe.catalog.taskfiles import task_names
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError
@@ -69,7 +70,8 @@ def load_tasks(
 ) -> list[ConfiguredTask]:
     """The tasks to run: the default tasks of `categories`, then the named `tasks`.
 
-    With neither, every category's default tasks. Names may be task names or task-file paths.
+    With neither, every category's default tasks. Names may be task names, task-file paths or
+    `suite:NAME` (the suite's tasks with the n and max_tokens it sets, evalpipe/catalog/suites.py).
     `mc_method` overrides the scorer method of every multiple-choice task (None: each file's).
     `run_programs` replaces the sandbox for code tasks (tests pass a recorder; None = real).
     `reasoning_parser` (the preset's) separates reasoning from the scored answer.
@@ -95,8 +97,8 @@ def load_tasks(
         for name in defaults:
             config, path = shipped[name]
             chosen[name] = ConfiguredTask(config, path=path, **made)
-    for name_or_path in tasks or ():
-        task = load_task(name_or_path, **made)
+    for name_or_path, entry in expand(tasks or ()):
+        task = _with_protocol(load_task(name_or_path, **made), entry)
         previous = chosen.get(task.name)
         if previous is not None and previous.path.resolve() != task.path.resolve():
             raise ConfigError(
@@ -107,6 +109,23 @@ def load_tasks(
     if mc_method is None:
         return list(chosen.values())
     return [_with_method(task, mc_method) for task in chosen.values()]
+
+
+def _with_protocol(task: ConfiguredTask, entry: SuiteEntry | None) -> ConfiguredTask:
+    """`task` with the n and max_tokens its suite entry sets: part of the task's definition,
+    as a task file's own settings are."""
+    if entry is None:
+        return task
+    given = {key: value for key in ("n", "max_tokens") if (value := getattr(entry, key))}
+    if not given:
+        return task
+    try:
+        sampling = dataclasses.replace(task.config.sampling, **given)
+        config = dataclasses.replace(task.config, sampling=sampling)
+    except ValueError as exc:
+        raise ConfigError(f"Task {task.name!r} with its suite's settings {given}: {exc}.") from exc
+    return ConfiguredTask(config, path=task.path, run_programs=task.run_programs,
+                          reasoning_parser=task.reasoning_parser)  # fmt: skip
 
 
 def _with_method(task: ConfiguredTask, method: str) -> ConfiguredTask:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from evalpipe.catalog.budgets import TEMPLATE_TOKENS
 from evalpipe.engine.base import Prompt
 from evalpipe.tasks.base import Sample, Task
 
-# Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt such
-# as SmolLM2's), and per further message. Generous on purpose: see prompt_token_bound.
-TEMPLATE_TOKENS = 64
+# Per further message, beyond the chat template's TEMPLATE_TOKENS. Generous on purpose: see
+# prompt_token_bound.
 MESSAGE_TOKENS = 8
 
 

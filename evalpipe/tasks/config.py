@@ -181,7 +181,8 @@ class ScorerConfig:
     continuation: str | None = None  # method logprobs: letter (default) or text
     extractor: str | None = None  # None: the kind's default
     harness: str | None = None  # code: how the test program is assembled
-    k: tuple[int, ...] = (1,)  # code: pass@k for each k (each <= sampling.n)
+    # code: pass@k for each k; math with n > 1: pass@k and maj@k for each k > 1 (each <= n)
+    k: tuple[int, ...] = (1,)
     timeout_s: float = 10.0  # code: wall-clock limit per program
     # Also report each metric per subset (`accuracy/SUBSET`), e.g. MMLU-Pro's 14 categories.
     by_subset: bool = False
@@ -212,17 +213,21 @@ class ScorerConfig:
                 f"extractor {self.extractor!r} does not fit scorer {self.kind!r}; "
                 f"valid: {', '.join(valid)}"
             )
+        if self.kind in ("code", "math") and (
+            not self.k or any(not isinstance(k, int) or k < 1 for k in self.k)
+        ):
+            raise ValueError(f"k must list positive integers, got {list(self.k)!r}")
         if self.kind == "code":
             if self.harness not in HARNESSES:
                 raise ValueError(
                     f"code scorers need harness one of {', '.join(HARNESSES)}, got {self.harness!r}"
                 )
-            if not self.k or any(not isinstance(k, int) or k < 1 for k in self.k):
-                raise ValueError(f"k must list positive integers, got {list(self.k)!r}")
             if self.timeout_s <= 0:
                 raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
-        elif self.harness is not None or self.k != (1,):
-            raise ValueError("harness and k apply to code scorers only")
+        elif self.harness is not None:
+            raise ValueError("harness applies to code scorers only")
+        elif self.kind != "math" and self.k != (1,):
+            raise ValueError("k applies to code and math scorers only")
         if not isinstance(self.by_subset, bool):
             raise ValueError(f"by_subset must be true or false, got {self.by_subset!r}")
 
@@ -314,6 +319,11 @@ def check_sampling(s: SamplingSettings, scorer: ScorerConfig) -> None:
         raise ValueError(f"sampling.temperature must be >= 0, got {s.temperature!r}")
     if not 0 < s.top_p <= 1:
         raise ValueError(f"sampling.top_p must be in (0, 1], got {s.top_p!r}")
+    # vLLM reads top_k -1 as 0 (all tokens); a model's generation_config.json may say either.
+    if not isinstance(s.top_k, int) or isinstance(s.top_k, bool) or s.top_k < -1:
+        raise ValueError(f"sampling.top_k must be 0 (off) or a positive integer, got {s.top_k!r}")
+    if not 0 <= s.min_p <= 1:
+        raise ValueError(f"sampling.min_p must be in [0, 1] (0: off), got {s.min_p!r}")
     if s.n > 1 and s.temperature == 0:
         raise ValueError(
             f"sampling.n = {s.n} with temperature 0 gives {s.n} identical completions; "

@@ -88,7 +88,8 @@ def effective_sampling(
     `recommended`), and one line when that differs from the task's own settings.
 
     Under `model`, the model's values replace the task's where SamplingSettings has the field
-    (temperature, top_p); the others (top_k, min_p, …) are named in the line as not applied.
+    (temperature, top_p, top_k, min_p); the others (repetition_penalty, …) are named in the line
+    as not applied.
     """
     own = task.sampling
     if task.scorer.method == "logprobs":  # ranks options; nothing is generated
@@ -102,7 +103,8 @@ def effective_sampling(
             f"settings are used (temperature={own.temperature:g}, top_p={own.top_p:g}; "
             "generation_config: task)"
         )
-    applied = {k: float(v) for k, v in differs.items() if k in APPLICABLE}
+    # In the field's own type: top_k 20, not 20.0 (vLLM refuses a float top_k).
+    applied = {k: type(getattr(own, k))(v) for k, v in differs.items() if k in APPLICABLE}
     settings = dataclasses.replace(own, **applied)
     try:
         check_sampling(settings, task.scorer)

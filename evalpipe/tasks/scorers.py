@@ -5,7 +5,8 @@
   n completions that pick it (and `no_answer` for the reference protocols).
 - math: the final answer extracted (GSM8K `#### N`, then math-verify's LaTeX/expression
   extraction, then the last number) and checked for mathematical equivalence with math-verify;
-  metric `accuracy` as above.
+  metric `accuracy` as above. With n > 1 completions the mean is named `avg@n` (AIME's avg@16),
+  and each configured k > 1 adds `pass@k` (unbiased, as for code) and `maj@k` (math_metrics.py).
 - code: each completion assembled into a test program and run in the sandbox; metrics `pass@k`
   for each configured k, the unbiased estimator of Chen et al. (2021) over the n completions.
 - ifeval: IFEval's verifiable instructions checked on each completion (tasks/ifeval.py);
@@ -14,7 +15,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -24,6 +24,7 @@ from evalpipe.tasks.base import Scored
 from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
 from evalpipe.tasks.ifeval import InstructionScorer
+from evalpipe.tasks.math_metrics import pass_at_k, sampled_scores, vote_key
 from evalpipe.tasks.mcq import extract_answer_line, extract_answer_stages
 
 Target = dict[str, Any]
@@ -35,13 +36,6 @@ class Scorer(Protocol):
     def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
         """One Scored per (reference, completions) pair, in order."""
         ...
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k)."""
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def best_option(continuations: Sequence[str], logprobs: Sequence[float]) -> int:
@@ -89,8 +83,9 @@ class MultipleChoiceScorer:
 class MathScorer:
     """Equivalence by math-verify: 1/2 = 0.5 = \\frac{1}{2}, "1,000" = 1000, -3 = −3."""
 
-    def __init__(self, extractor: str) -> None:
+    def __init__(self, extractor: str, ks: Sequence[int] = (1,)) -> None:
         self._extractor = extractor
+        self._ks = tuple(ks)
 
     def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
         from math_verify import verify
@@ -105,7 +100,8 @@ class MathScorer:
                 for _, parsed in found
             ]
             extracted = tuple(text for text, _ in found)
-            out.append(Scored(extracted=extracted, scores={"accuracy": _mean(correct)}))
+            scores = sampled_scores(correct, [vote_key(parsed) for _, parsed in found], self._ks)
+            out.append(Scored(extracted=extracted, scores=scores))
         return out
 
 
@@ -214,7 +210,7 @@ def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = Non
     if config.kind == "multiple_choice":
         return MultipleChoiceScorer(config.extractor_name)
     if config.kind == "math":
-        return MathScorer(config.extractor_name)
+        return MathScorer(config.extractor_name, config.k)
     if config.kind == "ifeval":
         return InstructionScorer()
     return CodeScorer(str(config.harness), config.k, config.timeout_s, run_programs)

@@ -15,6 +15,7 @@ from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import ShuffleConfig, TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
 from evalpipe.tasks.ifeval import METRICS as IFEVAL_METRICS
+from evalpipe.tasks.math_metrics import sampled_metrics
 from evalpipe.tasks.mcq import shuffled_rows
 from evalpipe.tasks.prompts import PromptBuilder
 from evalpipe.tasks.reasoning import split
@@ -83,6 +84,8 @@ class ConfiguredTask:
             return IFEVAL_METRICS
         if scorer.kind == "multiple_choice" and scorer.extractor_name in COUNTS_NO_ANSWER:
             return ("accuracy", "no_answer")
+        if scorer.kind == "math":
+            return sampled_metrics(self.sampling.n, scorer.k)
         return ("accuracy",)
 
     def definition(self) -> dict[str, Any]:

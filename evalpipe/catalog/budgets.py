@@ -1,0 +1,121 @@
+"""Token budgets and the context length they need (pure), and the budgets of named tasks read
+from their files alone, so `render` sizes a job without loading any task code.
+
+A reasoning task's budget (AIME: 32,768 tokens) is often longer than a preset's default
+max_model_len. The run's max_model_len is raised to what the longest budget needs (prompt +
+budget), up to the model's max_position_embeddings; only a budget beyond that (or beyond a
+--max-model-len the user gave) is capped, with a note. The prompt's share comes from the task
+file, so `render` on a login node (without the data) and the runner in the job reach the same
+numbers: the mean prompt bytes the file records for estimates (at least one byte per token, so a
+generous bound for typical prompts) plus the chat template's share, else DEFAULT_PROMPT_TOKENS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evalpipe.catalog import registry
+from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.suites import expand
+from evalpipe.core.configio import read_yaml
+
+# A task file's sampling defaults (engine.base.SamplingSettings takes them from here).
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_N = 1
+# Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt).
+TEMPLATE_TOKENS = 64
+# The prompt allowance of a task whose file records no prompt size: a zero-shot question
+# (AIME's longest problems are about 1,000 bytes).
+DEFAULT_PROMPT_TOKENS = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ask:
+    """What one task asks of the context: its budget and its prompt's size."""
+
+    name: str
+    max_tokens: int
+    n: int = DEFAULT_N
+    prompt_bytes: int | None = None  # the mean the task file records, if it does
+    generates: bool = True  # false: options ranked by log-probability, nothing generated
+
+    @property
+    def allowance(self) -> int:
+        """Tokens kept for the prompt (chat template included)."""
+        if self.prompt_bytes is None:
+            return DEFAULT_PROMPT_TOKENS
+        return TEMPLATE_TOKENS + self.prompt_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """The max_model_len a run gets, and each generating task's budget within it."""
+
+    max_model_len: int
+    budgets: dict[str, int]  # task → the max_tokens it runs with
+    notes: tuple[str, ...] = ()
+
+
+def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Context:
+    """The context for `asks` on `preset`; `given` is --max-model-len (None: choose)."""
+    ceiling = preset.architecture.max_position_embeddings
+    needs = {a.name: a.allowance + a.max_tokens for a in asks if a.generates}
+    wanted = max(needs.values(), default=0)
+    length = given or min(max(preset.max_model_len, wanted), ceiling)
+    notes = []
+    if length > preset.max_model_len and given is None:
+        notes.append(
+            f"max_model_len {length} (preset: {preset.max_model_len}) for the longest budget "
+            f"({wanted} tokens with its prompt; the model's max_position_embeddings: {ceiling})"
+        )
+    limit = "--max-model-len" if given else "the model's max_position_embeddings"
+    budgets = {}
+    for ask in asks:
+        if not ask.generates:
+            continue
+        budgets[ask.name] = ask.max_tokens
+        room = length - ask.allowance
+        if needs[ask.name] <= length:
+            continue
+        if room < 1:  # the allowance is a bound, not a measurement: vLLM stops at the limit
+            notes.append(
+                f"{ask.name}: its prompt allowance ({ask.allowance} tokens) leaves no room for "
+                f"an answer within max_model_len {length} ({limit}); long prompts end there"
+            )
+            continue
+        budgets[ask.name] = room
+        notes.append(
+            f"{ask.name}: budget capped at {room} tokens (asked: {ask.max_tokens}) to fit "
+            f"max_model_len {length}, {limit}"
+        )
+    return Context(max_model_len=length, budgets=budgets, notes=tuple(notes))
+
+
+def named_asks(
+    tasks: Sequence[str], *, max_tokens: int | None = None, mc_method: str | None = None
+) -> list[Ask]:
+    """The asks of the tasks a command line names (suites expanded, their n and max_tokens
+    applied, --max-tokens capping), read from the task files without loading the tasks."""
+    asks = []
+    for ref, entry in expand(tasks):
+        path = registry.given_file("task", ref) or registry.find_file("tasks", ref)
+        if path is None:
+            continue  # check_selection reports it
+        data = read_yaml(path)
+        sampling, source = data.get("sampling") or {}, data.get("source") or {}
+        scorer = data.get("scorer") or {}
+        method = scorer.get("method", "generate")
+        if mc_method and scorer.get("kind") == "multiple_choice":
+            method = mc_method
+        budget = (entry and entry.max_tokens) or sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
+        asks.append(
+            Ask(
+                name=str(data.get("name", path.stem)),
+                max_tokens=min(budget, max_tokens or budget),
+                n=(entry and entry.n) or sampling.get("n", DEFAULT_N),
+                prompt_bytes=source.get("prompt_bytes"),
+                generates=method != "logprobs",
+            )
+        )
+    return asks
