@@ -62,7 +62,10 @@ def test_a_valid_file_loads_with_its_stem_as_name(tmp_path: Path) -> None:
         ({"source__uri": "generated:arithmatic"}, "unknown generated set 'arithmatic'"),
         ({"scorer__kind": "exact"}, "scorer kind 'exact' is not one of multiple_choice, math"),
         ({"scorer__extractor": "letter"}, "extractor 'letter' does not fit scorer 'math'"),
-        ({"scorer__k": [1, 5]}, "pass@k needs k <= sampling.n (1); got k = [5]"),
+        (
+            {"scorer": {"kind": "multiple_choice", "k": [1, 5]}},
+            "k applies to code and math scorers only",
+        ),
         ({"scorer__harness": "mbpp"}, "harness applies to code scorers only"),
         ({"sampling": {"top_k": -2}}, "top_k must be 0 (off) or a positive integer"),
         ({"sampling": {"min_p": 1.5}}, "min_p must be in [0, 1] (0: off)"),

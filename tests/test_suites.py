@@ -1,0 +1,225 @@
+"""Suites, AIME's sampled metrics and long budgets: `--tasks suite:NAME` expands to its tasks
+with the suite's settings, maj@k/pass@k/avg@n agree with hand-counted references, and a budget
+beyond the preset's context raises max_model_len up to the model's limit, then is capped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from evalpipe.catalog import registry
+from evalpipe.catalog.budgets import Ask, fit_context, named_asks
+from evalpipe.catalog.suites import load_suite, suite_names
+from evalpipe.catalog.taskfiles import check_selection
+from evalpipe.cli import main
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, UnknownNameError
+from evalpipe.rundir.results import read_json
+from evalpipe.tasks import load_tasks
+from evalpipe.tasks.math_metrics import majority_correct, sampled_scores
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# AIME rows in the published schemas: HuggingFaceH4/aime_2024 (id, problem, solution, answer as
+# a zero-padded string, url, year) and MathArena/aime_2025 (problem_idx, problem, answer int).
+AIME = {
+    "HuggingFaceH4/aime_2024": [
+        {"id": 60 + i, "problem": f"What is {i} + {i}?", "solution": f"It is {2 * i}.",
+         "answer": f"{2 * i:03d}", "url": "https://example.org/p", "year": "2024"}
+        for i in range(1, 4)
+    ],
+    "MathArena/aime_2025": [
+        {"problem_idx": i, "problem": f"What is {i} times 7?", "answer": 7 * i}
+        for i in range(1, 4)
+    ],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The AIME datasets as local hub-style repositories (`datasets` resolves ORG/NAME here)."""
+    root = tmp_path_factory.mktemp("hub")
+    for name, rows in AIME.items():
+        repo = root / name
+        (repo / "default").mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows), repo / "default" / "train-00000.parquet")
+        card = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        (repo / "README.md").write_text(card + "    path: default/train-*\n---\n")
+    return root
+
+
+# -- maj@k, pass@k, avg@n against hand-counted references -----------------------------------
+
+
+def test_majority_ties_go_to_the_answer_seen_first_as_lighteval() -> None:
+    # votes: 7, 3, 3, 7 → a tie at two each; 7 occurs first, so 7 is the majority.
+    correct, votes = [True, False, False, True], ["7", "3", "3", "7"]
+    assert majority_correct(correct, votes, 4) is True
+    assert majority_correct(correct, votes, 3) is False  # 7, 3, 3 → 3 (wrong)
+    assert majority_correct(correct, votes, 1) is True
+    # No answer is a vote too, and never right: 2 × none beat one right answer.
+    assert majority_correct([False, False, True], [None, None, "5"], 3) is False
+
+
+def test_sampled_scores_name_and_count_as_the_definitions() -> None:
+    correct = [True, False, False, True]  # c = 2 of n = 4
+    scores = sampled_scores(correct, ["7", "3", "3", "7"], ks=(1, 2, 4))
+    assert scores == {
+        "avg@4": 0.5,
+        "pass@2": 1 - 1 / 6,  # 1 - C(2,2)/C(4,2)
+        "pass@4": 1.0,
+        "maj@2": 1.0,  # 7, 3 → tie, 7 first
+        "maj@4": 1.0,
+    }
+    assert sampled_scores([True], ["7"], ks=(1,)) == {"accuracy": 1.0}  # n = 1: as before
+
+
+def test_aime_scores_16_completions_with_math_verify(hub: Path) -> None:
+    [task] = load_tasks(tasks=["aime2024"])
+    assert task.metrics == ("avg@16", "pass@16", "maj@16")
+    target = {"answer": "025"}  # zero-padded as published
+    texts = ["so \\boxed{25}"] * 5 + ["\\boxed{24}"] * 6 + ["no answer"] * 5
+    from evalpipe.tasks.base import Sample
+
+    [scored] = task.score_many([(Sample(id="x", prompt="q", target=target), texts)])
+    assert scored.scores["avg@16"] == 5 / 16
+    assert scored.scores["pass@16"] == 1.0
+    assert scored.scores["maj@16"] == 0.0  # 24 wins six to five
+    assert scored.extracted[0] == "25" and scored.extracted[-1] is None
+
+
+# -- suites ---------------------------------------------------------------------------------
+
+
+def test_the_shipped_suite_names_the_2026_tasks_and_is_listed() -> None:
+    assert "reasoning-2026" in suite_names()
+    suite = load_suite("suite:reasoning-2026")
+    names = [e.task for e in suite.tasks]
+    assert names == ["aime2024", "aime2025", "gpqa_diamond", "mmlu_pro", "livecodebench", "ifeval"]
+    assert {e.max_tokens for e in suite.tasks} == {32768}
+    done = subprocess.run(
+        [sys.executable, "-m", "evalpipe", "tasks", "list"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Suites (--tasks suite:NAME)" in done.stdout
+    assert "reasoning-2026  aime2024,aime2025,gpqa_diamond" in done.stdout
+
+
+def test_a_user_suite_file_applies_its_settings(tmp_path: Path) -> None:
+    (tmp_path / "tasks").mkdir()
+    own = tmp_path / "tasks" / "sums.yaml"
+    own.write_text(
+        "category: math\nsource: {uri: 'generated:arithmetic', size: 4}\n"
+        "prompt: {template: '{{ question }}'}\nsampling: {temperature: 0.7}\n"
+        "scorer: {kind: math, k: [2]}\n"
+    )
+    path = tmp_path / "mine.yaml"
+    path.write_text("tasks:\n  - task: tasks/sums.yaml\n    n: 4\n    max_tokens: 99\n"
+                    "  - task: arithmetic\n")  # fmt: skip
+    check_selection(None, [f"suite:{path}"])
+    sums, arithmetic = load_tasks(tasks=[f"suite:{path}"])
+    assert (sums.name, sums.sampling.n, sums.sampling.max_tokens) == ("sums", 4, 99)
+    assert sums.definition()["sampling"]["n"] == 4  # part of the run's fingerprint
+    assert sums.metrics == ("avg@4", "pass@2", "maj@2")
+    assert arithmetic.config == load_tasks(tasks=["arithmetic"])[0].config
+    asks = named_asks([f"suite:{path}"], max_tokens=50)
+    assert [(a.name, a.n, a.max_tokens) for a in asks] == [("sums", 4, 50), ("arithmetic", 1, 50)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tasks: []\n", "tasks must list at least one task"),
+        ("tasks: [{task: arithmetic}, {task: arithmetic}]\n", "task 'arithmetic' is listed twice"),
+        ("tasks: [{task: arithmetic, n: 0}]\n", "n of task 'arithmetic' must be a positive"),
+        ("tasks: [{tsak: arithmetic}]\n", "unknown key 'tsak'. Did you mean 'task'?"),
+        ("tasks: [{task: arithmetic, n: 3}]\n", "n = 3 with temperature 0 gives 3 identical"),
+        ("tasks: [{task: aritmetic}]\n", "Unknown task 'aritmetic'. Did you mean 'arithmetic'?"),
+    ],
+)
+def test_bad_suites_are_refused_naming_the_fix(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=None) as error:
+        check_selection(None, [f"suite:{path}"])
+        load_tasks(tasks=[f"suite:{path}"])
+    assert message in str(error.value)
+
+
+def test_an_unknown_suite_gets_the_closest_name() -> None:
+    with pytest.raises(UnknownNameError, match="Did you mean 'reasoning-2026'"):
+        check_selection(None, ["suite:reasoning2026"])
+
+
+# -- long budgets ---------------------------------------------------------------------------
+
+
+def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> None:
+    qwen3 = registry.load_preset("qwen3_32b")  # max_model_len 16384, max_position_embeddings 40960
+    aime = Ask(name="aime2024", max_tokens=32768)
+    context = fit_context(qwen3, [aime], None)
+    assert context.max_model_len == 32768 + 1024 and context.budgets == {"aime2024": 32768}
+    assert context.notes[0].startswith("max_model_len 33792 (preset: 16384)")
+    longer = Ask(name="long", max_tokens=60000, prompt_bytes=500)
+    context = fit_context(qwen3, [aime, longer], None)
+    assert context.max_model_len == 40960  # the model's limit
+    assert context.budgets == {"aime2024": 32768, "long": 40960 - 564}
+    assert "long: budget capped at 40396 tokens (asked: 60000)" in context.notes[1]
+    given = fit_context(qwen3, [aime], 16384)  # --max-model-len wins, the budget is capped
+    assert given.budgets == {"aime2024": 16384 - 1024}
+    assert "to fit max_model_len 16384, --max-model-len" in given.notes[0]
+    ranked = Ask(name="mmlu", max_tokens=256, generates=False)  # nothing generated
+    assert fit_context(qwen3, [ranked], None).max_model_len == 16384
+
+
+def test_render_shows_each_task_with_n_budget_and_the_raised_context(capsys) -> None:
+    argv = ["render", "--preset", "qwen3_32b", "--cluster", "example-h100-site",
+            "--tasks", "aime2024,aime2025,gsm8k", "--out", "/scratch/r"]  # fmt: skip
+    assert main(argv) == exitcodes.OK
+    done = capsys.readouterr()
+    assert "--max-model-len 33792" in done.out
+    assert "aime2024  16  32768" in done.err and "gsm8k     1   384" in done.err
+    assert "max_model_len 33792 (preset: 16384; the model's max_position_embeddings: 40960)" in (
+        done.err
+    )
+
+
+def test_a_suite_runs_end_to_end_on_the_fake_engine(hub: Path, tmp_path: Path, capsys) -> None:
+    """AIME from the hub-style fixtures, through `evalpipe run`: every task with its sampled
+    metrics and intervals, budgets capped by --max-tokens."""
+    suite = tmp_path / "aime.yaml"
+    suite.write_text("tasks: [{task: aime2024}, {task: aime2025, n: 4}]\n")
+    out = tmp_path / "run"
+    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    argv = ["run", "--preset", "smollm2_135m", "--backend", "fake", "--tasks",
+            f"suite:{suite}", "--limit", "2", "--max-tokens", "16", "--out", str(out)]  # fmt: skip
+    cwd, saved = os.getcwd(), dict(os.environ)
+    try:
+        os.chdir(hub)
+        os.environ.update(env)
+        assert main(argv) == exitcodes.OK
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved)
+    summary = read_json(out / "summary.json")
+    assert set(summary["tasks"]["aime2024"]["metrics"]) == {"avg@16", "pass@16", "maj@16"}
+    assert set(summary["tasks"]["aime2025"]["metrics"]) == {"avg@4"}  # k 16 > n 4: none
+    for task in summary["tasks"].values():
+        assert task["n"] == 2
+        for stats in task["metrics"].values():
+            assert stats["ci_low"] <= stats["mean"] <= stats["ci_high"]
+    sampling = read_json(out / "manifest.json")["config"]["sampling"]
+    assert sampling["aime2024"]["max_tokens"] == 16 and sampling["aime2024"]["top_k"] == 20
+    assert json.dumps(summary)  # written whole
