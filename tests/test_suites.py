@@ -4,9 +4,7 @@ beyond the preset's context raises max_model_len up to the model's limit, then i
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -98,22 +96,16 @@ def test_aime_scores_16_completions_with_math_verify(hub: Path) -> None:
 # -- suites ---------------------------------------------------------------------------------
 
 
-def test_the_shipped_suite_names_the_2026_tasks_and_is_listed() -> None:
+def test_the_shipped_suite_names_the_2026_tasks_and_is_listed(capsys) -> None:
     assert "reasoning-2026" in suite_names()
     suite = load_suite("suite:reasoning-2026")
     names = [e.task for e in suite.tasks]
     assert names == ["aime2024", "aime2025", "gpqa_diamond", "mmlu_pro", "livecodebench", "ifeval"]
     assert {e.max_tokens for e in suite.tasks} == {32768}
-    done = subprocess.run(
-        [sys.executable, "-m", "evalpipe", "tasks", "list"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    assert "Suites (--tasks suite:NAME)" in done.stdout
-    assert "reasoning-2026  aime2024,aime2025,gpqa_diamond" in done.stdout
+    assert main(["tasks", "list"]) == exitcodes.OK
+    listed = capsys.readouterr().out
+    assert "Suites (--tasks suite:NAME)" in listed
+    assert "reasoning-2026  aime2024,aime2025,gpqa_diamond" in listed
 
 
 def test_a_user_suite_file_applies_its_settings(tmp_path: Path) -> None:
@@ -183,36 +175,49 @@ def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> 
     assert fit_context(qwen3, [ranked], None).max_model_len == 16384
 
 
-def test_render_shows_each_task_with_n_budget_and_the_raised_context(capsys) -> None:
+def shipped_suite_present(folder: Path) -> Path:
+    """reasoning-2026 as shipped, less the tasks whose files are not in this checkout: the
+    suite's tasks land one by one, and a run covers those present."""
+    shipped = registry.find_file("suites", "reasoning-2026")
+    assert shipped is not None
+    lines = shipped.read_text().split("\n  - task: ")
+    present = [e for e in lines[1:] if registry.find_file("tasks", e.split()[0])]
+    path = folder / "reasoning-2026.yaml"
+    path.write_text("\n  - task: ".join([lines[0], *present]) + "\n")
+    return path
+
+
+def test_render_shows_each_task_with_n_budget_and_the_raised_context(
+    tmp_path: Path, capsys
+) -> None:
+    suite = shipped_suite_present(tmp_path)
     argv = ["render", "--preset", "qwen3_32b", "--cluster", "example-h100-site",
-            "--tasks", "aime2024,aime2025,gsm8k", "--out", "/scratch/r"]  # fmt: skip
+            "--tasks", f"suite:{suite},gsm8k", "--out", "/scratch/r"]  # fmt: skip
     assert main(argv) == exitcodes.OK
     done = capsys.readouterr()
-    assert "--max-model-len 33792" in done.out
-    assert "aime2024  16  32768" in done.err and "gsm8k     1   384" in done.err
-    assert "max_model_len 33792 (preset: 16384; the model's max_position_embeddings: 40960)" in (
-        done.err
-    )
+    length = int(done.out.split("--max-model-len ")[1].split()[0])
+    assert 32768 < length <= 40960  # raised for the budget, within the model's limit
+    rows = {line.split()[0]: line.split()[1:] for line in done.err.splitlines() if line}
+    for task in load_suite(f"suite:{suite}").tasks:
+        n = load_tasks(tasks=[task.task])[0].sampling.n
+        assert rows[task.task] == [str(n), "32768"]
+    assert rows["aime2024"] == ["16", "32768"] and rows["gsm8k"] == ["1", "384"]
+    context = f"max_model_len {length} (preset: 16384; the model's max_position_embeddings: 40960)"
+    assert context in done.err
 
 
-def test_a_suite_runs_end_to_end_on_the_fake_engine(hub: Path, tmp_path: Path, capsys) -> None:
+def test_a_suite_runs_end_to_end_on_the_fake_engine(hub: Path, tmp_path: Path, monkeypatch) -> None:
     """AIME from the hub-style fixtures, through `evalpipe run`: every task with its sampled
     metrics and intervals, budgets capped by --max-tokens."""
     suite = tmp_path / "aime.yaml"
     suite.write_text("tasks: [{task: aime2024}, {task: aime2025, n: 4}]\n")
     out = tmp_path / "run"
-    env = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(hub)
     argv = ["run", "--preset", "smollm2_135m", "--backend", "fake", "--tasks",
             f"suite:{suite}", "--limit", "2", "--max-tokens", "16", "--out", str(out)]  # fmt: skip
-    cwd, saved = os.getcwd(), dict(os.environ)
-    try:
-        os.chdir(hub)
-        os.environ.update(env)
-        assert main(argv) == exitcodes.OK
-    finally:
-        os.chdir(cwd)
-        os.environ.clear()
-        os.environ.update(saved)
+    assert main(argv) == exitcodes.OK
     summary = read_json(out / "summary.json")
     assert set(summary["tasks"]["aime2024"]["metrics"]) == {"avg@16", "pass@16", "maj@16"}
     assert set(summary["tasks"]["aime2025"]["metrics"]) == {"avg@4"}  # k 16 > n 4: none
@@ -222,4 +227,44 @@ def test_a_suite_runs_end_to_end_on_the_fake_engine(hub: Path, tmp_path: Path, c
             assert stats["ci_low"] <= stats["mean"] <= stats["ci_high"]
     sampling = read_json(out / "manifest.json")["config"]["sampling"]
     assert sampling["aime2024"]["max_tokens"] == 16 and sampling["aime2024"]["top_k"] == 20
-    assert json.dumps(summary)  # written whole
+
+
+def _check_run(run_dir: Path, tasks: list[str]) -> None:
+    summary = read_json(run_dir / "summary.json")
+    assert summary["complete"] and sorted(summary["tasks"]) == sorted(tasks)
+    for name, task in summary["tasks"].items():
+        assert task["n"] == 2, name
+        assert task["metrics"], name
+        for stats in task["metrics"].values():
+            assert stats["ci_low"] <= stats["mean"] <= stats["ci_high"], name
+
+
+@pytest.mark.vllm
+@pytest.mark.slurm
+def test_the_suite_runs_on_smollm2_through_run_and_the_local_slurm(
+    hub: Path, tmp_path: Path, vllm_env: dict[str, str], local_slurm, monkeypatch
+) -> None:
+    """The shipped suite's tasks present here, on the real CPU engine from the fixtures
+    (--limit 2, budgets capped at 32 tokens): `evalpipe run`, then a job on the local SLURM
+    (which inherits this environment: sbatch --export=ALL)."""
+    from evalpipe.catalog import models
+
+    models.prepare("smollm2_135m")  # built once into the cache the job reads too
+    suite = shipped_suite_present(tmp_path)
+    tasks = [e.task for e in load_suite(f"suite:{suite}").tasks]
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    env = {**vllm_env, "PATH": path, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets")}  # fmt: skip
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(hub)
+    selection = ["--preset", "smollm2_135m", "--tasks", f"suite:{suite}", "--limit", "2",
+                 "--max-tokens", "32"]  # fmt: skip
+    assert main(["run", *selection, "--out", str(tmp_path / "local")]) == exitcodes.OK
+    _check_run(tmp_path / "local", tasks)
+    job = tmp_path / "job"
+    status = main(["submit", *selection, "--cluster", "local", "--out", str(job), "--wait",
+                   "--poll", "2"])  # fmt: skip
+    logs = "".join(p.read_text() for p in (job / "logs").glob("*.out"))
+    assert status == exitcodes.OK, logs[-3000:]
+    _check_run(job, tasks)
