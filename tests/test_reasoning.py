@@ -125,3 +125,31 @@ def test_presets_and_loader_carry_the_parser() -> None:
     assert task.reasoning_parser == "qwen3"
     with pytest.raises(ValueError, match="reasoning_parser 'o1' is not one of"):
         dataclasses.replace(registry.load_preset("tiny_random"), reasoning_parser="o1")
+
+
+def test_report_shows_cut_offs_inside_the_reasoning_per_task(tmp_path, capsys) -> None:
+    """A run whose completions carry reasoning (as the runner records them for a reasoning
+    preset): `evalpipe report` counts, per task, those cut off inside it."""
+    from evalpipe.cli import main
+    from evalpipe.rundir.layout import RunDir
+    from evalpipe.rundir.results import append_samples, read_samples
+
+    out = tmp_path / "run"
+    argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",
+            "--limit", "4", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    log = RunDir(out).samples
+    records = read_samples(log).records
+    log.unlink()
+    append_samples(
+        log,
+        [
+            dataclasses.replace(r, reasoning=("...",), cut_off=(i < 3,), reasoning_tokens=(9,))
+            for i, r in enumerate(records)
+        ],
+    )
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "Cut off inside the reasoning" in shown
+    assert "| arithmetic | 3/4 | 75% |" in shown

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         _write_plots(Path(args.plots), images)
 
     shown = tables.leaderboard(table, scores, args.by) + tables.predictions(table)
-    shown += tables.occupancy(table)
+    shown += tables.occupancy(table) + tables.cut_offs(table, runset.cut_offs)
     if comparison is not None:
         shown += tables.comparison(comparison, args.alpha)
     if args.format == "xlsx":

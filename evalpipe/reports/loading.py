@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ class RunSet:
         summary.json, used only for runs without any samples.jsonl.
     jobs: run, shard, wall_s, generated_tokens, prompt_tokens, tokens_per_s, generate_s, gpus.
     devices: run, shard, host, device, name, peak_memory_gib, mean_util_pct, energy_j.
+    cut_offs: run, task, completions, cut_off — per task of a reasoning model's run, its
+        completions and those that ended inside their reasoning (scored as unanswered).
     """
 
     runs: pd.DataFrame
@@ -52,6 +54,7 @@ class RunSet:
     summary_scores: pd.DataFrame
     jobs: pd.DataFrame
     devices: pd.DataFrame
+    cut_offs: pd.DataFrame
     warnings: tuple[str, ...]
 
 
@@ -178,6 +181,7 @@ _COLUMNS = {
     "devices": (
         "run", "shard", "host", "device", "name", "peak_memory_gib", "mean_util_pct", "energy_j",
     ),
+    "cut_offs": ("run", "task", "completions", "cut_off"),
 }  # fmt: skip
 # Declared so that empty frames keep usable types (a boolean mask must stay boolean).
 _DTYPES = {
@@ -195,6 +199,7 @@ _DTYPES = {
     "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int}
     | {name: float for name in ("tail_s", "tail_tokens", "rest_s", "rest_tokens")},
     "devices": {"device": str, "peak_memory_gib": float, "energy_j": float},
+    "cut_offs": {"completions": int, "cut_off": int},
 }
 
 
@@ -232,6 +237,7 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
         for record in part.samples:
             merged[record.key] = record
     _add_samples(tables["samples"], run, merged)
+    _add_cut_offs(tables["cut_offs"], run, merged.values())
 
     task_totals = _task_totals([top], warnings)
     for task, (category, n) in _task_totals(shards, warnings).items():
@@ -309,6 +315,17 @@ def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], SampleRe
     out.data["run"].extend([run] * len(rows))
     for name, column in zip(_COLUMNS["samples"][1:], zip(*rows, strict=True), strict=True):
         out.data[name].extend(column)
+
+
+def _add_cut_offs(out: _Columns, run: str, records: Iterable[SampleRecord]) -> None:
+    """Per task whose completions carry reasoning: how many ended inside it."""
+    counts: dict[str, tuple[int, int]] = {}
+    for record in records:
+        if any(record.reasoning):
+            done, cut = counts.get(record.task, (0, 0))
+            counts[record.task] = (done + len(record.completions), cut + sum(record.cut_off))
+    for task, (completions, cut_off) in counts.items():
+        out.add(run=run, task=task, completions=completions, cut_off=cut_off)
 
 
 def _planned(part: _Part) -> list[tuple[str, str, Any]]:

@@ -224,6 +224,37 @@ def predictions(table: pd.DataFrame) -> list[Table]:
     ]  # fmt: skip
 
 
+def cut_offs(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
+    """Per task of a reasoning model's run, the completions that ran out of tokens inside their
+    reasoning (scored as unanswered): a low score from a short budget, told from wrong answers."""
+    if counts.empty:
+        return []
+    presets = dict(zip(table["run"], table["preset"], strict=True))
+    names = {r["run"]: _run_name(r) for _, r in table.iterrows()}
+    rows = tuple(
+        (
+            presets.get(r["run"], "?"),
+            names.get(r["run"], r["run"]),
+            r["task"],
+            f"{r['cut_off']}/{r['completions']}",
+            f"{r['cut_off'] / r['completions']:.0%}" if r["completions"] else DASH,
+        )
+        for _, r in counts.iterrows()
+    )
+    return [
+        Table(
+            title="Cut off inside the reasoning",
+            header=("preset", "run", "task", "cut off / completions", "share"),
+            rows=rows,
+            right=(False, False, False, True, True),
+            notes=(
+                "Completions that ended inside the reasoning before an answer (the token "
+                "budget ran out) score 0; raise the task's max_tokens, or the suite's.",
+            ),
+        )
+    ]
+
+
 def occupancy(table: pd.DataFrame) -> list[Table]:
     """How much of each run's generation the batch spent less than half full (none when no run
     recorded it): the time a run lost to its tail of long completions."""
