@@ -165,3 +165,9 @@ def test_admission_quick(tiny_random_path: Path, tmp_path: Path) -> None:
 
 def test_admission_sim_quick() -> None:
     figures(quick("admission_sim.py", "--work", "/nonexistent"), "| AIME-like")
+
+
+def test_aime_metrics_quick() -> None:
+    out = quick("aime_metrics.py")
+    figures(out, "problems:", "metric values: agree")
+    assert "disagree 0;" in out
