@@ -206,6 +206,21 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
     assert context in done.err
 
 
+def test_plan_estimate_sizes_the_raised_context_and_the_suite_s_budgets(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # no data and no past runs here: rows from the task files
+    suite = tmp_path / "aime.yaml"
+    suite.write_text("tasks: [{task: aime2024}, {task: aime2025, max_tokens: 20000}]\n")
+    argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks",
+            f"suite:{suite}", "--estimate"]  # fmt: skip
+    assert main(argv) == exitcodes.OK
+    shown = capsys.readouterr().out
+    assert "at 33792 tokens" in shown  # the KV cache per sequence at the raised context
+    assert "32768 × 16" in shown and "20000 × 16" in shown
+
+
 def test_a_suite_runs_end_to_end_on_the_fake_engine(hub: Path, tmp_path: Path, monkeypatch) -> None:
     """AIME from the hub-style fixtures, through `evalpipe run`: every task with its sampled
     metrics and intervals, budgets capped by --max-tokens."""

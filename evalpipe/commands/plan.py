@@ -51,6 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_results_argument(parser)
 
 
+def _model_len(args: argparse.Namespace, preset: registry.Preset) -> int | None:
+    """--max-model-len; with --estimate and named tasks, the context their budgets need, as
+    `submit` plans it (evalpipe/jobs/budgets.py)."""
+    if not args.estimate:
+        return args.max_model_len
+    from evalpipe.jobs.budgets import task_model_len
+
+    given = RunnerOptions(max_model_len=args.max_model_len, tasks=args.tasks,
+                          max_tokens=args.max_tokens, mc_method=args.mc_method)  # fmt: skip
+    return task_model_len(preset, given)
+
+
 def _plan(
     args: argparse.Namespace,
     preset: registry.Preset,
@@ -63,7 +75,7 @@ def _plan(
         gpus_per_node=args.gpus_per_node,
         tp=args.tp,
         pp=args.pp,
-        max_model_len=args.max_model_len,
+        max_model_len=_model_len(args, preset),
         max_nodes=args.max_nodes,
         alternatives=others,
         replicas=args.replicas,
