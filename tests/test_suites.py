@@ -4,6 +4,7 @@ beyond the preset's context raises max_model_len up to the model's limit, then i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -204,6 +205,25 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
     assert rows["aime2024"] == ["16", "32768"] and rows["gsm8k"] == ["1", "384"]
     context = f"max_model_len {length} (preset: 16384; the model's max_position_embeddings: 40960)"
     assert context in done.err
+
+
+def test_a_raised_context_that_does_not_fit_falls_back_and_the_budget_is_capped() -> None:
+    """qwen3_32b on one H100: 16,384 tokens fit beside the weights, AIME's 33,792 do not."""
+    from evalpipe.jobs.budgets import budget_table
+    from evalpipe.jobs.jobspec import JobOptions, make_jobspec
+    from evalpipe.run.options import RunnerOptions
+
+    cluster = dataclasses.replace(registry.load_cluster("local"), gpus_per_node=1, max_nodes=1)
+    preset = registry.load_preset("qwen3_32b")
+    run = RunnerOptions(tasks=("aime2024",))
+    spec = make_jobspec(
+        preset=preset, preset_ref="qwen3_32b", cluster=cluster, gpu=registry.get_gpu(cluster.gpu),
+        options=JobOptions(run=run), run_dir="/scratch/r",
+    )  # fmt: skip
+    assert spec.plan.max_model_len == 16384 and spec.plan.fits
+    shown = budget_table(preset, run, spec.plan.max_model_len)
+    assert "aime2024  16  15360" in shown
+    assert "aime2024: budget capped at 15360 tokens (asked: 32768)" in shown
 
 
 def test_plan_estimate_sizes_the_raised_context_and_the_suite_s_budgets(
