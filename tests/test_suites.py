@@ -160,18 +160,22 @@ def test_an_unknown_suite_gets_the_closest_name() -> None:
 
 def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> None:
     qwen3 = registry.load_preset("qwen3_32b")  # max_model_len 16384, max_position_embeddings 40960
-    aime = Ask(name="aime2024", max_tokens=32768)
+    # No recorded prompt size: 64 tokens of chat template + 1,024 for the prompt.
+    aime = Ask(name="aime2024", max_tokens=32768, template_bytes=90)
     context = fit_context(qwen3, [aime], None)
-    assert context.max_model_len == 32768 + 1024 and context.budgets == {"aime2024": 32768}
-    assert context.notes[0].startswith("max_model_len 33792 (preset: 16384)")
+    assert context.max_model_len == 32768 + 1088 and context.budgets == {"aime2024": 32768}
+    assert context.notes[0].startswith("max_model_len 33856 (preset: 16384)")
     longer = Ask(name="long", max_tokens=60000, prompt_bytes=500)
     context = fit_context(qwen3, [aime, longer], None)
     assert context.max_model_len == 40960  # the model's limit
     assert context.budgets == {"aime2024": 32768, "long": 40960 - 564}
     assert "long: budget capped at 40396 tokens (asked: 60000)" in context.notes[1]
     given = fit_context(qwen3, [aime], 16384)  # --max-model-len wins, the budget is capped
-    assert given.budgets == {"aime2024": 16384 - 1024}
+    assert given.budgets == {"aime2024": 16384 - 1088}
     assert "to fit max_model_len 16384, --max-model-len" in given.notes[0]
+    # Short budgets never move the context, whatever their prompts may take.
+    short = Ask(name="gsm8k", max_tokens=384, template_bytes=40)
+    assert fit_context(registry.load_preset("tiny_random"), [short], None).max_model_len == 1024
     ranked = Ask(name="mmlu", max_tokens=256, generates=False)  # nothing generated
     assert fit_context(qwen3, [ranked], None).max_model_len == 16384
 
@@ -222,8 +226,9 @@ def test_a_raised_context_that_does_not_fit_falls_back_and_the_budget_is_capped(
     )  # fmt: skip
     assert spec.plan.max_model_len == 16384 and spec.plan.fits
     shown = budget_table(preset, run, spec.plan.max_model_len)
-    assert "aime2024  16  15360" in shown
-    assert "aime2024: budget capped at 15360 tokens (asked: 32768)" in shown
+    budget = 16384 - 64 - 1024  # the chat template's and the prompt's allowance
+    assert f"aime2024  16  {budget}" in shown
+    assert f"aime2024: budget capped at {budget} tokens (asked: 32768)" in shown
 
 
 def test_plan_estimate_sizes_the_raised_context_and_the_suite_s_budgets(
@@ -237,7 +242,7 @@ def test_plan_estimate_sizes_the_raised_context_and_the_suite_s_budgets(
             f"suite:{suite}", "--estimate"]  # fmt: skip
     assert main(argv) == exitcodes.OK
     shown = capsys.readouterr().out
-    assert "at 33792 tokens" in shown  # the KV cache per sequence at the raised context
+    assert "at 33856 tokens" in shown  # the KV cache per sequence at the raised context
     assert "32768 × 16" in shown and "20000 × 16" in shown
 
 

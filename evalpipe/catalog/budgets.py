@@ -2,12 +2,14 @@
 from their files alone, so `render` sizes a job without loading any task code.
 
 A reasoning task's budget (AIME: 32,768 tokens) is often longer than a preset's default
-max_model_len. The run's max_model_len is raised to what the longest budget needs (prompt +
-budget), up to the model's max_position_embeddings; only a budget beyond that (or beyond a
---max-model-len the user gave) is capped, with a note. The prompt's share comes from the task
-file, so `render` on a login node (without the data) and the runner in the job reach the same
-numbers: the mean prompt bytes the file records for estimates (at least one byte per token, so a
-generous bound for typical prompts) plus the chat template's share, else DEFAULT_PROMPT_TOKENS.
+max_model_len. When a budget and the least its prompt can take (the chat template's share, and
+the prompt bytes the task file records for estimates, else its template's text) do not fit the
+preset's max_model_len, the run's max_model_len is raised to the budget plus a prompt
+allowance (the recorded bytes, at least one byte per token, so a generous bound for typical
+prompts; else DEFAULT_PROMPT_TOKENS), up to the model's max_position_embeddings; only a budget
+beyond that (or beyond a --max-model-len the user gave) is capped, with a note. Short budgets
+never move the context. Everything comes from the task file, so `render` on a login node
+(without the data) and the runner in the job reach the same numbers.
 """
 
 from __future__ import annotations
@@ -38,14 +40,20 @@ class Ask:
     max_tokens: int
     n: int = DEFAULT_N
     prompt_bytes: int | None = None  # the mean the task file records, if it does
+    template_bytes: int = 0  # the prompt template's own text (system prompt included)
     generates: bool = True  # false: options ranked by log-probability, nothing generated
 
     @property
     def allowance(self) -> int:
-        """Tokens kept for the prompt (chat template included)."""
+        """Tokens kept for the prompt (chat template included) when the context is sized."""
         if self.prompt_bytes is None:
-            return DEFAULT_PROMPT_TOKENS
+            return TEMPLATE_TOKENS + max(self.template_bytes, DEFAULT_PROMPT_TOKENS)
         return TEMPLATE_TOKENS + self.prompt_bytes
+
+    @property
+    def least(self) -> int:
+        """The shortest sequence the budget can take: whether a context must change."""
+        return TEMPLATE_TOKENS + (self.prompt_bytes or self.template_bytes) + self.max_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +68,8 @@ class Context:
 def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Context:
     """The context for `asks` on `preset`; `given` is --max-model-len (None: choose)."""
     ceiling = preset.architecture.max_position_embeddings
-    needs = {a.name: a.allowance + a.max_tokens for a in asks if a.generates}
-    wanted = max(needs.values(), default=0)
+    long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
+    wanted = max((a.allowance + a.max_tokens for a in long), default=0)
     length = given or min(max(preset.max_model_len, wanted), ceiling)
     notes = []
     if length > preset.max_model_len and given is None:
@@ -70,13 +78,10 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
             f"({wanted} tokens with its prompt; the model's max_position_embeddings: {ceiling})"
         )
     limit = "--max-model-len" if given else "the model's max_position_embeddings"
-    budgets = {}
-    for ask in asks:
-        if not ask.generates:
-            continue
-        budgets[ask.name] = ask.max_tokens
+    budgets = {a.name: a.max_tokens for a in asks if a.generates}
+    for ask in long:
         room = length - ask.allowance
-        if needs[ask.name] <= length:
+        if ask.allowance + ask.max_tokens <= length:
             continue
         if room < 1:  # the allowance is a bound, not a measurement: vLLM stops at the limit
             notes.append(
@@ -105,6 +110,7 @@ def named_asks(
         data = read_yaml(path)
         sampling, source = data.get("sampling") or {}, data.get("source") or {}
         scorer = data.get("scorer") or {}
+        prompt = data.get("prompt") or {}
         method = scorer.get("method", "generate")
         if mc_method and scorer.get("kind") == "multiple_choice":
             method = mc_method
@@ -115,7 +121,13 @@ def named_asks(
                 max_tokens=min(budget, max_tokens or budget),
                 n=(entry and entry.n) or sampling.get("n", DEFAULT_N),
                 prompt_bytes=source.get("prompt_bytes"),
+                template_bytes=template_bytes(prompt.get("template"), prompt.get("system")),
                 generates=method != "logprobs",
             )
         )
     return asks
+
+
+def template_bytes(*texts: str | None) -> int:
+    """UTF-8 bytes of a prompt's fixed text (its template, its system prompt)."""
+    return sum(len(text.encode()) for text in texts if isinstance(text, str))

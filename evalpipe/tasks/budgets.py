@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from evalpipe.catalog.budgets import Ask, Context, fit_context
+from evalpipe.catalog.budgets import Ask, Context, fit_context, template_bytes
 from evalpipe.catalog.registry import Preset
 from evalpipe.tasks.task import ConfiguredTask
 
@@ -17,6 +17,7 @@ def ask(task: ConfiguredTask) -> Ask:
         max_tokens=task.sampling.max_tokens,
         n=task.sampling.n,
         prompt_bytes=task.config.source.prompt_bytes,
+        template_bytes=template_bytes(task.config.prompt.template, task.config.prompt.system),
         generates=task.config.scorer.method != "logprobs",
     )
 
