@@ -22,7 +22,8 @@ from evalpipe.catalog.registry import Preset
 from evalpipe.catalog.suites import expand
 from evalpipe.core.configio import read_yaml
 
-# A task file's sampling defaults (engine.base.SamplingSettings takes them from here).
+# A task file's sampling defaults (engine.base.SamplingSettings takes them from here, so a
+# suite read without the task code has the same ones).
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_N = 1
 # Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt).

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from evalpipe.catalog.budgets import DEFAULT_MAX_TOKENS
+from evalpipe.catalog.budgets import DEFAULT_MAX_TOKENS, DEFAULT_N
 from evalpipe.core.configio import as_config
 from evalpipe.core.errors import ConfigError, EngineError
 
@@ -32,7 +32,7 @@ class SamplingSettings:
     top_p: float = 1.0
     top_k: int = 0  # sample from the k likeliest tokens; 0: all (vLLM's "off")
     min_p: float = 0.0  # drop tokens below min_p × the likeliest token's probability; 0: off
-    n: int = 1
+    n: int = DEFAULT_N
     stop: tuple[str, ...] = ()
     seed: int = 0
     # Generate exactly max_tokens, past the end-of-sequence token (benchmarks, probes).
