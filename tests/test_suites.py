@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -41,16 +42,40 @@ AIME = {
 }  # fmt: skip
 
 
+# The other tasks of reasoning-2026, from their own tests' fixtures (tests/fixtures/), served
+# as the hub datasets their task files name: (dataset, configuration, split) → file.
+FIXTURES = ROOT / "tests" / "fixtures"
+SERVED = {
+    ("Idavidrein/gpqa", "gpqa_diamond", "train"): FIXTURES / "gpqa_diamond" / "train.jsonl",
+    ("TIGER-Lab/MMLU-Pro", "default", "test"): FIXTURES / "mmlu_pro" / "test.jsonl",
+    ("TIGER-Lab/MMLU-Pro", "default", "validation"): FIXTURES / "mmlu_pro" / "validation.jsonl",
+    ("google/IFEval", "default", "train"): FIXTURES / "ifeval" / "train.jsonl",
+}
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The AIME datasets as local hub-style repositories (`datasets` resolves ORG/NAME here)."""
+    """The suite's datasets as local hub-style repositories (`datasets` resolves ORG/NAME here)."""
     root = tmp_path_factory.mktemp("hub")
+    files: dict[str, dict[str, list[tuple[str, str]]]] = {}
     for name, rows in AIME.items():
-        repo = root / name
-        (repo / "default").mkdir(parents=True)
-        pq.write_table(pa.Table.from_pylist(rows), repo / "default" / "train-00000.parquet")
-        card = "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
-        (repo / "README.md").write_text(card + "    path: default/train-*\n---\n")
+        (root / name / "default").mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(rows), root / name / "default" / "train.parquet")
+        files.setdefault(name, {})["default"] = [("train", "default/train.parquet")]
+    for (name, config, split), source in SERVED.items():
+        if source.is_file():
+            (root / name / config).mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, root / name / config / f"{split}.jsonl")
+            files.setdefault(name, {}).setdefault(config, []).append(
+                (split, f"{config}/{split}.jsonl")
+            )
+    for name, configs in files.items():
+        card = "".join(
+            f"- config_name: {config}\n  data_files:\n"
+            + "".join(f"  - split: {split}\n    path: {path}\n" for split, path in splits)
+            for config, splits in configs.items()
+        )
+        (root / name / "README.md").write_text(f"---\nconfigs:\n{card}---\n")
     return root
 
 
