@@ -120,7 +120,7 @@ class RunnerOptions:
         parse=names,
         text=names_text,
         check=some_names,
-        help="comma list of task names",
+        help="comma list of task names (lm_eval:NAME for lm-eval's tasks and groups)",
     )
     limit: int | None = count_option(
         flag="--limit",
