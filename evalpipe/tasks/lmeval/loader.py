@@ -66,8 +66,12 @@ def load(names: Sequence[str], folders: Sequence[Path]) -> dict[str, Any]:
     lm_eval = import_lm_eval()
     from lm_eval.tasks import TaskManager
 
+    # A task file is loaded by its name from its folder (searched): lm-eval 0.4.13 takes a
+    # group file's `task:` list for its name when given the path.
+    names = [_name_in(Path(name)) if Path(name).is_file() else name for name in names]
     shipped = Path(lm_eval.tasks.__file__).parent
     near = sorted({folder for name in names for folder in _candidates(shipped, name)})
+    folders = list(dict.fromkeys(folders))
     try:
         return _load(TaskManager(include_defaults=False, include_path=[*near, *folders]), names)
     except KeyError:  # a name elsewhere, or a group reaching into other folders: scan them all
@@ -81,9 +85,20 @@ def load(names: Sequence[str], folders: Sequence[Path]) -> dict[str, Any]:
         ) from None
 
 
+def _name_in(path: Path) -> str:
+    """The task or group a task file defines."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    config = load_yaml(path, resolve_func=False)
+    name = config.get("group") if "group" in config else config.get("task")
+    if not isinstance(name, str):
+        raise ConfigError(f"lm-eval task file {str(path)!r} names no `task:` or `group:`.")
+    return name
+
+
 def _load(manager: Any, names: Sequence[str]) -> dict[str, Any]:
     for name in names:
-        if not Path(name).is_file() and name not in manager.all_tasks:
+        if name not in manager.all_tasks:
             raise KeyError(name)
     try:
         return manager.load(list(names))
@@ -92,9 +107,7 @@ def _load(manager: Any, names: Sequence[str]) -> dict[str, Any]:
 
 
 def _candidates(shipped: Path, name: str) -> list[Path]:
-    """lm-eval's task folders whose name starts `name` (arc for arc_easy), longest first."""
-    if Path(name).is_file():
-        return []
+    """The lm-eval task folder whose name starts `name` (arc for arc_easy), the longest."""
     found = [
         shipped / folder
         for folder in {name, *(name[:i] for i, c in enumerate(name) if c in "_-")}

@@ -8,6 +8,7 @@ scores (mmlu's size-weighted mean) by construction.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,6 +17,7 @@ from evalpipe.tasks.lmeval.task import LmEvalTask
 
 # What lm-eval's CLI uses unless told otherwise (--bootstrap_iters).
 BOOTSTRAP_ITERS = 100000
+NO_POOL = "DISABLE_MULTIPROC"  # lm-eval's switch to bootstrap in this process
 
 # Per task, each finished document: (sample id, its scores).
 DocScores = Sequence[tuple[str, Mapping[str, float]]]
@@ -49,6 +51,17 @@ def lm_eval_results(
         for name, group in task.groups.items()
         if {t.task_name for t in group.get_all_tasks()} <= names
     }
-    results = _process_results(accumulated, groups, bootstrap_iters)._to_eval_results()
+    # lm-eval bootstraps some stderrs (perplexity, f1, …) in a forked process pool; forked from
+    # the runner's threads its workers can hang for good. Its single-process path draws the
+    # same seeded chunks, so the numbers are the same.
+    saved = os.environ.get(NO_POOL)
+    os.environ[NO_POOL] = "1"
+    try:
+        results = _process_results(accumulated, groups, bootstrap_iters)._to_eval_results()
+    finally:
+        if saved is None:
+            del os.environ[NO_POOL]
+        else:
+            os.environ[NO_POOL] = saved
     results["lm_eval_version"] = lm_eval.__version__
     return json.loads(json.dumps(results, default=handle_non_serializable))

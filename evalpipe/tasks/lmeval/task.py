@@ -24,6 +24,7 @@ from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
 CATEGORY = "lm_eval"
 GENERATE = "generate_until"
 SCORED_TYPES = ("loglikelihood", "multiple_choice")
+FEWSHOT_SEED = 1234  # lm_eval --fewshot_random_seed's default
 # lm-eval's vLLM backend generates this many tokens where a task does not say.
 DEFAULT_MAX_GEN_TOKS = 256
 # generation_kwargs keys evalpipe's SamplingSettings carries (the rest is refused, by name).
@@ -132,6 +133,8 @@ class LmEvalTask:
     def _build(self) -> dict[int, tuple[Any, list[Any]]]:
         if self._built is None:
             prompting = self.prompting
+            # lm-eval's default few-shot seed (simple_evaluate sets it; TaskManager does not).
+            self.lm_task.set_fewshot_seed(seed=FEWSHOT_SEED)
             self.lm_task.build_all_requests(
                 rank=0,
                 world_size=1,
