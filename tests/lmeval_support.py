@@ -180,8 +180,10 @@ def write_tasks(folder: Path) -> Path:
     data.mkdir(parents=True, exist_ok=True)
     _jsonl(
         data / "arith.jsonl",
-        [{"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}. #### {a + b}"}
-         for a, b in ARITH],  # fmt: skip
+        [
+            {"question": f"What is {a} + {b}?", "answer": f"{a} + {b} = {a + b}. #### {a + b}"}
+            for a, b in ARITH
+        ],
     )
     for part, numbers in (("a", range(10, 16)), ("b", range(40, 44))):
         _jsonl(

@@ -218,3 +218,48 @@ def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(
     assert set(results["results"]) == {"ep_arith", "ep_vote", "ep_mc_a", "ep_mc_b",
                                        "ep_cloze", "ep_group"}  # fmt: skip
     assert results["n-samples"]["ep_arith"] == {"original": 8, "effective": 8}
+
+
+def _gsm8k_copy(root: Path) -> Path:
+    """A local copy of openai/gsm8k's `main` configuration, shaped as on the hub (parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    repo = root / "openai" / "gsm8k"
+    (repo / "main").mkdir(parents=True)
+    for split, pairs in (("train", [(1, 1), (2, 5), (3, 3), (4, 1), (6, 2), (7, 7)]),
+                         ("test", [(2, 3), (8, 1), (5, 5), (9, 9)])):  # fmt: skip
+        rows = [{"question": f"Tom has {a} apples and gets {b} more. How many?",
+                 "answer": f"{a}+{b}=<<{a}+{b}={a + b}>>{a + b}\n#### {a + b}"}
+                for a, b in pairs]  # fmt: skip
+        pq.write_table(
+            pa.Table.from_pylist(rows), repo / "main" / f"{split}-00000-of-00001.parquet"
+        )
+    (repo / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: "
+        "main/train-*\n  - split: test\n    path: main/test-*\n---\n"
+    )
+    return root
+
+
+def test_shipped_gsm8k_runs_from_a_local_copy_of_its_hub_dataset(tmp_path: Path) -> None:
+    """lm-eval's own gsm8k.yaml (5-shot from train, its two filters) over a local copy of
+    openai/gsm8k: `tasks fetch` reads it, `run` evaluates it and writes lm-eval's results."""
+    hub = _gsm8k_copy(tmp_path / "hub")
+    env = lm_eval_env() | {"HF_DATASETS_CACHE": str(tmp_path / "cache")}
+    evalpipe = [sys.executable, "-m", "evalpipe"]
+    fetched = subprocess.run([*evalpipe, "tasks", "fetch", "lm_eval:gsm8k"], cwd=hub, env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert fetched.returncode == 0, fetched.stderr
+    assert "gsm8k: 4 samples available" in fetched.stdout
+    out = tmp_path / "run"
+    done = subprocess.run([*evalpipe, "run", "--preset", "tiny_random", "--backend", "fake",
+                           "--tasks", "lm_eval:gsm8k", "--out", str(out)], cwd=hub, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads((out / "lm_eval_results.json").read_text())
+    assert results["n-shot"] == {"gsm8k": 5}
+    assert set(results["results"]["gsm8k"]) >= {"exact_match,strict-match",
+                                                 "exact_match_stderr,flexible-extract"}  # fmt: skip
+    first = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
+    assert first["prompt"].count("Question:") == 6  # five shots and the question

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
+    from evalpipe.tasks.base import Task
     from evalpipe.tasks.config import ScorerConfig
 
 HELP = "List evaluation tasks, show their rendered samples, or fetch their datasets."
@@ -26,7 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load every split the tasks read, filling the Hugging Face cache "
         "(run on a machine with network; set HF_DATASETS_CACHE to a shared folder)",
     )
-    fetch.add_argument("tasks", nargs="+", help="task names or task files")
+    fetch.add_argument(
+        "tasks", nargs="+", help="task names or task files (lm_eval:NAME for lm-eval's)"
+    )
     parser.set_defaults(json=False)
 
 
@@ -34,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe import tasks
 
     if args.action == "show":
-        task = tasks.load_task(args.task)
+        task = _one(args.task)
         for sample in task.samples(limit=args.limit):
             row = {"id": sample.id, "prompt": sample.prompt, "target": sample.target}
             if sample.options:  # ranked by log-probability: what is scored after the prompt
@@ -42,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
         return 0
     if args.action == "fetch":
-        for name in args.tasks:
-            task = tasks.load_task(name)
+        # lm_eval: tasks load their datasets (into the cache) as lm-eval builds them.
+        for task in tasks.load_tasks(tasks=args.tasks):
             print(f"{task.name}: {len(task.samples())} samples available")
         return 0
     rows = [_describe(tasks.load_task(name)) for name in tasks.task_names()]
@@ -66,6 +69,13 @@ def run(args: argparse.Namespace) -> int:
     ]
     print(format_table(header, table))
     return 0
+
+
+def _one(name: str) -> Task:
+    """One task by name or file; an lm_eval: name may stand for several (a group): its first."""
+    from evalpipe import tasks
+
+    return tasks.load_tasks(tasks=[name])[0]
 
 
 def _describe(task: ConfiguredTask) -> dict[str, object]:

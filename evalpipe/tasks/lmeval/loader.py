@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.core.errors import ConfigError, MissingDependencyError
+from evalpipe.core.errors import ConfigError, DatasetError, MissingDependencyError
 
 PREFIX = "lm_eval:"
 VERSION = "0.4.13"  # the release the bridge uses (pinned by the evalpipe[lmeval] extra)
@@ -102,7 +102,16 @@ def _load(manager: Any, names: Sequence[str]) -> dict[str, Any]:
             raise KeyError(name)
     try:
         return manager.load(list(names))
-    except (ValueError, FileNotFoundError) as exc:
+    except (ConnectionError, OSError, RuntimeError) as exc:  # the datasets library's failures
+        raise DatasetError(
+            f"lm-eval could not load the dataset of {', '.join(names)}: {exc}. Fill the "
+            "Hugging Face cache first on a machine with network (`evalpipe tasks fetch "
+            f"{PREFIX}NAME`, with HF_DATASETS_CACHE on a folder the compute nodes share; run "
+            "them with HF_DATASETS_OFFLINE=1), or copy the task file with dataset_path: json "
+            "and dataset_kwargs: {data_files: ...} on local files and run lm_eval:COPY.yaml. "
+            "A dataset that needs a loading script cannot be read by datasets 4 or later."
+        ) from None
+    except ValueError as exc:
         raise ConfigError(f"lm-eval could not load {', '.join(names)}: {exc}") from exc
 
 
