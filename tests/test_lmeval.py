@@ -263,3 +263,24 @@ def test_shipped_gsm8k_runs_from_a_local_copy_of_its_hub_dataset(tmp_path: Path)
                                                  "exact_match_stderr,flexible-extract"}  # fmt: skip
     first = json.loads((out / "samples.jsonl").read_text().splitlines()[0])
     assert first["prompt"].count("Question:") == 6  # five shots and the question
+
+
+@pytest.mark.slurm
+def test_a_slurm_job_runs_lm_eval_tasks(local_slurm: Any, folder: Path, tmp_path: Path) -> None:
+    """`submit --wait` on the local cluster: the job (inheriting the submitter's environment,
+    lm-eval included) runs a task and a group, and writes lm-eval's results."""
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    done = subprocess.run(
+        [sys.executable, "-m", "evalpipe", "submit", "--preset", "tiny_random", "--cluster",
+         "local", "--backend", "fake", "--out", "run", "--wait", "--poll", "1", "--tasks",
+         f"lm_eval:{folder},lm_eval:ep_arith,lm_eval:ep_group"],
+        cwd=tmp_path, env=lm_eval_env() | {"PATH": path}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "run"
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["slurm"]["job_id"]
+    results = json.loads((run / "lm_eval_results.json").read_text())
+    assert set(results["groups"]) == {"ep_group"}
+    assert results["n-samples"]["ep_mc_b"]["effective"] == 4

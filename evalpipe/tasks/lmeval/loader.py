@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX
 from evalpipe.core.errors import ConfigError, DatasetError, MissingDependencyError
 
-PREFIX = "lm_eval:"
+PREFIX = LM_EVAL_PREFIX
 VERSION = "0.4.13"  # the release the bridge uses (pinned by the evalpipe[lmeval] extra)
 
 
