@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -149,6 +150,29 @@ def test_requests_one_sample_per_document(folder: Path) -> None:
     assert type(mc[0].prompt).__name__ == "Rendered"
 
 
+def test_lm_eval_tasks_mix_with_evalpipes_and_show_estimate(folder: Path) -> None:
+    """evalpipe's own tasks and lm-eval's in one selection; `tasks show` prints lm-eval's
+    prompt; `plan --estimate` counts lm-eval's documents; lm-eval's index is searched in the
+    folder a name starts with."""
+    from lm_eval.tasks import __file__ as shipped
+
+    from evalpipe.tasks.lmeval.loader import _candidates
+
+    chosen = load_tasks(tasks=["arithmetic", f"lm_eval:{folder}/ep_cloze.yaml"])
+    assert [(t.name, t.category) for t in chosen] == [("arithmetic", "math"),
+                                                      ("ep_cloze", "lm_eval")]  # fmt: skip
+    assert _candidates(Path(shipped).parent, "arc_easy") == [Path(shipped).parent / "arc"]
+    evalpipe = [sys.executable, "-m", "evalpipe"]
+    shown = subprocess.run([*evalpipe, "tasks", "show", f"lm_eval:{folder}/ep_arith.yaml",
+                            "--limit", "1"], env=lm_eval_env(), capture_output=True, text=True,
+                           check=True).stdout  # fmt: skip
+    assert json.loads(shown)["prompt"].count("Question:") == 3  # two shots and the question
+    estimate = ["plan", "--preset", "tiny_random", "--gpu", "h100-80gb", "--estimate"]
+    plan = subprocess.run([*evalpipe, *estimate, "--tasks", f"lm_eval:{folder},lm_eval:ep_group"],
+                          env=lm_eval_env(), capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert re.search(r"ep_mc_a\s+6\s+\d+\s+ranked", plan), plan
+
+
 def test_unsupported_tasks_are_refused_before_anything_runs(tmp_path: Path) -> None:
     rolling = tmp_path / "ep_rolling.yaml"
     data = tmp_path / "d.jsonl"
@@ -218,6 +242,9 @@ def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(
     assert set(results["results"]) == {"ep_arith", "ep_vote", "ep_mc_a", "ep_mc_b",
                                        "ep_cloze", "ep_group"}  # fmt: skip
     assert results["n-samples"]["ep_arith"] == {"original": 8, "effective": 8}
+    records = _records(full)
+    assert all("<|" not in r["prompt"] for r in records)  # the fake engine: no chat template
+    assert {len(r["completions"]) for r in records if r["task"] == "ep_vote"} == {3}  # repeats
 
 
 def _gsm8k_copy(root: Path) -> Path:
