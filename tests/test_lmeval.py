@@ -168,8 +168,9 @@ def test_lm_eval_tasks_mix_with_evalpipes_and_show_estimate(folder: Path) -> Non
                            check=True).stdout  # fmt: skip
     assert json.loads(shown)["prompt"].count("Question:") == 3  # two shots and the question
     estimate = ["plan", "--preset", "tiny_random", "--gpu", "h100-80gb", "--estimate"]
-    plan = subprocess.run([*evalpipe, *estimate, "--tasks", f"lm_eval:{folder},lm_eval:ep_group"],
-                          env=lm_eval_env(), capture_output=True, text=True, check=True).stdout  # fmt: skip
+    names = f"lm_eval:{folder},lm_eval:ep_group"
+    plan = subprocess.run([*evalpipe, *estimate, "--tasks", names], env=lm_eval_env(),
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert re.search(r"ep_mc_a\s+6\s+\d+\s+ranked", plan), plan
 
 
