@@ -223,8 +223,17 @@ def _records(out: Path) -> list[dict[str, Any]]:
 def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(
     folder: Path, tmp_path: Path
 ) -> None:
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.engine.fake import FakeEngine
+    from evalpipe.run.runner import RunOptions, run_evaluation
+    from evalpipe.tasks.lmeval import lm_eval_prompting
+
     full, killed = tmp_path / "full", tmp_path / "killed"
-    assert _run(full, folder).wait(timeout=120) == 0
+    preset = load_preset("tiny_random")  # the uninterrupted run: in this process, as `run` does
+    tasks = load_tasks(tasks=[f"lm_eval:{folder}", *(f"lm_eval:{t}" for t in TASKS)],
+                       lm_eval=lm_eval_prompting(preset, "fake"))  # fmt: skip
+    options = RunOptions(backend="fake", window=2)
+    run_evaluation(lambda s: FakeEngine(preset, s), tasks, full, preset=preset, options=options)
     child = _run(killed, folder, delay=0.05)
     samples = killed / "samples.jsonl"
     deadline = time.monotonic() + 60
