@@ -174,6 +174,22 @@ def test_lm_eval_tasks_mix_with_evalpipes_and_show_estimate(folder: Path) -> Non
     assert re.search(r"ep_mc_a\s+6\s+\d+\s+ranked", plan), plan
 
 
+def test_reasoning_is_kept_out_of_what_lm_eval_scores(folder: Path) -> None:
+    """A reasoning preset's parser runs before lm-eval's filters: the number in the reasoning
+    is not extracted, a completion cut off inside it is unanswered, and the results say so."""
+    (task,) = load_tasks(tasks=[f"lm_eval:{folder}/ep_arith.yaml"], reasoning_parser="deepseek_r1")
+    assert isinstance(task, LmEvalTask)
+    sample = task.samples(limit=1)[0]  # 1 + 2
+    texts = ("<think>#### 9?</think> It is 3. #### 3", "<think>#### 3, or")
+    scored = task.score_responses(
+        [(sample, _completion(task, sample.id, [[text]])) for text in texts]
+    )
+    assert [s.scores["exact_match,strict-match"] for s in scored] == [1.0, 0.0]
+    assert [s.cut_off for s in scored] == [(False,), (True,)]
+    results = lm_eval_results([task], {task.name: [(sample.id, scored[0].scores)]})
+    assert results["evalpipe_reasoning_separated"] == {"ep_arith": "deepseek_r1"}
+
+
 def test_unsupported_tasks_are_refused_before_anything_runs(tmp_path: Path) -> None:
     rolling = tmp_path / "ep_rolling.yaml"
     data = tmp_path / "d.jsonl"

@@ -119,7 +119,7 @@ def load_tasks(
     )
     if not lm_names:
         return own
-    bridged = load_lmeval_tasks(lm_names, prompting=lm_eval)
+    bridged = load_lmeval_tasks(lm_names, prompting=lm_eval, reasoning_parser=reasoning_parser)
     clash = sorted({t.name for t in own} & {t.name for t in bridged})
     if clash:
         raise ConfigError(

@@ -32,15 +32,19 @@ def is_lmeval(name: str) -> bool:
 
 
 def load_lmeval_tasks(
-    names: Sequence[str], *, prompting: Prompting | None = None
+    names: Sequence[str],
+    *,
+    prompting: Prompting | None = None,
+    reasoning_parser: str | None = None,
 ) -> list[LmEvalTask]:
     """The leaf tasks of the `lm_eval:` entries in `names` (groups expand to their tasks),
-    in lm-eval's order, each knowing the groups it belongs to for the results record."""
+    in lm-eval's order, each knowing the groups it belongs to for the results record.
+    `reasoning_parser` (a reasoning preset's) keeps reasoning out of what lm-eval scores."""
     wanted, folders = split_specs(names)
     loaded = load(wanted, folders)
-    prompting = prompting or Prompting()
-    return [LmEvalTask(task, prompting=prompting, groups=loaded.get("groups", {}))
-            for task in loaded["tasks"].values()]  # fmt: skip
+    made = {"prompting": prompting or Prompting(), "groups": loaded.get("groups", {}),
+            "reasoning_parser": reasoning_parser}  # fmt: skip
+    return [LmEvalTask(task, **made) for task in loaded["tasks"].values()]
 
 
 def lm_eval_prompting(preset: Preset, backend: str) -> Prompting:

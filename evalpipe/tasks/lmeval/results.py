@@ -64,4 +64,8 @@ def lm_eval_results(
         else:
             os.environ[NO_POOL] = saved
     results["lm_eval_version"] = lm_eval.__version__
+    # Scores of a reasoning model's final answers, not of its whole completions: said so.
+    separated = {t.name: t.reasoning_parser for t in tasks if t.reasoning_parser is not None}
+    if separated:
+        results["evalpipe_reasoning_separated"] = separated
     return json.loads(json.dumps(results, default=handle_non_serializable))

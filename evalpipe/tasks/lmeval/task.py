@@ -20,6 +20,7 @@ from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import Completion, Generation, Rendered, SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
+from evalpipe.tasks.reasoning import Split, split
 
 CATEGORY = "lm_eval"
 GENERATE = "generate_until"
@@ -63,9 +64,16 @@ class LmEvalTask:
     category = CATEGORY
 
     def __init__(
-        self, task: Any, *, prompting: Prompting, groups: dict[str, Any] | None = None
+        self,
+        task: Any,
+        *,
+        prompting: Prompting,
+        groups: dict[str, Any] | None = None,
+        reasoning_parser: str | None = None,
     ) -> None:
         self.lm_task = task
+        # A reasoning model's completions reach lm-eval's filters as their final answers only.
+        self.reasoning_parser = reasoning_parser
         self.groups = groups or {}  # every lm-eval group loaded with it, by name
         self.name: str = task.task_name
         self.prompting = prompting
@@ -89,6 +97,7 @@ class LmEvalTask:
             "lm_eval": lm_eval.__version__,
             "config": config,
             "prompting": self.prompting.describe(),
+            "reasoning_parser": self.reasoning_parser,
         }
 
     def samples(self, limit: int | None = None) -> list[Sample]:
@@ -126,7 +135,25 @@ class LmEvalTask:
         every = [instance for _, _, fresh in chunk for instance in fresh]
         for ensemble in self.lm_task._filters:
             ensemble.apply(every)
-        return [self._scored(doc, fresh) for _, doc, fresh in chunk]
+        scored = [self._scored(doc, fresh) for _, doc, fresh in chunk]
+        if self.reasoning_parser is None or self.output_type != GENERATE:
+            return scored
+        return [
+            dataclasses.replace(
+                result,
+                reasoning=tuple(p.reasoning for p in parts),
+                cut_off=tuple(p.cut_off for p in parts),
+            )
+            for result, parts in zip(scored, self._splits(items), strict=True)
+        ]
+
+    def _splits(self, items: Sequence[tuple[Sample, Completion]]) -> list[list[Split]]:
+        """Each completion's reasoning and final answer (the preset's reasoning parser)."""
+        return [
+            [split(t, self.reasoning_parser) for t in completion.generation.texts]
+            for _, completion in items
+            if completion.generation is not None
+        ]
 
     # --- building -------------------------------------------------------------------------
 
@@ -180,9 +207,9 @@ class LmEvalTask:
             from lm_eval.models.utils import postprocess_generated_text
 
             until = list(self.sampling.stop)
-            return [
-                [postprocess_generated_text(t, until, None) for t in completion.generation.texts]
-            ]
+            # Only the final answer is scored; one cut off inside its reasoning is empty.
+            answers = [split(t, self.reasoning_parser).answer for t in completion.generation.texts]
+            return [[postprocess_generated_text(t, until, None) for t in answers]]
         found = completion.loglikelihoods
         if len(found) != len(instances):
             raise EngineError(
