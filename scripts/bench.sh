@@ -9,12 +9,7 @@ export PATH="$PWD/${EVALPIPE_VENV:-.venv}/bin:$PATH"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 # lm-eval for bench/peer_lm_eval.py, in its own folder: see bench/lm_eval_requirements.txt.
-LM_EVAL=.cache/bench-lm-eval
-if ! cmp -s bench/lm_eval_requirements.txt "$LM_EVAL/requirements.txt"; then
-    rm -rf "$LM_EVAL"
-    python -m pip install -q --no-deps --target "$LM_EVAL" -r bench/lm_eval_requirements.txt
-    cp bench/lm_eval_requirements.txt "$LM_EVAL/requirements.txt"
-fi
+bash scripts/lm-eval.sh
 # NLTK's released punkt_tab data for bench/ifeval_agreement.py: bench/punkt_tab_requirements.txt.
 PUNKT=.cache/bench-punkt-tab
 if ! cmp -s bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"; then

@@ -95,6 +95,13 @@ def test_peer_lm_eval_quick(vllm_env: dict[str, str], tiny_random_path: Path) ->
 
 
 @pytest.mark.vllm
+def test_lmeval_bridge_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("lmeval_bridge.py")
+    figures(out, "evalpipe: wall", "lm-eval:  wall", "wall-time ratio evalpipe / lm-eval:")
+    assert "completions: " in out and "exact_match (strict-match) on the identical" in out
+
+
+@pytest.mark.vllm
 def test_mc_methods_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("mc_methods.py")
     figures(out, "| generate |", "| letters |", "| prompt_logprobs |", "letters / generate:")

@@ -13,6 +13,9 @@ from evalpipe.core.configio import read_yaml, unknown_name
 # How a multiple-choice answer is obtained: extracted from a generated completion, or the
 # option letter the model finds most likely after the prompt (one scoring pass per option).
 MC_METHODS = ("generate", "logprobs")
+# A --tasks entry of EleutherAI lm-eval's (evalpipe/tasks/lmeval): lm-eval checks its names when
+# the task loads.
+LM_EVAL_PREFIX = "lm_eval:"
 
 
 def task_names() -> list[str]:
@@ -36,6 +39,8 @@ def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | Non
             if category not in known:
                 raise unknown_name("category", category, known)
     for ref in tasks or ():
+        if ref.startswith(LM_EVAL_PREFIX):
+            continue
         in_suite = is_suite(ref)
         for task in load_suite(ref).task_refs() if in_suite else [ref]:
             if registry.given_file("task", task) or registry.find_file("tasks", task):

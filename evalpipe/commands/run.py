@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.tasks import load_tasks
     from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.generation import with_generation_config
+    from evalpipe.tasks.lmeval import lm_eval_prompting
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.
@@ -194,7 +195,12 @@ def run(args: argparse.Namespace) -> int:
         categories = given.categories or (None if given.tasks else preset.categories)
         tasks, generation_notes = with_generation_config(
             preset,
-            load_tasks(categories=categories, tasks=given.tasks, mc_method=given.mc_method),
+            load_tasks(
+                categories=categories,
+                tasks=given.tasks,
+                mc_method=given.mc_method,
+                lm_eval=lm_eval_prompting(preset, given.backend),
+            ),
             find_model(preset),
         )
         tasks, context = fit_tasks(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
+    from evalpipe.tasks.base import Task
     from evalpipe.tasks.config import ScorerConfig
 
 HELP = "List evaluation tasks and suites, show their rendered samples, or fetch their datasets."
@@ -28,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="load every split the tasks read, filling the Hugging Face cache "
         "(run on a machine with network; set HF_DATASETS_CACHE to a shared folder)",
     )
-    fetch.add_argument("tasks", nargs="+", help="task names or task files")
+    fetch.add_argument(
+        "tasks", nargs="+", help="task names or task files (lm_eval:NAME for lm-eval's)"
+    )
     parser.set_defaults(json=False)
 
 
@@ -36,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe import tasks
 
     if args.action == "show":
-        task = tasks.load_task(args.task)
+        task = _one(args.task)
         for sample in task.samples(limit=args.limit):
             row = {"id": sample.id, "prompt": sample.prompt, "target": sample.target}
             if sample.options:  # ranked by log-probability: what is scored after the prompt
@@ -44,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
         return 0
     if args.action == "fetch":
-        for name in args.tasks:
-            task = tasks.load_task(name)
+        # lm_eval: tasks load their datasets (into the cache) as lm-eval builds them.
+        for task in tasks.load_tasks(tasks=args.tasks):
             print(f"{task.name}: {len(task.samples())} samples available")
         return 0
     rows = [_describe(tasks.load_task(name)) for name in tasks.task_names()]
@@ -82,6 +85,13 @@ def _suites() -> list[tuple[str, str, str]]:
         suite = load_suite(name)
         rows.append((name, ",".join(e.task for e in suite.tasks), suite.description))
     return rows
+
+
+def _one(name: str) -> Task:
+    """One task by name or file; an lm_eval: name may stand for several (a group): its first."""
+    from evalpipe import tasks
+
+    return tasks.load_tasks(tasks=[name])[0]
 
 
 def _describe(task: ConfiguredTask) -> dict[str, object]:

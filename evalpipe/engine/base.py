@@ -18,6 +18,16 @@ from evalpipe.core.errors import ConfigError, EngineError
 # sent to a chat model becomes one user message.
 Prompt = str | list[dict[str, str]]
 
+
+class Rendered(str):
+    """A prompt its task has already rendered (lm-eval's few-shot context, with any chat
+    template applied): engines send it as it is, with no chat template, stripping or BOS of
+    their own, tokenised the way lm-eval's vLLM backend tokenises (engine/rendering.py). A `str`,
+    so sample records, fingerprints and the fake engine see its plain text."""
+
+    __slots__ = ()
+
+
 # describe()["device"] of an engine whose model runs on a server elsewhere: reports show the
 # run's device as this instead of the client's CPU readings.
 REMOTE_DEVICE = "remote"
@@ -87,9 +97,19 @@ class Loglikelihood:
     logprob: float  # sum of the continuation tokens' log-probabilities, natural log
     tokens: int  # continuation tokens
     prompt_tokens: int  # tokens before the continuation (after any chat template)
+    # Whether every continuation token was the model's likeliest at its position (lm-eval's
+    # `is_greedy`, which its loglikelihood `acc` needs); None where the engine cannot tell.
+    is_greedy: bool | None = None
 
     @classmethod
-    def of(cls, logprobs: Sequence[float], *, prompt_tokens: int, source: str) -> Loglikelihood:
+    def of(
+        cls,
+        logprobs: Sequence[float],
+        *,
+        prompt_tokens: int,
+        source: str,
+        is_greedy: bool | None = None,
+    ) -> Loglikelihood:
         """The continuation scored by the sum of its tokens' `logprobs` (from `source`)."""
         total = math.fsum(logprobs)
         if math.isnan(total):
@@ -102,6 +122,7 @@ class Loglikelihood:
             logprob=max(total, -sys.float_info.max),
             tokens=len(logprobs),
             prompt_tokens=prompt_tokens,
+            is_greedy=is_greedy,
         )
 
 

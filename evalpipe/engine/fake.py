@@ -207,8 +207,8 @@ class FakeEngine(Engine):
         )
 
     def _loglikelihood(self, text: str, continuation: str) -> Loglikelihood:
-        """A scripted completion that starts with the continuation scores 0 (the likeliest);
-        anything else a stable hash-derived log-probability in (-10, -0.01]."""
+        """A scripted completion that starts with the continuation scores 0 (the likeliest, and
+        greedy); anything else a stable hash-derived log-probability in (-10, -0.01]."""
         scripted = next((c for k, c in self.script.items() if k in text), None)
         if scripted is not None and scripted.strip().startswith(continuation.strip()):
             logprob = 0.0
@@ -216,7 +216,10 @@ class FakeEngine(Engine):
             digest = hashlib.sha256(f"{text}\0{continuation}".encode()).hexdigest()
             logprob = -(1 + int(digest[:8], 16) % 1000) / 100
         return Loglikelihood(
-            logprob=logprob, tokens=len(continuation.split()), prompt_tokens=len(text.split())
+            logprob=logprob,
+            tokens=len(continuation.split()),
+            prompt_tokens=len(text.split()),
+            is_greedy=logprob == 0.0,  # only the scripted continuation is the likeliest
         )
 
     def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import Prompt
+from evalpipe.engine.base import Prompt, Rendered
 
 
 def messages(prompt: Prompt) -> list[dict[str, str]]:
@@ -29,7 +29,10 @@ def render(
 
     A chat model gets its chat template with the generation prompt (special tokens as the
     template writes them, so none are added when tokenising), as `LLM.chat` renders it; a plain
-    model gets the prompt with the tokenizer's own special tokens (BOS), as `LLM.generate`."""
+    model gets the prompt with the tokenizer's own special tokens (BOS), as `LLM.generate`. A
+    `Rendered` prompt is sent as it is, whatever the model (see `rendered_ids`)."""
+    if isinstance(prompt, Rendered):
+        return str(prompt), rendered_ids(tokenizer, prompt)
     if chat:
         text = tokenizer.apply_chat_template(
             messages(prompt), add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
@@ -59,6 +62,8 @@ def encode_options(
     template_kwargs: Mapping[str, Any] | None = None,
 ) -> list[tuple[list[int], int]]:
     """Each continuation after the prompt rendered once: (token ids, where it starts)."""
+    if isinstance(prompt, Rendered):
+        return [rendered_pair(tokenizer, prompt, c) for c in continuations]
     context = render(tokenizer, prompt, chat=chat, preset=preset, template_kwargs=template_kwargs)
     return [
         encode_continuation(tokenizer, prompt, c, chat=chat, preset=preset, context=context)
@@ -92,5 +97,48 @@ def encode_continuation(
             f"Cannot score continuation {continuation!r} after prompt {str(prompt)[:60]!r} "
             f"for preset {preset!r}: it needs a non-empty prompt and must add at least one "
             "token to it; give options non-empty text."
+        )
+    return ids, start
+
+
+# --- already-rendered prompts: lm-eval's vLLM backend's tokenisation -------------------------
+
+
+def prefix_token(tokenizer: Any) -> int:
+    """The token an empty context stands for: BOS, or EOS where the model has no BOS."""
+    bos = tokenizer.bos_token_id
+    return int(bos if bos is not None else tokenizer.eos_token_id)
+
+
+def rendered_ids(tokenizer: Any, text: str, *, special: bool = True) -> list[int]:
+    """`text` as token ids with the tokenizer's special tokens, unless it already starts with
+    the BOS text (a chat template wrote it) or `special` is False: no second BOS."""
+    if not text:
+        return []
+    if special:
+        special = not text.startswith(tokenizer.decode(prefix_token(tokenizer)))
+    return list(tokenizer(text, add_special_tokens=special).input_ids)
+
+
+def rendered_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], int]:
+    """Token ids of context + continuation and where the continuation starts, split as lm-eval
+    splits them: the context's trailing whitespace moves to the continuation, the whole is
+    tokenised once and cut after as many tokens as the context alone has; an empty context is
+    the prefix token."""
+    spaces = len(context) - len(context.rstrip())
+    if spaces:
+        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    if context:
+        ids = rendered_ids(tokenizer, context + continuation)
+        start = len(rendered_ids(tokenizer, context))
+    else:
+        ids = rendered_ids(tokenizer, continuation, special=False)
+        if not ids or ids[0] != prefix_token(tokenizer):
+            ids = [prefix_token(tokenizer), *ids]
+        start = 1
+    if start >= len(ids):
+        raise ConfigError(
+            f"Cannot score continuation {continuation!r} after context {context[-60:]!r}: it "
+            "adds no token to the context; the task must give non-empty continuations."
         )
     return ids, start

@@ -461,10 +461,15 @@ class VllmEngine(Engine):
         for i in scoring.parts.pop(out.request_id):
             ids, start = scoring.encoded[i]
             if out.prompt_logprobs is not None:
-                lps = [out.prompt_logprobs[p][ids[p]].logprob for p in range(start, len(ids))]
-            else:  # one decoding step of the shared context
+                found = [out.prompt_logprobs[p][ids[p]] for p in range(start, len(ids))]
+                lps = [lp.logprob for lp in found]
+                greedy = all(lp.rank == 1 for lp in found)
+            else:  # one decoding step of the shared context, greedy: its token is the likeliest
                 lps = [out.outputs[0].logprobs[0][ids[-1]].logprob]
-            scoring.found[i] = Loglikelihood.of(lps, prompt_tokens=start, source="vLLM")
+                greedy = out.outputs[0].token_ids[0] == ids[-1]
+            scoring.found[i] = Loglikelihood.of(
+                lps, prompt_tokens=start, source="vLLM", is_greedy=greedy
+            )
         if scoring.parts:
             return None
         del self._scoring[rid]

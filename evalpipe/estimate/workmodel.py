@@ -21,6 +21,7 @@ from evalpipe.core.span import Span
 from evalpipe.engine.base import Prompt
 from evalpipe.engine.rendering import messages
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
+from evalpipe.tasks.base import Task
 from evalpipe.tasks.task import ConfiguredTask
 
 # Bytes of English text per token when no tokenizer is at hand: "one token ≈ 4 characters of
@@ -166,7 +167,7 @@ def _prompt_bytes(prompt: Prompt) -> int:
 
 
 def _local_prompts(
-    task: ConfiguredTask, limit: int | None, preset: Preset, counter: TokenCounter | None
+    task: Task, limit: int | None, preset: Preset, counter: TokenCounter | None
 ) -> tuple[int, Span, str]:
     """(samples, prompt tokens per sample, source) from the task's own data."""
     samples = task.samples(limit)
@@ -208,7 +209,7 @@ def _hub_prompts(
 
 
 def _score_s(
-    task: ConfiguredTask, completions: int, past: Sequence[TaskRecord], scope: str
+    task: Task, completions: int, past: Sequence[TaskRecord], scope: str
 ) -> tuple[Span, str | None]:
     """Seconds of scoring per sample: what past runs of the task measured (a model's wrong
     programs, slow or timing out, cost more than a right one: no constant knows that), else
@@ -219,6 +220,8 @@ def _score_s(
         spread = 0.3 if scope == "preset" else 0.6
         source = f"scoring time of {len(timed)} past job(s) of this {scope}"
         return Span(mean * (1 - spread), mean, mean * (1 + spread)), source
+    if not isinstance(task, ConfiguredTask):  # lm-eval's scoring runs no programs
+        return SCORE_S, None
     scorer = task.config.scorer
     if scorer.kind != "code":
         return SCORE_S, None
@@ -231,7 +234,7 @@ def _score_s(
 
 
 def task_work(
-    task: ConfiguredTask,
+    task: Task,
     preset: Preset,
     *,
     limit: int | None,
@@ -240,11 +243,12 @@ def task_work(
 ) -> TaskWork:
     """The work of `task` for `preset` (see the module's docstring for the sources)."""
     scope, past = task_lengths(history, task.name, preset.name, family(preset.model))
-    if task.config.source.scheme == "hf":
+    # lm-eval's tasks (not ConfiguredTask) hold their loaded data: counted as local ones.
+    if isinstance(task, ConfiguredTask) and task.config.source.scheme == "hf":
         samples, prompt, prompt_source = _hub_prompts(task, limit, preset, past)
     else:
         samples, prompt, prompt_source = _local_prompts(task, limit, preset, counter)
-    ranked = task.config.scorer.method == "logprobs"
+    ranked = _ranked(task)
     n = task.sampling.n
     max_tokens = task.sampling.max_tokens
     generated = [t for t in past if t.completions]
@@ -275,3 +279,10 @@ def task_work(
         score_s=score_s,
         sources=(prompt_source, length_source, *([score_source] if score_source else [])),
     )
+
+
+def _ranked(task: Task) -> bool:
+    """Whether the task ranks options by log-probability instead of generating."""
+    if isinstance(task, ConfiguredTask):
+        return task.config.scorer.method == "logprobs"
+    return any(sample.options for sample in task.samples(1))

@@ -282,9 +282,12 @@ def _hf_dataset_cached(site: Site, name: str) -> list[Path]:
 def check_datasets(tasks: Sequence[Any], site: Site) -> list[Finding]:
     """Each task's data: local and packaged files exist; hub sets are cached when offline."""
     from evalpipe.tasks.datasets import source_file
+    from evalpipe.tasks.lmeval import LmEvalTask
 
     found = []
     for task in tasks:
+        if isinstance(task, LmEvalTask):  # lm-eval loaded its datasets in load_tasks already
+            continue
         cfg = task.config
         source = cfg.source
         splits = [source.split] + ([cfg.prompt.shots_split] if cfg.prompt.shots else [])

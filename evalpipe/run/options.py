@@ -120,7 +120,8 @@ class RunnerOptions:
         parse=names,
         text=names_text,
         check=some_names,
-        help="comma list of task names, task files and suites (suite:NAME, suite:FILE)",
+        help="comma list of task names, task files and suites (suite:NAME, suite:FILE); "
+        "lm_eval:NAME for lm-eval's tasks and groups",
     )
     limit: int | None = count_option(
         flag="--limit",

@@ -29,6 +29,7 @@ from evalpipe.estimate.lengths import PastLengths
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
+from evalpipe.run.lmeval import write_results as write_lm_eval_results
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.run.watchdog import Stall, Watchdog, end_process
@@ -180,9 +181,10 @@ def select_samples(task: Task, options: RunOptions) -> list[Sample]:
 class _Run:
     """One attempt at a run directory: owns the manifest and rewrites it as work proceeds."""
 
-    def __init__(self, out_dir: Path, manifest: Manifest) -> None:
+    def __init__(self, out_dir: Path, manifest: Manifest, tasks: Sequence[Task] = ()) -> None:
         self.files = RunDir(out_dir)
         self.manifest = manifest
+        self.tasks = tasks
         self.started = time.monotonic()
         self.attempt: Attempt | None = None
 
@@ -239,6 +241,8 @@ class _Run:
         self.save()
         summary = summarize_run(records, self.manifest)
         write_summary(self.files, summary)
+        if status == "complete":
+            write_lm_eval_results(self.files, self.tasks, records)
         return summary
 
 
@@ -374,7 +378,7 @@ def _evaluate(
     manifest.samples_planned = planned
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
-    run = _Run(out_dir, manifest)
+    run = _Run(out_dir, manifest, tasks)
     if not any(samples for _, samples in pending):
         if manifest.status != "complete":
             # Every sample is on disk but the attempt that wrote them died before finishing:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from evalpipe.core.errors import EngineError
 from evalpipe.engine.base import Completion, Engine, Generation, Request, Slots
 from evalpipe.rundir.results import SampleRecord
-from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.base import Sample, ScoresResponses, Task
 from evalpipe.tasks.scorers import best_option
 
 
@@ -172,7 +172,10 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
     for group in by_task.values():
         task = group[0][0].task
         t0 = time.monotonic()
-        scores = task.score_many([(item.sample, g.texts) for item, _, g in group])
+        if isinstance(task, ScoresResponses):
+            scores = task.score_responses([(item.sample, c) for item, c, _ in group])
+        else:
+            scores = task.score_many([(item.sample, g.texts) for item, _, g in group])
         seconds.append((task.category, time.monotonic() - t0))
         for (item, completion, generation), scored in zip(group, scores, strict=True):
             records.append(

@@ -6,6 +6,7 @@
       samples.damaged.jsonl  lines found damaged on resume, moved aside  writer: the run
       run.lock         who holds the directory (evalpipe.rundir.lock)      writer: the run
       summary.json     metrics and throughput at the end of an attempt writer: the run
+      lm_eval_results.json  lm-eval's results JSON of the run's lm_eval: tasks  writer: the run
       metrics.csv      the monitor's time series (this node)           writer: the run's monitor
       metrics-<host>.csv  another node's series in a multi-node job     writer: that node's monitor
       monitor-phase.json  the runner's phase and clock for those monitors  writer: the run's monitor
@@ -46,6 +47,7 @@ SAMPLES = "samples.jsonl"
 DAMAGED = "samples.damaged.jsonl"
 LOCK = "run.lock"
 SUMMARY = "summary.json"
+LM_EVAL_RESULTS = "lm_eval_results.json"
 METRICS = "metrics.csv"
 NODE_METRICS = "metrics-{host}.csv"
 PHASE = "monitor-phase.json"
@@ -92,6 +94,10 @@ class RunDir:
     @property
     def summary(self) -> Path:
         return self.path / SUMMARY
+
+    @property
+    def lm_eval_results(self) -> Path:
+        return self.path / LM_EVAL_RESULTS
 
     @property
     def metrics(self) -> Path:

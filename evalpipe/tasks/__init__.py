@@ -5,7 +5,7 @@ shipped defaults need no network — the generated offline sets and HumanEval, w
 package — so `--categories reasoning,math,coding` runs anywhere. Hub-backed tasks (ARC, MMLU,
 BBH, GSM8K, MATH-500, MBPP) run when named (`--tasks gsm8k,mmlu`). They are not added
 automatically when their data happens to be cached: a run's task list must not depend on the
-state of a cache.
+state of a cache. `lm_eval:NAME` entries are EleutherAI lm-eval's tasks (evalpipe/tasks/lmeval).
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from evalpipe.catalog.suites import SuiteEntry, expand
 from evalpipe.catalog.taskfiles import task_names
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError
+from evalpipe.tasks.base import Task
 from evalpipe.tasks.config import TaskConfig, load_task_config
+from evalpipe.tasks.lmeval import Prompting, is_lmeval, load_lmeval_tasks
 from evalpipe.tasks.scorers import RunPrograms
 from evalpipe.tasks.task import ConfiguredTask
 
@@ -67,8 +69,11 @@ def load_tasks(
     mc_method: str | None = None,
     run_programs: RunPrograms | None = None,
     reasoning_parser: str | None = None,
-) -> list[ConfiguredTask]:
-    """The tasks to run: the default tasks of `categories`, then the named `tasks`.
+    lm_eval: Prompting | None = None,
+) -> list[Task]:
+    """The tasks to run: the default tasks of `categories`, then the named `tasks`, then the
+    `lm_eval:` ones (loaded together, so their groups are whole; `lm_eval` says how lm-eval
+    renders their prompts).
 
     With neither, every category's default tasks. Names may be task names, task-file paths or
     `suite:NAME` (the suite's tasks with the n and max_tokens it sets, evalpipe/catalog/suites.py).
@@ -77,9 +82,12 @@ def load_tasks(
     `reasoning_parser` (the preset's) separates reasoning from the scored answer.
     """
     made = {"run_programs": run_programs, "reasoning_parser": reasoning_parser}
+    lm_names = [name for name in tasks or () if is_lmeval(name)]
+    tasks = [name for name in tasks or () if not is_lmeval(name)]
     shipped = _shipped()
     known = sorted({config.category for config, _ in shipped.values()})
-    if not categories and not tasks:  # every category's defaults; hub-only ones have none
+    if not categories and not tasks and not lm_names:
+        # every category's defaults; hub-only ones have none
         categories = sorted({c.category for c, _ in shipped.values() if c.default})
     chosen: dict[str, ConfiguredTask] = {}
     for category in categories or ():
@@ -106,9 +114,21 @@ def load_tasks(
                 "rename one (its `name:` key or its file)."
             )
         chosen.setdefault(task.name, task)
-    if mc_method is None:
-        return list(chosen.values())
-    return [_with_method(task, mc_method) for task in chosen.values()]
+    own: list[Task] = list(
+        chosen.values()
+        if mc_method is None
+        else (_with_method(t, mc_method) for t in chosen.values())
+    )
+    if not lm_names:
+        return own
+    bridged = load_lmeval_tasks(lm_names, prompting=lm_eval, reasoning_parser=reasoning_parser)
+    clash = sorted({t.name for t in own} & {t.name for t in bridged})
+    if clash:
+        raise ConfigError(
+            f"evalpipe's task(s) {', '.join(clash)} and lm-eval's of the same name(s) cannot "
+            "run together (results are keyed by task name); run them apart."
+        )
+    return own + list(bridged)
 
 
 def _with_protocol(task: ConfiguredTask, entry: SuiteEntry | None) -> ConfiguredTask:

