@@ -34,6 +34,7 @@ from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.run.watchdog import Stall, Watchdog, end_process
 from evalpipe.rundir.checkpoint import check_resume
+from evalpipe.rundir.jsonlog import JsonlLog
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lock import RunLock
 from evalpipe.rundir.manifest import (
@@ -57,6 +58,7 @@ from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.submission import read_plan
 from evalpipe.rundir.summary import summarize_run, write_summary
 from evalpipe.rundir.timings import LOAD, phase
+from evalpipe.rundir.turns import TurnRecord, stored_answers
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.bounds import needed_model_len
 
@@ -426,19 +428,31 @@ def _evaluate(
             run.manifest.versions = provenance.versions()  # the engine may have imported torch
             run.note_engine(engine)
             run.save()
+            # Multi-turn samples resume after their stored turns (turns.jsonl).
+            answered = stored_answers(RunDir(out_dir).turns)
             items, run.manifest.admission = admission_order(
-                [Item(task=t, sample=s) for t, samples in pending for s in samples],
+                [
+                    Item(task=t, sample=s, answers=answered.get((t.name, s.id), ())[: len(s.turns)])
+                    for t, samples in pending
+                    for s in samples
+                ],
                 length_model(past, preset.name, options.backend),
                 options.admission,
                 deterministic=options.deterministic,
             )
             bar = progress(len(planned_keys), len(done))
             hooks = _RunHooks(run, engine, sampler, stop, bar, guard)
-            with SampleLog(RunDir(out_dir).samples) as log:
+            with (
+                SampleLog(RunDir(out_dir).samples) as log,
+                JsonlLog(RunDir(out_dir).turns) as turns,
+            ):
 
                 def write(new: Sequence[SampleRecord]) -> None:
                     log.append(new)
                     records.extend(new)
+
+                def write_turn(new: Sequence[TurnRecord]) -> None:
+                    turns.append([t.to_dict() for t in new])
 
                 run_stream(
                     engine,
@@ -447,6 +461,7 @@ def _evaluate(
                     shard=options.shard.index if options.shard else None,
                     window=options.window * options.replicas if options.window else None,
                     hooks=hooks,
+                    write_turn=write_turn,
                 )
             bar.close()
             run.note_engine(engine)

@@ -6,6 +6,11 @@ chunks. Finished samples are scored on a worker thread (code tasks run their pro
 sandbox meanwhile) and appended to samples.jsonl by this thread alone, as soon as they are
 scored; the owner's hooks run on this thread alone too. A stop request aborts whatever is in
 flight.
+
+A multi-turn sample goes through the engine once per turn: when turn k comes back, its answer
+is handed to `write_turn` (the per-turn checkpoint) and turn k+1, with the whole history, is
+admitted ahead of new samples, while other samples' turns keep generating. Only the last turn
+is scored and written as the sample's record.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from evalpipe.core.errors import EngineError
+from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import Completion, Engine, Generation, Request, Slots
 from evalpipe.rundir.results import SampleRecord
-from evalpipe.tasks.base import Sample, ScoresResponses, Task
+from evalpipe.rundir.turns import TurnRecord
+from evalpipe.tasks.base import Sample, ScoresResponses, Task, conversation
 from evalpipe.tasks.scorers import best_option
 
 
@@ -29,6 +35,21 @@ class Item:
 
     task: Task
     sample: Sample
+    # A multi-turn sample's answers to its first turns (stored, or just generated): this item
+    # generates the turn after them.
+    answers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.sample.turns and (self.sample.options or self.task.sampling.n != 1):
+            raise ConfigError(
+                f"Sample {self.sample.id!r} of task {self.task.name!r} has several turns, so "
+                f"each turn continues one answer: it needs n: 1 (got {self.task.sampling.n}) "
+                "and no options."
+            )
+
+    @property
+    def last_turn(self) -> bool:
+        return len(self.answers) >= len(self.sample.turns)
 
     def request(self, request_id: str) -> Request:
         if self.sample.options:
@@ -37,7 +58,11 @@ class Item:
                 prompt=self.sample.prompt,
                 continuations=tuple(o.continuation for o in self.sample.options),
             )
-        return Request(id=request_id, prompt=self.sample.prompt, sampling=self.task.sampling)
+        return Request(
+            id=request_id,
+            prompt=conversation(self.sample, self.answers),
+            sampling=self.task.sampling,
+        )
 
 
 class Hooks:
@@ -96,16 +121,19 @@ def run_stream(
     shard: int | None = None,
     window: int | None = None,
     hooks: Hooks | None = None,
+    write_turn: Callable[[Sequence[TurnRecord]], None] | None = None,
 ) -> bool:
     """Stream `items` through `engine`, handing each scored record to `write` (on this thread).
 
     Returns True when every item was written, False when `hooks.stopping()` cut it short (what
     was in flight is aborted; what finished is written). `window` caps the requests in flight
-    (default: the engine's capacity)."""
+    (default: the engine's capacity). `write_turn` gets every answered turn of a multi-turn
+    sample but its last, before the next turn is admitted."""
     hooks = hooks or Hooks()
     limit = window or engine.capacity
     queue: Iterator[Item] = iter(items)
     in_flight: dict[str, Item] = {}
+    next_turns: deque[Item] = deque()  # admitted before new samples: a conversation goes on
     scoring: deque[Future[_Scored]] = deque()
     exhausted = False
     counter = 0
@@ -128,8 +156,8 @@ def run_stream(
                 in_flight.clear()
                 break
             batch: list[Request] = []
-            while not exhausted and len(in_flight) < limit:
-                item = next(queue, None)
+            while len(in_flight) < limit and (next_turns or not exhausted):
+                item = next_turns.popleft() if next_turns else next(queue, None)
                 if item is None:
                     exhausted = True
                     break
@@ -151,14 +179,48 @@ def run_stream(
                     hooks.occupied(seconds, slots)
                 if done:
                     finished = [(in_flight.pop(c.id), c) for c in done]
-                    scoring.append(pool.submit(_score, finished, shard))
+                    finished = _continue(finished, next_turns, write_turn)
+                    if finished:
+                        scoring.append(pool.submit(_score, finished, shard))
             while scoring and (scoring[0].done() or not in_flight):
                 deliver(scoring.popleft().result())
-            if exhausted and not in_flight and not scoring:
+            if exhausted and not next_turns and not in_flight and not scoring:
                 return True
         while scoring:  # what finished before the stop is kept
             deliver(scoring.popleft().result())
     return False
+
+
+def _continue(
+    finished: list[tuple[Item, Completion]],
+    next_turns: deque[Item],
+    write_turn: Callable[[Sequence[TurnRecord]], None] | None,
+) -> list[tuple[Item, Completion]]:
+    """Checkpoint the answered turns that are not their sample's last and queue the turn after
+    each; the rest (samples' last turns) go on to scoring."""
+    last = []
+    turns = []
+    for item, completion in finished:
+        if item.last_turn:
+            last.append((item, completion))
+            continue
+        generation = _answer(item, completion)
+        turns.append(
+            TurnRecord(
+                task=item.task.name,
+                sample_id=item.sample.id,
+                turn=len(item.answers),
+                text=generation.texts[0],
+                prompt_tokens=generation.prompt_tokens,
+                completion_tokens=generation.completion_tokens[0],
+            )
+        )
+        next_turns.append(
+            Item(task=item.task, sample=item.sample, answers=(*item.answers, generation.texts[0]))
+        )
+    if turns and write_turn is not None:
+        write_turn(turns)
+    return last
 
 
 def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _Scored:
@@ -191,6 +253,7 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
                     completion_tokens=generation.completion_tokens,
                     option_logprobs=tuple(x.logprob for x in completion.loglikelihoods),
                     shard=shard,
+                    turns=(*item.answers, generation.texts[0]) if item.sample.turns else (),
                 )
             )
     return _Scored(records=records, seconds=seconds)

@@ -4,6 +4,9 @@
       manifest.json    the run's record (schema below)            writer: the run (run, merge)
       samples.jsonl    one finished sample per line (the checkpoint)   writer: the run
       samples.damaged.jsonl  lines found damaged on resume, moved aside  writer: the run
+      turns.jsonl      multi-turn samples: each answered turn but the last  writer: the run
+      judgments/<judge>/  one judge's judgments.jsonl and judge.json (its identity and
+                       settings), beside other judges' folders         writer: the judging phase
       run.lock         who holds the directory (evalpipe.rundir.lock)      writer: the run
       summary.json     metrics and throughput at the end of an attempt writer: the run
       lm_eval_results.json  lm-eval's results JSON of the run's lm_eval: tasks  writer: the run
@@ -45,6 +48,8 @@ SCHEMA = 1
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 DAMAGED = "samples.damaged.jsonl"
+TURNS = "turns.jsonl"
+JUDGMENTS = "judgments"
 LOCK = "run.lock"
 SUMMARY = "summary.json"
 LM_EVAL_RESULTS = "lm_eval_results.json"
@@ -86,6 +91,15 @@ class RunDir:
     @property
     def damaged(self) -> Path:
         return self.path / DAMAGED
+
+    @property
+    def turns(self) -> Path:
+        return self.path / TURNS
+
+    def judgments(self, judge: str) -> Path:
+        """The folder of one judge's judgments (judge: the judge's fingerprint): a different
+        judge, judge prompt or judge sampling writes a new folder beside the old."""
+        return self.path / JUDGMENTS / judge
 
     @property
     def lock(self) -> Path:

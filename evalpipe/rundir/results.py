@@ -53,6 +53,8 @@ class SampleRecord:
     reasoning: tuple[str | None, ...] = ()
     reasoning_tokens: tuple[int, ...] = ()
     cut_off: tuple[bool, ...] = ()
+    # Multi-turn samples: the answer to each turn in order (the last one is `completions[0]`).
+    turns: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -77,6 +79,7 @@ class SampleRecord:
                 ("reasoning", self.reasoning),
                 ("reasoning_tokens", self.reasoning_tokens),
                 ("cut_off", self.cut_off),
+                ("turns", self.turns),
             )
             if value
         }
@@ -107,6 +110,7 @@ class SampleRecord:
                 else (),
                 reasoning_tokens=tuple(map(int, x)) if (x := get("reasoning_tokens")) else (),
                 cut_off=tuple(map(bool, x)) if (x := get("cut_off")) else (),
+                turns=tuple(map(str, x)) if (x := get("turns")) else (),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc

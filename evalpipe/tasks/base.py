@@ -31,6 +31,29 @@ class Sample:
     # Options to rank by log-probability instead of generating (multiple choice by logprobs),
     # in option order; the best one's `answer` becomes the completion. Empty: generate.
     options: tuple[Option, ...] = ()
+    # A multi-turn sample: the user's later messages, each sent after the model's answer to
+    # the one before (the prompt is the first). Empty: one turn.
+    turns: tuple[str, ...] = ()
+
+
+def conversation(sample: Sample, answers: Sequence[str]) -> Prompt:
+    """The prompt for the turn after `answers` (the model's answers to the sample's first
+    turns): the whole history as chat messages, so the chat template sees every turn."""
+    if not answers:
+        return sample.prompt
+    if len(answers) > len(sample.turns):
+        raise ConfigError(
+            f"Sample {sample.id!r} has {len(sample.turns) + 1} turn(s) but {len(answers)} "
+            "answers were given for the turns before the next."
+        )
+    prompt = sample.prompt
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    for answer, question in zip(answers, sample.turns, strict=False):
+        messages += [
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": question},
+        ]
+    return messages
 
 
 @dataclass(frozen=True, kw_only=True)
