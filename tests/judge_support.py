@@ -1,0 +1,102 @@
+"""A judged task for the judging tests, and a driver that judges a run directory in a child
+process through an OpenAI-compatible judge, so tests can kill -9 it mid-phase.
+
+`python tests/judge_support.py RUN_DIR BASE_URL` judges RUN_DIR's answers with the endpoint at
+BASE_URL and exits 0 (complete) or 75 (interrupted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner_support import ToyTask, preset
+
+from evalpipe.catalog.registry import with_endpoint
+from evalpipe.core import exitcodes
+from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.endpoint import EndpointEngine
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.run.judging import JUDGE_SAMPLING, Judge, judge_run
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.tasks.base import Sample
+from evalpipe.tasks.judging import JudgePrompt, TemplateGrading
+
+PROMPT = JudgePrompt(
+    name="test-rating",
+    system_prompt="You grade answers.",
+    prompt_template="Question: {question}\nAnswer: {answer}\nRate it 1-10 as [[n]].",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatTask(ToyTask):
+    """Two user turns per sample; answers are judged, not scored."""
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        return [
+            Sample(
+                id=f"{self.name}-{i}",
+                prompt=f"Question {i}: name a colour.",
+                target="",
+                turns=(f"Why that one, for {i}?",),
+            )
+            for i in range(self.size if limit is None else min(limit, self.size))
+        ]
+
+
+TASK = ChatTask(name="chat", category="chat", size=12)
+
+
+def verdicts() -> dict[str, str]:
+    """Scripted judge outputs keyed by the answer they grade: answer digit d gets [[d + 1]],
+    except d = 0, which the judge answers without a rating (a parse failure)."""
+    out = {"Answer: The answer is 0.": "I cannot rate this."}
+    out |= {f"Answer: The answer is {d}.": f"Fine work. Rating: [[{d + 1}]]" for d in range(1, 10)}
+    return out
+
+
+def answer(out: Path) -> None:
+    """The run's answers, from the fake engine."""
+    engine = FakeEngine(preset(), EngineSettings(), delay_s=0.0)
+    run_evaluation(
+        lambda settings: engine,
+        [TASK],
+        out,
+        preset=preset(),
+        options=RunOptions(backend="fake"),
+    )
+
+
+def judge(model: str = "judge-a", **sampling: object) -> Judge:
+
+    return Judge(
+        identity={"backend": "openai", "model": model},
+        gradings={TASK.name: TemplateGrading(prompt=PROMPT)},
+        sampling=dataclasses.replace(JUDGE_SAMPLING, **sampling),
+    )
+
+
+def endpoint_judge(base_url: str, model: str = "judge-a", concurrency: int = 2) -> EndpointEngine:
+    endpoint = with_endpoint(
+        preset(),
+        base_url=base_url,
+        model=model,
+        concurrency=concurrency,
+        timeout_s=5.0,
+        backoff_s=0.05,
+        max_retries=3,
+    )
+    return EndpointEngine(endpoint, key=None)
+
+
+def main(argv: list[str]) -> int:
+    out, base_url = Path(argv[0]), argv[1]
+    result = judge_run(lambda: endpoint_judge(base_url), out, [(TASK, TASK.samples())], judge())
+    return exitcodes.OK if result.status == "complete" else exitcodes.RESUMABLE
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
