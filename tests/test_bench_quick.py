@@ -178,3 +178,9 @@ def test_aime_metrics_quick() -> None:
     out = quick("aime_metrics.py")
     figures(out, "problems:", "metric values: agree")
     assert "disagree 0;" in out
+
+
+def test_judge_agreement_quick() -> None:
+    out = quick("judge_agreement.py")
+    for check in ("judge prompts byte-equal", "ratings parsed alike", "MT-Bench scores equal"):
+        assert re.search(rf"{check}: (\d+)/\1\n", out), out

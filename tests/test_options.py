@@ -44,6 +44,14 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     mc_method="logprobs",
     admission="given",
     stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
+    judge="smollm2_135m",
+    judge_base_url="http://127.0.0.1:8001/v1",
+    judge_model="judge-name",
+    judge_api_key_env="JUDGE_KEY",
+    judge_concurrency=3,
+    judge_max_tokens=512,
+    judge_data="/data/llm_judge data",
+    phase="judge",
 )
 # Every job option given, none at its default, with the runner options a job takes.
 EVERY_JOB_OPTION = JobOptions(
@@ -59,6 +67,14 @@ EVERY_JOB_OPTION = JobOptions(
         mc_method="generate",
         admission="longest-first",
         stall_timeout=600,
+        judge="smollm2_135m",
+        judge_base_url="http://judge.example:8000/v1",
+        judge_model="judge",
+        judge_api_key_env="JUDGE_KEY",
+        judge_concurrency=4,
+        judge_max_tokens=256,
+        judge_data="/data/llm_judge",
+        phase="generate",
     ),
     shards="auto",
     time="auto",

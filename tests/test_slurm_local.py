@@ -621,3 +621,23 @@ def _cancel_leftover_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     ours = [line.split()[0] for line in queue.stdout.splitlines() if base in line]
     if ours:
         subprocess.run(["scancel", *ours], check=False)
+
+
+def test_one_job_holds_both_phases_of_a_judged_run(local_slurm: Slurm, tmp_path: Path) -> None:
+    task = ROOT / "tests" / "fixtures" / "judged" / "capitals.yaml"
+    result = evalpipe(
+        "submit", "--preset", "tiny_random", "--cluster", "local", "--backend", "fake",
+        "--tasks", f"judge:{task}", "--judge", "tiny_random", "--out", "judged",
+        "--wait", "--poll", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = tmp_path / "judged"
+    assert set(samples(run)) == {("capitals_judged", "fr"), ("capitals_judged", "jp")}
+    (folder,) = (run / "judgments").iterdir()
+    judged = [json.loads(x) for x in (folder / "judgments.jsonl").read_text().splitlines()]
+    assert sorted(j["sample_id"] for j in judged) == ["fr@2", "jp@1"]
+    summary = json.loads((folder / "summary.json").read_text())
+    # The fake judge answers without a rating: every judgment is a counted parse failure.
+    assert summary["judgments"] == summary["parse_failures"] == 2
+    (log,) = (run / "logs").glob("*.out")
+    assert "judging the answers in a new process" in log.read_text()

@@ -17,6 +17,15 @@ MC_METHODS = ("generate", "logprobs")
 # the task loads.
 LM_EVAL_PREFIX = "lm_eval:"
 
+# Judged tasks (evalpipe/tasks/judged.py), named on --tasks beside the task files: MT-Bench, and
+# a custom judge task file as judge:PATH.
+MTBENCH = "mt_bench"
+JUDGE_PREFIX = "judge:"
+
+
+def is_judged(task: str) -> bool:
+    return task == MTBENCH or task.startswith(JUDGE_PREFIX)
+
 
 def task_names() -> list[str]:
     """Names of the task files in tasks/ of every config folder, sorted."""
@@ -39,7 +48,7 @@ def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | Non
             if category not in known:
                 raise unknown_name("category", category, known)
     for ref in tasks or ():
-        if ref.startswith(LM_EVAL_PREFIX):
+        if ref.startswith(LM_EVAL_PREFIX) or is_judged(ref):
             continue
         in_suite = is_suite(ref)
         for task in load_suite(ref).task_refs() if in_suite else [ref]:

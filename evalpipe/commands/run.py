@@ -15,6 +15,7 @@ from evalpipe.run.options import (
     ENDPOINT,
     ENGINE,
     EXECUTOR,
+    JUDGE,
     LAYOUT,
     SELECTION,
     WATCHDOG,
@@ -88,6 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "endpoint (--backend openai: a model behind an OpenAI-compatible server; docs/engine.md)"
     )
     add_options(endpoint, RunnerOptions, groups=(ENDPOINT,))
+    judge = parser.add_argument_group(
+        "judge (judged tasks: --tasks mt_bench or judge:FILE; docs/judge.md)"
+    )
+    add_options(judge, RunnerOptions, groups=(JUDGE,))
 
 
 def runner_options(args: argparse.Namespace) -> RunnerOptions:
@@ -180,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.generation import with_generation_config
     from evalpipe.tasks.lmeval import lm_eval_prompting
+    from evalpipe.tasks.judged import select_judged
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.
@@ -193,19 +199,25 @@ def run(args: argparse.Namespace) -> int:
                 "Drop --resume to start a new run there."
             )
         categories = given.categories or (None if given.tasks else preset.categories)
+        judged = select_judged(
+            given.tasks or (), Path(given.judge_data) if given.judge_data else None
+        )
         tasks, generation_notes = with_generation_config(
             preset,
             load_tasks(
                 categories=categories,
-                tasks=given.tasks,
+                tasks=judged.rest,
                 mc_method=given.mc_method,
                 lm_eval=lm_eval_prompting(preset, given.backend),
-            ),
+            )
+            if categories or judged.rest or not judged.tasks
+            else [],
             find_model(preset),
         )
         tasks, context = fit_tasks(
             preset, tasks, max_tokens=given.max_tokens, given=given.max_model_len
         )
+        tasks = [*tasks, *judged.tasks]
         layout = plan_local(
             preset,
             tp=given.tp,
@@ -262,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
                 return open_engine(given.backend, preset, settings)
             return ReplicaPool.start(given.backend, preset, settings, layout.envs)
 
+        if given.phase == "judge":
+            return _judge(given, preset, judged, tasks, options, out, stop)
         limits = stall_limits(preset, given.stall_timeout)
         # In a multi-node job (vLLM over Ray, or a server whose Ray workers run there) the
         # other nodes' monitors follow this one's phase and clock, and its summary adds their
@@ -295,4 +309,45 @@ def run(args: argparse.Namespace) -> int:
             f"--out {shlex.quote(str(out))} to resume.",
             file=sys.stderr,
         )
+    elif judged.gradings and _judging(given) and given.phase != "generate":
+        return _judge_apart(args, given, out)
     return result.exit_status
+
+
+def _judging(given: RunnerOptions) -> bool:
+    return given.judge is not None or given.judge_base_url is not None
+
+
+def _judge_apart(args: argparse.Namespace, given: RunnerOptions, out: Path) -> int:
+    """The judging phase in a process of its own, so that the model's memory is returned before
+    the judge loads: this command again, with --phase judge."""
+    import dataclasses
+    import subprocess
+
+    from evalpipe.core.options import to_argv
+
+    argv = [word for pair in to_argv(dataclasses.replace(given, phase="judge")) for word in pair]
+    print("evalpipe run: judging the answers in a new process", file=sys.stderr, flush=True)
+    command = [sys.executable, "-m", "evalpipe", "run", "--preset", args.preset, *argv]
+    return subprocess.call([*command, "--out", str(out)])
+
+
+def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop) -> int:
+    """--phase judge: judge the answers stored in `out` (generating nothing)."""
+    from evalpipe.core import exitcodes
+    from evalpipe.core.errors import ConfigError
+    from evalpipe.run.judging import judge_for, judge_run
+    from evalpipe.run.runner import select_samples
+    from evalpipe.rundir.judgments import format_judge_summary
+
+    if not judged.gradings or not _judging(given):
+        raise ConfigError(
+            "--phase judge needs a judge (--judge PRESET or --judge-base-url URL) and judged "
+            "tasks (--tasks mt_bench or judge:FILE)."
+        )
+    judge, start = judge_for(given, preset, judged.gradings, judged.published)
+    work = [(t, select_samples(t, options)) for t in tasks if t.name in judged.gradings]
+    result = judge_run(start, out, work, judge, stopping=lambda: stop.requested is not None)
+    print(format_judge_summary(result.summary))
+    print(f"\nJudgments: {result.folder.path}")
+    return exitcodes.OK if result.status == "complete" else exitcodes.RESUMABLE

