@@ -48,6 +48,7 @@ def test_smollm2_judges_smollm2_through_evalpipe_run(
         assert j["completions"][0].strip()  # the judge's whole output is kept
         assert by_id[j["sample_id"].split("@")[0]]["completions"][0] in j["prompt"][1]["content"]
     summary = json.loads((folder / "summary.json").read_text())
+    print("judge summary:", json.dumps({k: summary[k] for k in ("judgments", "parse_failures")}))
     readable = sum(1 for j in judged if j["scores"])
     assert summary["parse_failures"] == len(judged) - readable
     assert summary["judge"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
