@@ -29,7 +29,9 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()]
 
 
-def test_endpoint_judge_through_evalpipe_run_scores_exactly(tmp_path: Path) -> None:
+def test_endpoint_judge_through_evalpipe_run_scores_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "run"
     # The fake engine answers "The answer is d."; the scripted judge rates d + 1, or nothing
     # for 0 (a parse failure).
@@ -49,6 +51,14 @@ def test_endpoint_judge_through_evalpipe_run_scores_exactly(tmp_path: Path) -> N
     assert summary["overall"] == (sum(expected) / len(expected) if expected else None)
     assert summary["judge"]["model"] == "judge-a" and summary["judge"]["backend"] == "openai"
     assert max(server.answered.values()) == 1
+    # The report shows the judge beside its reliability.
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    report = capsys.readouterr().out
+    (row,) = [line for line in report.splitlines() if "judge-a (openai)" in line]
+    assert f"| {digits.count(0)} (" in row
+    assert f"{summary['overall']:.2f}" in row if expected else "—" in row
+    assert "not comparable" in report
 
 
 def test_generate_then_judge_twice_never_regenerates(tmp_path: Path) -> None:

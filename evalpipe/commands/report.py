@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     # pandas and matplotlib load only here, so `evalpipe --help` and other commands stay fast.
     from evalpipe.reports import aggregate, exports, html, loading, tables
     from evalpipe.reports.compare import compare_runs
+    from evalpipe.reports.judges import judge_tables
     from evalpipe.rundir.discover import find_run_dirs
 
     if args.compare:
@@ -99,12 +100,14 @@ def run(args: argparse.Namespace) -> int:
         warnings += metric_warnings
         category_scores = scores if args.by == "category" else aggregate.scores(runset, "category")
         images = plots.all_plots(table, category_scores, metrics)
+    judges = judge_tables(run_dirs, warnings)
     _warn(warnings)
     if args.plots:
         _write_plots(Path(args.plots), images)
 
     shown = tables.leaderboard(table, scores, args.by) + tables.predictions(table)
     shown += tables.occupancy(table) + tables.cut_offs(table, runset.cut_offs)
+    shown += judges
     if comparison is not None:
         shown += tables.comparison(comparison, args.alpha)
     if args.format == "xlsx":
