@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from runner_support import ToyTask, preset
+from runner_support import ChatTask, preset
 
 from evalpipe.catalog.registry import with_endpoint
 from evalpipe.core import exitcodes
@@ -21,7 +20,6 @@ from evalpipe.engine.endpoint import EndpointEngine
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.run.judging import JUDGE_SAMPLING, Judge, judge_run
 from evalpipe.run.runner import RunOptions, run_evaluation
-from evalpipe.tasks.base import Sample
 from evalpipe.tasks.judging import JudgePrompt, TemplateGrading
 
 PROMPT = JudgePrompt(
@@ -29,22 +27,6 @@ PROMPT = JudgePrompt(
     system_prompt="You grade answers.",
     prompt_template="Question: {question}\nAnswer: {answer}\nRate it 1-10 as [[n]].",
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChatTask(ToyTask):
-    """Two user turns per sample; answers are judged, not scored."""
-
-    def samples(self, limit: int | None = None) -> list[Sample]:
-        return [
-            Sample(
-                id=f"{self.name}-{i}",
-                prompt=f"Question {i}: name a colour.",
-                target="",
-                turns=(f"Why that one, for {i}?",),
-            )
-            for i in range(self.size if limit is None else min(limit, self.size))
-        ]
 
 
 TASK = ChatTask(name="chat", category="chat", size=12)

@@ -65,6 +65,24 @@ class ToyTask:
         return [self.score(sample, texts) for sample, texts in items]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChatTask(ToyTask):
+    """Multi-turn samples: a question and `follow_ups` later user turns each."""
+
+    follow_ups: int = 1
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        return [
+            Sample(
+                id=f"{self.name}-{i}",
+                prompt=f"Question {i}: name a colour.",
+                target="",
+                turns=tuple(f"Follow-up {k} to {i}." for k in range(self.follow_ups)),
+            )
+            for i in range(self.size if limit is None else min(limit, self.size))
+        ]
+
+
 def toy_tasks() -> list[ToyTask]:
     return [
         ToyTask(name="alpha", category="math", size=9),

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from runner_support import ToyTask, preset
+from runner_support import ChatTask, preset
 
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Completion, EngineSettings, Request, SamplingSettings
@@ -18,23 +17,7 @@ from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.stream import Item, run_stream
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
-from evalpipe.tasks.base import Sample, conversation
-
-
-@dataclass(frozen=True, kw_only=True)
-class ChatTask(ToyTask):
-    """Three user turns per sample; the last answer is scored."""
-
-    def samples(self, limit: int | None = None) -> list[Sample]:
-        return [
-            Sample(
-                id=f"{self.name}-{i}",
-                prompt=f"Question {i}: name a colour.",
-                target="",
-                turns=(f"Follow-up A to {i}.", f"Follow-up B to {i}."),
-            )
-            for i in range(self.size if limit is None else min(limit, self.size))
-        ]
+from evalpipe.tasks.base import conversation
 
 
 class LoggingEngine(FakeEngine):
@@ -59,14 +42,14 @@ class LoggingEngine(FakeEngine):
 
 
 def test_conversation_carries_every_earlier_turn() -> None:
-    sample = ChatTask(name="chat", category="chat", size=1).samples()[0]
+    sample = ChatTask(name="chat", category="chat", size=1, follow_ups=2).samples()[0]
     assert conversation(sample, ()) == sample.prompt
     assert conversation(sample, ("Red.", "Blue.")) == [
         {"role": "user", "content": "Question 0: name a colour."},
         {"role": "assistant", "content": "Red."},
-        {"role": "user", "content": "Follow-up A to 0."},
+        {"role": "user", "content": "Follow-up 0 to 0."},
         {"role": "assistant", "content": "Blue."},
-        {"role": "user", "content": "Follow-up B to 0."},
+        {"role": "user", "content": "Follow-up 1 to 0."},
     ]
     with pytest.raises(ConfigError, match="3 turn"):
         conversation(sample, ("a", "b", "c"))
@@ -79,7 +62,7 @@ def test_a_multi_turn_sample_needs_one_completion() -> None:
 
 
 def test_next_turn_is_admitted_while_other_samples_generate() -> None:
-    task = ChatTask(name="chat", category="chat", size=3)
+    task = ChatTask(name="chat", category="chat", size=3, follow_ups=2)
     engine = LoggingEngine()
     records: list[SampleRecord] = []
     turns: list[TurnRecord] = []
@@ -109,7 +92,7 @@ class StopAfter:
 def _run(out: Path, engine: FakeEngine, stop: StopAfter | None = None):
     return run_evaluation(
         lambda settings: engine,
-        [ChatTask(name="chat", category="chat", size=4)],
+        [ChatTask(name="chat", category="chat", size=4, follow_ups=2)],
         out,
         preset=preset(),
         options=RunOptions(backend="fake", window=3),

