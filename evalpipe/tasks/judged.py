@@ -14,6 +14,7 @@ MT-Bench (tasks/mtbench.py); `--tasks judge:FILE` is a custom judge task, a YAML
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,7 +73,9 @@ class JudgedTask(JudgedAnswers):
         return self.config.sampling
 
     def definition(self) -> dict[str, Any]:
-        return as_config(self.config) | {"rows": list(self.rows)}
+        # The data's digest, not its rows: the manifest stays small, a changed file still shows.
+        data = json.dumps(self.rows, sort_keys=True, ensure_ascii=True).encode()
+        return as_config(self.config) | {"data_sha256": hashlib.sha256(data).hexdigest()}
 
     def samples(self, limit: int | None = None) -> list[Sample]:
         check_limit(limit)
