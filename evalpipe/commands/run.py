@@ -184,8 +184,8 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.tasks import load_tasks
     from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.generation import with_generation_config
-    from evalpipe.tasks.lmeval import lm_eval_prompting
     from evalpipe.tasks.judged import select_judged
+    from evalpipe.tasks.lmeval import lm_eval_prompting
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.

@@ -337,9 +337,11 @@ def check(
             findings += check_folder(preset, folder)
             findings += check_chat_template(preset, folder)
     try:
-        from evalpipe.tasks import load_tasks
+        from evalpipe.tasks.judged import load_selection
 
-        chosen = load_tasks(categories, tasks)
+        # Judged tasks are loaded too (a missing task file or MT-Bench package is an error
+        # here); their data is local, so only the task files' datasets are checked for caching.
+        chosen, _ = load_selection(categories, tasks)
     except EvalpipeError as exc:
         findings.append(Finding(level="error", check="dataset", message=str(exc)))
     else:

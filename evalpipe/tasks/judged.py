@@ -25,6 +25,7 @@ from evalpipe.catalog.taskfiles import JUDGE_PREFIX, MTBENCH
 from evalpipe.core.configio import as_config, build, read_yaml
 from evalpipe.core.errors import DatasetError
 from evalpipe.engine.base import SamplingSettings
+from evalpipe.tasks import load_tasks
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.judging import (
     Grading,
@@ -34,6 +35,7 @@ from evalpipe.tasks.judging import (
     TemplateGrading,
 )
 from evalpipe.tasks.mtbench import PUBLISHED_JUDGE, mtbench_grading, mtbench_tasks
+from evalpipe.tasks.task import ConfiguredTask
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,3 +145,18 @@ def select_judged(names: Sequence[str], data: Path | None = None) -> JudgedSelec
         else:
             rest.append(name)
     return JudgedSelection(tasks=tasks, gradings=gradings, published=published, rest=tuple(rest))
+
+
+def load_selection(
+    categories: Sequence[str] | None,
+    tasks: Sequence[str] | None,
+    *,
+    mc_method: str | None = None,
+    data: Path | None = None,
+) -> tuple[list[ConfiguredTask], JudgedSelection]:
+    """What `--categories` and `--tasks` select: the task files' tasks (none when only judged
+    tasks are named), and the judged ones."""
+    judged = select_judged(tasks or (), data)
+    if categories or judged.rest or not judged.tasks:
+        return load_tasks(categories=categories, tasks=judged.rest, mc_method=mc_method), judged
+    return [], judged
