@@ -42,6 +42,8 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     limit=5,
     max_tokens=64,
     mc_method="logprobs",
+    since="2024-08-01",
+    until="2025-05-01",
     admission="given",
     stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
 )
@@ -57,6 +59,8 @@ EVERY_JOB_OPTION = JobOptions(
         limit=3,
         max_tokens=128,
         mc_method="generate",
+        since="2025-02-01",
+        until="2025-05-01",
         admission="longest-first",
         stall_timeout=600,
     ),

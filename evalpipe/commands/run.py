@@ -199,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
                 categories=categories,
                 tasks=given.tasks,
                 mc_method=given.mc_method,
+                since=given.since,
+                until=given.until,
                 lm_eval=lm_eval_prompting(preset, given.backend),
             ),
             find_model(preset),

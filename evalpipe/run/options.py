@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from evalpipe.catalog.taskfiles import MC_METHODS
+from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
     check_options,
@@ -148,6 +148,23 @@ class RunnerOptions:
         "completions first (predicted from past runs in the results folder), given keeps the "
         "tasks' order (default: longest-first where past runs predict lengths; given with "
         "--deterministic)",
+    )
+    since: str | None = option(
+        flag="--since",
+        group=SELECTION,
+        parse=day_text,
+        check=check_day,
+        metavar="YYYY-MM-DD",
+        help="tasks with a date window (LiveCodeBench's contest dates) keep only problems dated "
+        "on or after this day (default: each task file's window)",
+    )
+    until: str | None = option(
+        flag="--until",
+        group=SELECTION,
+        parse=day_text,
+        check=check_day,
+        metavar="YYYY-MM-DD",
+        help="… and on or before this day (default: each task file's window)",
     )
     stall_timeout: float | None = option(
         flag="--stall-timeout",

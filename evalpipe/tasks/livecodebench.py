@@ -176,9 +176,10 @@ class LiveCodeBenchScorer:
     # LiveCodeBench sets no memory limit of its own; its programs may build large tables.
     ADDRESS_SPACE_MIB = 4096
 
-    def __init__(self, ks: Sequence[int], timeout_s: float) -> None:
+    def __init__(self, ks: Sequence[int], timeout_s: float, workers: int | None = None) -> None:
         self._ks = tuple(ks)
         self._timeout_s = timeout_s
+        self._workers = workers  # None: the cores this process may use
 
     def score_many(self, items: Sequence[tuple[Target, Sequence[str]]]) -> list[Scored]:
         codes = [[extract_solution(t) for t in texts] for _, texts in items]
@@ -196,6 +197,7 @@ class LiveCodeBenchScorer:
         results = run_in_order(
             groups,
             go_on=go_on,
+            workers=self._workers,
             timeout_s=self._timeout_s,
             limits=Limits(address_space_mib=self.ADDRESS_SPACE_MIB),
         )

@@ -64,6 +64,16 @@ class ConfiguredTask:
         self._scorer = build_scorer(config.scorer, run_programs=run_programs)
         self._items: dict[str, list[Item]] = {}
 
+    def with_config(self, config: TaskConfig) -> ConfiguredTask:
+        """This task with another configuration (an overridden part), its settings kept."""
+        return ConfiguredTask(
+            config,
+            path=self.path,
+            run_programs=self.run_programs,
+            reasoning_parser=self.reasoning_parser,
+            sampling=None if self.sampling is self.config.sampling else self.sampling,
+        )
+
     def with_sampling(self, sampling: SamplingSettings) -> ConfiguredTask:
         """This task generating with `sampling` instead of its file's settings."""
         return ConfiguredTask(

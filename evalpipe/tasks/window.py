@@ -7,25 +7,11 @@ date or date-time), both ends included, as LiveCodeBench's own filter does.
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from typing import Any
 
+from evalpipe.catalog.taskfiles import parse_day
 from evalpipe.core.errors import DatasetError
-
-
-def parse_day(value: Any, what: str) -> datetime.date:
-    """A day from a YAML date, a `YYYY-MM-DD` string or an ISO date-time; ValueError otherwise."""
-    if isinstance(value, datetime.datetime):
-        return value.date()
-    if isinstance(value, datetime.date):
-        return value
-    try:
-        return datetime.date.fromisoformat(str(value)[:10])
-    except ValueError:
-        raise ValueError(
-            f"{what} {value!r} is not a date; write it as YYYY-MM-DD (e.g. 2024-08-01)"
-        ) from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +34,14 @@ class DateWindow:
             raise ValueError(
                 f"dates.since {self.since} is after dates.until {self.until}; the window is empty"
             )
+
+    def moved(self, since: str | None, until: str | None) -> DateWindow:
+        """This window with the ends that are given (not None) replaced."""
+        return DateWindow(
+            field=self.field,
+            since=self.since if since is None else since,
+            until=self.until if until is None else until,
+        )
 
     def keeps(self, row: dict[str, Any], task: str) -> bool:
         if self.field not in row:
