@@ -226,7 +226,7 @@ def test_a_window_compares_days_and_names_what_is_wrong() -> None:
     assert window.keeps({"contest_date": "2025-05-01T23:59:00"}, "t")
     assert not window.keeps({"contest_date": "2025-05-02T00:00:00"}, "t")
     assert window.keeps({"contest_date": "2025-02-01"}, "t")
-    with pytest.raises(DatasetError, match="dates.field 'contest_date' is not a column"):
+    with pytest.raises(DatasetError, match=r"dates\.field 'contest_date' is not a column"):
         window.keeps({"date": "2025-03-01"}, "t")
     with pytest.raises(ValueError, match=r"dates.since '1st of May' is not a date; write it as"):
         DateWindow(field="d", since="1st of May")
