@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Any
 
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
 from evalpipe.core.errors import ConfigError
@@ -43,6 +44,13 @@ def stall_seconds(text: str) -> float:
             f"expected 0 (off) or a positive number of seconds, got {text!r}"
         ) from exc
     return value
+
+
+def day_option(*, flag: str, help: str) -> Any:
+    """A selection option holding a day, YYYY-MM-DD (an end of the tasks' date windows)."""
+    return option(
+        flag=flag, group=SELECTION, parse=day_text, check=check_day, metavar="YYYY-MM-DD", help=help
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,22 +157,13 @@ class RunnerOptions:
         "tasks' order (default: longest-first where past runs predict lengths; given with "
         "--deterministic)",
     )
-    since: str | None = option(
+    since: str | None = day_option(
         flag="--since",
-        group=SELECTION,
-        parse=day_text,
-        check=check_day,
-        metavar="YYYY-MM-DD",
         help="tasks with a date window (LiveCodeBench's contest dates) keep only problems dated "
         "on or after this day (default: each task file's window)",
     )
-    until: str | None = option(
-        flag="--until",
-        group=SELECTION,
-        parse=day_text,
-        check=check_day,
-        metavar="YYYY-MM-DD",
-        help="… and on or before this day (default: each task file's window)",
+    until: str | None = day_option(
+        flag="--until", help="… and on or before this day (default: each task file's window)"
     )
     stall_timeout: float | None = option(
         flag="--stall-timeout",
