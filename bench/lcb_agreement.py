@@ -125,7 +125,7 @@ BROKEN = {
     "wrong-extra-line": ("wrong", "print('\\n'.join(out + ['0']))"),
     "wrong-nothing": ("wrong", "pass"),
     "wrong-first-only": ("wrong", "print(out[0] + ' 1')"),
-    "wrong-inner-space": ("wrong", "print('\\n'.join(' x '.join(line) for line in out))"),
+    "wrong-doubled": ("wrong", "print('\\n'.join(line + line for line in out))"),
     "crash-zero-division": ("crashing", "print(1 // 0)"),
     "crash-after-output": ("crashing", "print('\\n'.join(out))\nraise ValueError('late')"),
     "crash-index": ("crashing", "print(out[99])"),
@@ -183,9 +183,9 @@ def programs(rows: list[dict]) -> list[tuple[str, str, str]]:
         }  # fmt: skip
         for category, codes in variants.items():
             out += [(qid, category, _fence(code)) for code in codes]
-        # A tuple stands for a list; 1 and 0 stand for True and False (== in both judges).
-        tuple_ok = right.replace("return [", "return (").replace("]", ")")
-        out.append((qid, "correct", _fence(method.format(tuple_ok))))
+        if right.startswith("return ["):  # a tuple stands for a list in both judges
+            tuple_ok = "return (" + right.removeprefix("return [").removesuffix("]") + ")"
+            out.append((qid, "correct", _fence(method.format(tuple_ok))))
     ids = {r["question_id"] for r in rows}
     return [p for p in out if p[0] in ids]
 
