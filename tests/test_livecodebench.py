@@ -232,3 +232,15 @@ def test_a_window_compares_days_and_names_what_is_wrong() -> None:
         DateWindow(field="d", since="1st of May")
     with pytest.raises(SystemExit):  # argparse's usage error, exit 2
         main(["run", "--preset", "tiny_random", "--backend", "fake", "--since", "May"])
+
+
+def test_the_instructions_come_from_the_pinned_package_not_this_repository() -> None:
+    from evalpipe.tasks.packaged import package_constant
+
+    template = SHIPPED.config.prompt.template
+    module, name = "livecodebench/prompts/code_generation.py", "FORMATTING_WITHOUT_STARTER_CODE"
+    # A class attribute, read from the source without importing the package.
+    text = package_constant(module, f"PromptConstants.{name}")
+    assert text.startswith("Read the inputs from stdin") and text not in template
+    (stdin_sample, *_) = fixture_task().samples()
+    assert text in stdin_sample.prompt[0]["content"]
