@@ -79,7 +79,8 @@ def test_sandbox_throughput_quick() -> None:
 
 def test_lcb_agreement_quick() -> None:
     out = quick("lcb_agreement.py")
-    figures(out, "evalpipe: ", "programs/s at 2 workers")
+    figures(out, "evalpipe: ")
+    assert "programs/s at 2 workers" in out
     if (REPO / ".cache" / "bench-livecodebench" / "livecodebench").is_dir():  # `make bench`
         figures(out, "verdicts equal: ", "ratio evalpipe/reference: throughput")
         assert "prompts equal to the reference's (GenericOAIServer): 10 of 10" in out
