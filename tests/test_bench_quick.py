@@ -77,6 +77,17 @@ def test_sandbox_throughput_quick() -> None:
     assert out.count("verdicts agree") == 4, out
 
 
+def test_lcb_agreement_quick() -> None:
+    out = quick("lcb_agreement.py")
+    figures(out, "evalpipe: ")
+    assert "programs/s at 2 workers" in out
+    if (REPO / ".cache" / "bench-livecodebench" / "livecodebench").is_dir():  # `make bench`
+        figures(out, "verdicts equal: ", "ratio evalpipe/reference: throughput")
+        assert "prompts equal to the reference's (GenericOAIServer): 10 of 10" in out
+    else:
+        assert "the reference's side SKIPPED: nvidia-livecodebench is not installed" in out
+
+
 @pytest.mark.vllm
 def test_overhead_vllm_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("overhead_vllm.py")  # and bench/raw_vllm.py, its reference side

@@ -20,7 +20,7 @@ import pytest
 
 from evalpipe.core.errors import ConfigError
 from evalpipe.sandbox import pool as sandbox
-from evalpipe.sandbox.pool import Limits, run_program, run_programs
+from evalpipe.sandbox.pool import Limits, Program, run_in_order, run_program, run_programs
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every hostile program ends with this: if the trick before it does not fool the sandbox, the
@@ -130,6 +130,52 @@ def test_output_keeps_a_bounded_tail():
     assert len(result.output_tail) == 100
     assert result.output_tail.endswith("99999\n")
     assert result.output_bytes == sum(len(f"{i}\n") for i in range(100000))
+
+
+def test_stdin_is_the_programs_input_and_stdout_comes_back_whole_and_apart():
+    big = "".join(f"{i}\n" for i in range(400_000))  # 2.6 MB: far beyond a pipe's buffer
+    source = (
+        "import sys\nn = int(input())\nrest = sys.stdin.read().split()\n"
+        "print(n, len(rest), sum(map(int, rest)))\nprint('note', file=sys.stderr)\n"
+        "sys.stdout.write(''.join(f'{i}\\n' for i in range(200_000)))\n"
+    )
+    result = run_program(Program(source=source, stdin=big, capture_stdout=True))
+    assert result.passed, result.output_tail
+    first, _, rest = result.stdout.partition("\n")
+    assert first == f"0 399999 {sum(range(400_000))}"
+    assert rest == "".join(f"{i}\n" for i in range(200_000)) and not result.stdout_truncated
+    assert result.output_tail == "note\n"  # stderr alone
+    as_file = Program(source="print(open(0).read().split()[-1])", stdin=big, capture_stdout=True)
+    assert run_program(as_file).stdout == "399999\n"
+    # Without capture stdin stays at end of file, and stdout is part of the tail as before.
+    plain = run_program("import sys\nprint(repr(sys.stdin.read()))")
+    assert (plain.stdout, plain.output_tail) == (None, "''\n")
+
+
+def test_a_long_stdout_is_cut_at_the_limit_and_flagged():
+    program = Program(source="print('x' * 500_000)", capture_stdout=True)  # beyond a pipe's size
+    result = run_program(program, limits=Limits(stdout_bytes=1000))
+    assert result.passed and result.stdout == "x" * 1000 and result.stdout_truncated
+
+
+def test_exit_after_printing_passes_only_where_the_program_says_so():
+    source = "import sys\nprint(input())\nsys.exit(3)\nprint('never')"
+    judged = run_program(Program(source=source, stdin="hi\n", capture_stdout=True, exit_ok=True))
+    assert (judged.status, judged.stdout) == ("passed", "hi\n")
+    assert "SystemExit(3)" in judged.detail
+    assert run_program(Program(source=source, stdin="hi\n")).status == "exited"
+    os_exit = Program(source="import os\nos._exit(0)", exit_ok=True)
+    assert run_program(os_exit).status == "exited"  # only SystemExit counts as the end
+
+
+def test_groups_run_in_order_and_stop_where_told():
+    groups = [
+        [Program(source=f"print({i})") for i in range(4)],
+        [Program(source="print('a')"), Program(source="1/0"), Program(source="print('c')")],
+    ]
+    results = run_in_order(groups, go_on=lambda g, i, r: r.passed, workers=2)
+    assert [r.output_tail for r in results[0]] == ["0\n", "1\n", "2\n", "3\n"]
+    assert [r.status for r in results[1]] == ["passed", "failed"]  # the third never ran
 
 
 def test_bad_limits_and_timeouts_are_refused():

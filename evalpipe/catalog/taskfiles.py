@@ -1,10 +1,14 @@
 """The task files as names, without loading the tasks: which task and category names a command
 line may use (so `evalpipe render` checks them without importing evalpipe.tasks), and the
-multiple-choice methods a task file or `--mc-method` may name."""
+multiple-choice methods a task file or `--mc-method` may name, and the days a task's date
+window or `--since`/`--until` may name."""
 
 from __future__ import annotations
 
+import argparse
+import datetime
 from collections.abc import Sequence
+from typing import Any
 
 from evalpipe.catalog import registry
 from evalpipe.catalog.suites import is_suite, load_suite
@@ -25,6 +29,33 @@ JUDGE_PREFIX = "judge:"
 
 def is_judged(task: str) -> bool:
     return task == MTBENCH or task.startswith(JUDGE_PREFIX)
+
+
+def parse_day(value: Any, what: str) -> datetime.date:
+    """A day from a YAML date, a `YYYY-MM-DD` text or an ISO date-time; ValueError otherwise."""
+    if isinstance(value, datetime.datetime):
+        return value.date()
+    if isinstance(value, datetime.date):
+        return value
+    try:
+        return datetime.date.fromisoformat(str(value)[:10])
+    except ValueError:
+        raise ValueError(
+            f"{what} {value!r} is not a date; write it as YYYY-MM-DD (e.g. 2024-08-01)"
+        ) from None
+
+
+def day_text(text: str) -> str:
+    """--since/--until: a day, as YYYY-MM-DD."""
+    try:
+        return parse_day(text, "the day").isoformat()
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_day(value: str) -> None:
+    if parse_day(value, "the day").isoformat() != value:
+        raise ValueError(f"expected a day as YYYY-MM-DD, got {value!r}")
 
 
 def task_names() -> list[str]:

@@ -119,6 +119,8 @@ def _estimate(
         limit=args.limit,
         mc_method=args.mc_method,
         max_tokens=args.max_tokens,
+        since=args.since,
+        until=args.until,
     )
     prediction = predictor(preset, gpu, plan, selection, results=args.results or [DEFAULT_RESULTS])
     return prediction.estimate(shards=args.shards)
@@ -133,6 +135,8 @@ def _check(args: argparse.Namespace) -> None:
             ("--limit", args.limit),
             ("--mc-method", args.mc_method),
             ("--max-tokens", args.max_tokens),
+            ("--since", args.since),
+            ("--until", args.until),
             ("--results", args.results),
             ("--shards", args.shards != 1),
         )

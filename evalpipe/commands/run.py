@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
                 categories=categories,
                 tasks=judged.rest,
                 mc_method=given.mc_method,
+                since=given.since,
+                until=given.until,
                 lm_eval=lm_eval_prompting(preset, given.backend),
             )
             if categories or judged.rest or not judged.tasks

@@ -29,6 +29,8 @@ class Selection:
     limit: int | None = None
     mc_method: str | None = None
     max_tokens: int | None = None  # --max-tokens
+    since: str | None = None
+    until: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +98,13 @@ def predictor(
 
     # The same selection as `evalpipe run`: named tasks alone, else the preset's categories.
     categories = selection.categories or (None if selection.tasks else preset.categories)
-    tasks = load_tasks(categories=categories, tasks=selection.tasks, mc_method=selection.mc_method)
+    tasks = load_tasks(
+        categories=categories,
+        tasks=selection.tasks,
+        mc_method=selection.mc_method,
+        since=selection.since,
+        until=selection.until,
+    )
     # The budgets the run will generate with, in the plan's context (capped as the runner caps).
     tasks, _ = fit_tasks(preset, tasks, max_tokens=selection.max_tokens, given=plan.max_model_len)
     jobs = load_history([p for p in results if p.is_dir()], registry.load_gpus())

@@ -149,7 +149,8 @@ def _cost(
             gpu,
             spec.plan,
             Selection(categories=run.categories, tasks=run.tasks, limit=run.limit,
-                      mc_method=run.mc_method, max_tokens=run.max_tokens),
+                      mc_method=run.mc_method, max_tokens=run.max_tokens,
+                      since=run.since, until=run.until),
             results=list(results or [DEFAULT_RESULTS]),
             calibration_dirs=[Path(site.cache_dir)] if site.cache_dir else [],
         )  # fmt: skip

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Any
 
-from evalpipe.catalog.taskfiles import MC_METHODS
+from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
     check_options,
@@ -46,6 +47,13 @@ def stall_seconds(text: str) -> float:
             f"expected 0 (off) or a positive number of seconds, got {text!r}"
         ) from exc
     return value
+
+
+def day_option(*, flag: str, help: str) -> Any:
+    """A selection option holding a day, YYYY-MM-DD (an end of the tasks' date windows)."""
+    return option(
+        flag=flag, group=SELECTION, parse=day_text, check=check_day, metavar="YYYY-MM-DD", help=help
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,6 +159,14 @@ class RunnerOptions:
         "completions first (predicted from past runs in the results folder), given keeps the "
         "tasks' order (default: longest-first where past runs predict lengths; given with "
         "--deterministic)",
+    )
+    since: str | None = day_option(
+        flag="--since",
+        help="tasks with a date window (LiveCodeBench's contest dates) keep only problems dated "
+        "on or after this day (default: each task file's window)",
+    )
+    until: str | None = day_option(
+        flag="--until", help="… and on or before this day (default: each task file's window)"
     )
     stall_timeout: float | None = option(
         flag="--stall-timeout",

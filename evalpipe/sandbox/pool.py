@@ -6,6 +6,7 @@ kept for reuse across calls); docs/sandbox.md gives the threat model and the lim
 
     results = run_programs(sources, workers=2, timeout_s=10.0)
     [r.passed for r in results]
+    run_program(Program(source=src, stdin="3 4\n", capture_stdout=True)).stdout
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -61,6 +62,9 @@ class Limits:
     processes: int = 128
     open_files: int = 256  # file descriptors per process (RLIMIT_NOFILE)
     output_tail_bytes: int = 8192  # how much of the end of its stdout and stderr is kept
+    # With Program.capture_stdout: how much of stdout is kept whole, from its start; a longer
+    # output is cut there and flagged (SandboxResult.stdout_truncated).
+    stdout_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -86,9 +90,29 @@ class SandboxResult:
     output_bytes: int  # how much it wrote in all
     duration_s: float
     isolation: tuple[str, ...]  # what held on this machine: see docs/sandbox.md
+    stdout: str | None = None  # with Program.capture_stdout: its whole stdout (up to the limit)
+    stdout_truncated: bool = False  # stdout was longer than Limits.stdout_bytes
 
     def to_dict(self) -> dict:
         return {**asdict(self), "isolation": list(self.isolation)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program:
+    """A program with its input: the source, and what its stdin holds (None: /dev/null).
+
+    `capture_stdout`: keep its stdout whole and apart from stderr (SandboxResult.stdout), for
+    judges that compare output. `exit_ok`: `sys.exit()` / `SystemExit` with any code counts as
+    reaching the end, as a stdin/stdout judge treats a program that exits after printing."""
+
+    source: str
+    stdin: str | None = None
+    capture_stdout: bool = False
+    exit_ok: bool = False
+
+
+def _program(item: str | Program) -> Program:
+    return item if isinstance(item, Program) else Program(source=item)
 
 
 def _check_timeout(timeout_s: float) -> None:
@@ -138,8 +162,8 @@ class _Server:
         line, _, self._buffer = self._buffer.partition(b"\n")
         return json.loads(line)
 
-    def run(self, source: str, timeout_s: float, limits: Limits) -> SandboxResult:
-        request = {"source": source, "timeout_s": timeout_s, "limits": asdict(limits)}
+    def run(self, program: Program, timeout_s: float, limits: Limits) -> SandboxResult:
+        request = {**asdict(program), "timeout_s": timeout_s, "limits": asdict(limits)}
         try:
             self._proc.stdin.write((json.dumps(request) + "\n").encode())
             self._proc.stdin.flush()
@@ -184,12 +208,12 @@ class _ServerPool:
         """In a forked child: the inherited servers belong to the parent; start afresh."""
         self._idle, self._lock = [], threading.Lock()
 
-    def run(self, source: str, timeout_s: float, limits: Limits) -> SandboxResult:
+    def run(self, program: Program, timeout_s: float, limits: Limits) -> SandboxResult:
         with self._lock:
             server = self._idle.pop() if self._idle else None
         if server is None:
             server = _Server()
-        result = server.run(source, timeout_s, limits)
+        result = server.run(program, timeout_s, limits)
         if server.alive:
             with self._lock:
                 self._idle.append(server)
@@ -213,11 +237,11 @@ def shutdown() -> None:
 
 
 def run_program(
-    source: str, *, timeout_s: float = 10.0, limits: Limits | None = None
+    source: str | Program, *, timeout_s: float = 10.0, limits: Limits | None = None
 ) -> SandboxResult:
     """Run one Python program in the sandbox and say whether it ran to its end cleanly."""
     _check_timeout(timeout_s)
-    return _POOL.run(source, timeout_s, limits or Limits())
+    return _POOL.run(_program(source), timeout_s, limits or Limits())
 
 
 def default_workers() -> int:
@@ -226,20 +250,45 @@ def default_workers() -> int:
 
 
 def run_programs(
-    sources: Iterable[str],
+    sources: Iterable[str | Program],
     *,
     workers: int | None = None,
     timeout_s: float = 10.0,
     limits: Limits | None = None,
 ) -> list[SandboxResult]:
     """Run programs in parallel, at most `workers` at a time; results in the order given."""
+    groups = [[_program(source)] for source in sources]
+    results = run_in_order(groups, workers=workers, timeout_s=timeout_s, limits=limits)
+    return [group[0] for group in results]
+
+
+def run_in_order(
+    groups: Sequence[Sequence[Program]],
+    *,
+    go_on: Callable[[int, int, SandboxResult], bool] = lambda group, index, result: True,
+    workers: int | None = None,
+    timeout_s: float = 10.0,
+    limits: Limits | None = None,
+) -> list[list[SandboxResult]]:
+    """Run each group's programs one after another, stopping a group once `go_on(group index,
+    program index, result)` says no (a judge stops at a solution's first failed test); groups
+    run in parallel, at most `workers` at a time. The results of each group, in order: those
+    of the programs that ran."""
     _check_timeout(timeout_s)
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"Sandbox workers={workers!r} is not a positive whole number.")
-    sources = list(sources)
     limits = limits or Limits()
-    n = min(workers or default_workers(), len(sources))
+
+    def run_group(i: int) -> list[SandboxResult]:
+        results = []
+        for j, program in enumerate(groups[i]):
+            results.append(_POOL.run(program, timeout_s, limits))
+            if not go_on(i, j, results[-1]):
+                break
+        return results
+
+    n = min(workers or default_workers(), len(groups))
     if n <= 1:
-        return [_POOL.run(source, timeout_s, limits) for source in sources]
+        return [run_group(i) for i in range(len(groups))]
     with ThreadPoolExecutor(max_workers=n, thread_name_prefix="sandbox") as pool:
-        return list(pool.map(lambda source: _POOL.run(source, timeout_s, limits), sources))
+        return list(pool.map(run_group, range(len(groups))))

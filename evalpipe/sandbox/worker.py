@@ -250,18 +250,20 @@ def _set_limits(limits: dict, timeout_s: float) -> None:
         resource.setrlimit(which, (soft, soft if hard is None else hard))
 
 
-def _program(request: dict, iso: Isolation, workdir: str, nonce: bytes, out_w: int, rep_w: int):
-    """The program process: lock itself down, run the code, report how it ended. Never returns."""
+def _program(request: dict, iso: Isolation, workdir: str, nonce: bytes, fds: dict) -> None:
+    """The program process: lock itself down, run the code, report how it ended. Never returns.
+
+    `fds`: "out" (stderr, and stdout unless captured apart), "report", optionally "stdout"
+    (stdout kept whole) and "stdin" (a memfd holding its input; else /dev/null)."""
     # Bound before the code runs, which may replace them.
     write, exit_now, getpid = os.write, os._exit, os.getpid
     try:
         # Its own session: kill(0) or killpg from the program cannot reach the supervisor.
         os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        os.dup2(devnull, 0)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        os.dup2(rep_w, 3)
+        os.dup2(fds["stdin"] if "stdin" in fds else os.open(os.devnull, os.O_RDWR), 0)
+        os.dup2(fds.get("stdout", fds["out"]), 1)
+        os.dup2(fds["out"], 2)
+        os.dup2(fds["report"], 3)
         os.set_inheritable(3, False)
         for fd in os.listdir("/proc/self/fd"):  # closerange(4, max) is slow without close_range
             if int(fd) > 3:
@@ -340,9 +342,10 @@ def _supervise(request: dict, iso: Isolation, workdir: str, nonce: bytes, pipes:
         os._exit(1)
     if pid == 0:
         os.close(pipes["status"])
-        _program(request, iso, workdir, nonce, pipes["out"], pipes["report"])
-    os.close(pipes["out"])
-    os.close(pipes["report"])
+        _program(request, iso, workdir, nonce, pipes)
+    for name, fd in pipes.items():
+        if name != "status":
+            os.close(fd)
     timed_out = False
 
     def on_alarm(signum, frame):
@@ -377,6 +380,26 @@ class _Tail:
             del self.data[: len(self.data) - self.limit]
 
 
+class _Head(_Tail):
+    """Keeps the first `limit` bytes of a stream (a whole output up to a size) and counts all."""
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.data += chunk[: max(0, self.limit - len(self.data))]
+
+
+def _stdin_file(text: str) -> int:
+    """An in-memory file holding `text`, positioned at its start: the program's stdin. A file
+    rather than a pipe, so no input size can block the server, and it seeks like a
+    redirected file does."""
+    fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+    data = text.encode("utf-8")
+    while data:
+        data = data[os.write(fd, data) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _collect(pid: int, fds: dict, tails: dict, deadline: float) -> bool:
     """Read the program's pipes until the supervisor has reported; False if it overran."""
     poller = select.poll()
@@ -407,7 +430,9 @@ def _collect(pid: int, fds: dict, tails: dict, deadline: float) -> bool:
     return True
 
 
-def _verdict(report: bytes, nonce: bytes, status: dict, timeout_s: float) -> tuple[str, str]:
+def _verdict(
+    report: bytes, nonce: bytes, status: dict, timeout_s: float, exit_ok: bool
+) -> tuple[str, str]:
     """(status, detail) from the program's report and the supervisor's account."""
     if status.get("timed_out"):
         return "timeout", f"still running after the {timeout_s:g} s wall-clock limit"
@@ -426,6 +451,8 @@ def _verdict(report: bytes, nonce: bytes, status: dict, timeout_s: float) -> tup
     if kind == "ok":
         return "passed", "ran to its end"
     if kind == "exit":
+        if exit_ok:
+            return "passed", f"raised SystemExit({rest}), which counts as its end here"
         return "exited", f"raised SystemExit({rest}) before reaching its end"
     if kind == "exception":
         return "failed", f"uncaught {rest}"
@@ -442,30 +469,36 @@ def run_one(request: dict, iso: Isolation) -> dict:
         workdir = tempfile.mkdtemp(prefix="evalpipe-sandbox-")
         if iso.run_as is not None:
             os.chown(workdir, *iso.run_as)
-    out_r, out_w = os.pipe()
-    rep_r, rep_w = os.pipe()
-    st_r, st_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        for fd in (out_r, rep_r, st_r):
-            os.close(fd)
-        try:
-            _supervise(
-                request, iso, workdir, nonce, {"out": out_w, "report": rep_w, "status": st_w}
-            )
-        finally:
-            os._exit(1)
-    for fd in (out_w, rep_w, st_w):
-        os.close(fd)
     tails = {
         "out": _Tail(limits["output_tail_bytes"]),
         "report": _Tail(4096),
         "status": _Tail(65536),
     }
+    if request.get("capture_stdout"):
+        tails["stdout"] = _Head(limits["stdout_bytes"])
+    pipes = {name: os.pipe() for name in tails}
+    stdin = request.get("stdin")
+    stdin_fd = _stdin_file(stdin) if stdin is not None else None
+    pid = os.fork()
+    if pid == 0:
+        child = {name: w for name, (_, w) in pipes.items()}
+        if stdin_fd is not None:
+            child["stdin"] = stdin_fd
+        for r, _ in pipes.values():
+            os.close(r)
+        try:
+            _supervise(request, iso, workdir, nonce, child)
+        finally:
+            os._exit(1)
+    for _, w in pipes.values():
+        os.close(w)
+    if stdin_fd is not None:
+        os.close(stdin_fd)
+    reads = {name: r for name, (r, _) in pipes.items()}
     deadline = time.monotonic() + request["timeout_s"] + SUPERVISOR_GRACE_S
-    finished = _collect(pid, {"out": out_r, "report": rep_r, "status": st_r}, tails, deadline)
+    finished = _collect(pid, reads, tails, deadline)
     os.waitpid(pid, 0)
-    for fd in (out_r, rep_r, st_r):
+    for fd in reads.values():
         os.close(fd)
     if iso.namespaces:
         iso.unmount_program()
@@ -480,7 +513,10 @@ def run_one(request: dict, iso: Isolation) -> dict:
     elif "error" in status or "wait_status" not in status:
         verdict = ("error", f"the sandbox could not start the program: {status.get('error')}")
     else:
-        verdict = _verdict(bytes(tails["report"].data), nonce, status, request["timeout_s"])
+        exit_ok = bool(request.get("exit_ok"))
+        verdict = _verdict(
+            bytes(tails["report"].data), nonce, status, request["timeout_s"], exit_ok
+        )
     wait_status = status.get("wait_status")
     return {
         "status": verdict[0],
@@ -490,7 +526,15 @@ def run_one(request: dict, iso: Isolation) -> dict:
         "output_tail": bytes(tails["out"].data).decode("utf-8", errors="replace"),
         "output_bytes": tails["out"].total,
         "duration_s": status.get("duration_s", 0.0),
+        **_stdout(tails.get("stdout")),
     }
+
+
+def _stdout(head: _Tail | None) -> dict:
+    if head is None:
+        return {"stdout": None, "stdout_truncated": False}
+    text = bytes(head.data).decode("utf-8", errors="replace")
+    return {"stdout": text, "stdout_truncated": head.total > head.limit}
 
 
 PROBE_REQUEST = {
@@ -504,6 +548,7 @@ PROBE_REQUEST = {
         "open_files": 64,
         "disk_mib": 1,
         "output_tail_bytes": 1024,
+        "stdout_bytes": 1024,
     },
 }
 

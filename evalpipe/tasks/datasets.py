@@ -25,6 +25,8 @@ def load_rows(
 ) -> list[Row]:
     """The rows of one split (and hf configuration) of `source`, for task `task`."""
     scheme, location = source.scheme, source.location
+    if scheme == "hf" and source.files:
+        return _load_hub_files(task, location, source.files, source.revision)
     if scheme == "hf":
         return _load_hf(task, location, config, split, source.revision, gated=source.gated)
     if scheme in ("jsonl", "parquet"):
@@ -116,6 +118,35 @@ def _gated(name: str) -> str:
         "account (`hf auth login`, or HF_TOKEN) on the machine that fetches it. Otherwise point "
         "the task's source.uri at a file of the split (way 3 below). "
     )
+
+
+def _load_hub_files(
+    task: str, name: str, files: tuple[str, ...], revision: str | None
+) -> list[Row]:
+    """The rows of JSON-lines files in a hub dataset repository, in order, through the hub's
+    file cache (HF_HUB_CACHE; HF_HUB_OFFLINE=1 reads only what it holds)."""
+    from huggingface_hub import constants, hf_hub_download
+
+    rows: list[Row] = []
+    for filename in files:
+        try:
+            path = hf_hub_download(name, filename, repo_type="dataset", revision=revision)
+        # The hub client signals "not here" with many types (offline, missing revision or
+        # file, network errors); its message says which.
+        except Exception as exc:
+            at = f"hf:{name}@{revision or 'main'} file {filename!r}"
+            raise DatasetError(
+                f"Task {task!r}: {at} is not available ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}). Looked in "
+                f"HF_HUB_CACHE={constants.HF_HUB_CACHE} with HF_HUB_OFFLINE="
+                f"{'1' if constants.HF_HUB_OFFLINE else 'unset'}. To make it available: on a "
+                f"machine with network run `HF_HUB_CACHE=/shared/hf-hub python -m evalpipe tasks "
+                f"fetch {task}`, then set HF_HUB_CACHE=/shared/hf-hub and HF_HUB_OFFLINE=1 "
+                "where evalpipe runs; or download the files yourself and use a copy of the task "
+                "file whose source uri is jsonl:/path/to/file.jsonl."
+            ) from exc
+        rows += _read_file(task, Path(path))
+    return rows
 
 
 def _unavailable(

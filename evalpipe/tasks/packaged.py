@@ -19,8 +19,9 @@ from evalpipe.core.errors import MissingDependencyError
 
 @functools.cache
 def package_constant(module_file: str, name: str) -> str:
-    """The string assigned to `name` at the top of `module_file` (PACKAGE/PATH.py), literal or
-    a literal's `.strip()`, as the module would hold it."""
+    """The string assigned to `name` at the top of `module_file` (PACKAGE/PATH.py), or in a
+    class's body for `CLASS.NAME`, literal or a literal's `.strip()`, as the module would hold
+    it."""
     package, _, relative = module_file.partition("/")
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -36,9 +37,15 @@ def package_constant(module_file: str, name: str) -> str:
             tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError) as exc:
         raise MissingDependencyError(f"Cannot read {path} for {name}: {exc}.") from exc
-    for node in tree.body:
+    owner, _, attribute = name.rpartition(".")
+    body = tree.body
+    if owner:
+        body = next(
+            (n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner), []
+        )
+    for node in body:
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
+            isinstance(t, ast.Name) and t.id == attribute for t in node.targets
         ):
             value = _string(node.value)
             if value is not None:
@@ -65,4 +72,7 @@ def _string(node: ast.expr) -> str | None:
 
 
 # How to install the packages shipped task files read constants from (pinned as in pyproject).
-_INSTALL = {"simple_evals": "pip install --no-deps 'nvidia-simple-evals==26.3'"}
+_INSTALL = {
+    "simple_evals": "pip install --no-deps 'nvidia-simple-evals==26.3'",
+    "livecodebench": "pip install --no-deps 'nvidia-livecodebench==26.3'",
+}

@@ -50,6 +50,10 @@ def target(record: Record, scorer: ScorerConfig) -> dict[str, Any]:
         return ifeval_target(record)
     if scorer.harness == "humaneval":
         return {k: record[k] for k in ("prompt", "test", "entry_point")}
+    if scorer.harness == "livecodebench":
+        from evalpipe.tasks.livecodebench import problem
+
+        return problem(record)
     tests = record["tests"]
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise DatasetError(f"field 'tests' must be a list of assert statements, got {tests!r}")

@@ -213,4 +213,8 @@ def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = Non
         return MathScorer(config.extractor_name, config.k)
     if config.kind == "ifeval":
         return InstructionScorer()
+    if config.harness == "livecodebench":
+        from evalpipe.tasks.livecodebench import LiveCodeBenchScorer
+
+        return LiveCodeBenchScorer(config.k, config.timeout_s)
     return CodeScorer(str(config.harness), config.k, config.timeout_s, run_programs)

@@ -64,6 +64,16 @@ class ConfiguredTask:
         self._scorer = build_scorer(config.scorer, run_programs=run_programs)
         self._items: dict[str, list[Item]] = {}
 
+    def with_config(self, config: TaskConfig) -> ConfiguredTask:
+        """This task with another configuration (an overridden part), its settings kept."""
+        return ConfiguredTask(
+            config,
+            path=self.path,
+            run_programs=self.run_programs,
+            reasoning_parser=self.reasoning_parser,
+            sampling=None if self.sampling is self.config.sampling else self.sampling,
+        )
+
     def with_sampling(self, sampling: SamplingSettings) -> ConfiguredTask:
         """This task generating with `sampling` instead of its file's settings."""
         return ConfiguredTask(
@@ -202,15 +212,14 @@ class ConfiguredTask:
 
     def _read(self, split: str) -> list[Item]:
         cfg = self.config
-        base = self.path.parent
         subsets = cfg.subsets
         if subsets is not None and subsets.by == "config":
             items = []
             for value in subsets.values:
-                rows = load_rows(cfg.name, cfg.source, split=split, config=value, base_dir=base)
+                rows = self._rows(split, value)
                 items += self._identify(rows, value)
             return _unique(cfg.name, items)
-        rows = load_rows(cfg.name, cfg.source, split=split, config=cfg.source.config, base_dir=base)
+        rows = self._rows(split, cfg.source.config)
         if cfg.shuffle is not None and split == cfg.source.split:
             return _unique(cfg.name, self._shuffled(rows, cfg.shuffle))
         if subsets is None:
@@ -249,6 +258,15 @@ class ConfiguredTask:
             (ids[i % len(rows)] + (f"@{repeat}" if shuffle.repeats > 1 else ""), None, row)
             for i, (repeat, row) in enumerate(out)
         ]
+
+    def _rows(self, split: str, config: str | None) -> list[Row]:
+        """The split's rows, those outside the task's date window left out."""
+        cfg = self.config
+        base = self.path.parent
+        rows = load_rows(cfg.name, cfg.source, split=split, config=config, base_dir=base)
+        if cfg.dates is None:
+            return rows
+        return [row for row in rows if cfg.dates.keeps(row, cfg.name)]
 
     def _identify(self, rows: list[Row], subset: str | None) -> list[Item]:
         path = self.config.fields.get("id")
