@@ -44,6 +44,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     mc_method="logprobs",
     admission="given",
     stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
+    track="mlflow",
 )
 # Every job option given, none at its default, with the runner options a job takes.
 EVERY_JOB_OPTION = JobOptions(
@@ -59,6 +60,7 @@ EVERY_JOB_OPTION = JobOptions(
         mc_method="generate",
         admission="longest-first",
         stall_timeout=600,
+        track="wandb",
     ),
     shards="auto",
     time="auto",

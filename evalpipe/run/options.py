@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from evalpipe.catalog.registry import TRACKERS
 from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
@@ -30,7 +31,8 @@ LAYOUT = "layout"  # its parallel layout and context length; help fills in {layo
 EXECUTOR = "executor"  # how vLLM starts its workers
 ENDPOINT = "endpoint"  # a model behind an OpenAI-compatible server
 WATCHDOG = "watchdog"
-GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG)
+TRACKING = "tracking"  # the experiment tracker the run logs to
+GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG, TRACKING)
 
 
 def stall_seconds(text: str) -> float:
@@ -159,6 +161,16 @@ class RunnerOptions:
         help="end the run with diagnostics and exit 124 after S seconds without progress; 0: "
         "off (default: sized from the model, 15 min + 6 s per GiB of weights while loading, "
         "10 min while generating)",
+    )
+
+    track: str | None = option(
+        flag="--track",
+        group=TRACKING,
+        choices=TRACKERS,
+        help="log configuration, metrics, samples and device readings to W&B (offline unless "
+        "WANDB_MODE says otherwise; `evalpipe track sync` uploads) or MLflow "
+        "(MLFLOW_TRACKING_URI, else a file store in the run directory) while the run goes; "
+        "a tracker that fails costs one warning, never the run (docs/tracking.md)",
     )
 
     def __post_init__(self) -> None:
