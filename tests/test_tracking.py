@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from runner_support import SCRIPT, preset, toy_tasks
 
+from evalpipe.cli import main
 from evalpipe.engine.base import Completion, EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.monitor import Monitor
@@ -220,7 +221,7 @@ def test_a_refusing_tracking_uri_costs_one_warning_and_no_sample(
 
 
 def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -255,7 +256,35 @@ def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(
         for i in r.config.update
     }
     assert {k: config[k] for k in tracked_params(manifest)} == tracked_params(manifest)
-    assert sync_argv([out]) == ["wandb", "sync", str(offline)]
+    assert sync_argv([out])[-3:] == ["wandb", "sync", str(offline)]
+    # `evalpipe track sync` finds the run's offline files (uploading needs a W&B server).
+    capfd.readouterr()
+    assert main(["track", "sync", "--dry-run", str(out)]) == 0
+    assert "Would sync 1 run(s)" in "".join(capfd.readouterr())
+
+
+def test_report_export_logs_an_untracked_run(
+    tmp_path: Path, mlflow_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    out = tmp_path / "run"
+    engine = FakeEngine(preset(), EngineSettings(), script=SCRIPT)
+    run_evaluation(
+        lambda settings: engine,
+        toy_tasks(),
+        out,
+        preset=preset(),
+        options=RunOptions(backend="fake", window=2),
+    )
+    assert main(["report", "--export", "mlflow", str(tmp_path)]) == 0
+    run_id = capsys.readouterr().out.split()[-1]
+    run = MlflowClient(tracking_uri=mlflow_env).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    expected = tracked_metrics(read_summary(RunDir(out)))
+    assert {k: run.data.metrics[k] for k in expected} == pytest.approx(expected)
+    assert run.data.params == tracked_params(read_manifest(RunDir(out)))
+    assert main(["report", "--export", "mlflow", "--compare", str(out), str(out)]) == 1
 
 
 def _gpu_key(out: Path) -> str:

@@ -9,6 +9,8 @@ them, evalpipe never writes them anywhere.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +26,13 @@ PROJECT = "evalpipe"  # W&B project and MLflow experiment unless the environment
 # its server should give up soon and say so once, so these are the defaults unless set.
 MLFLOW_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 # An interrupted run resumes later (and its tracked run with it): KILLED, not FAILED.
-_MLFLOW_STATUS = {"complete": "FINISHED", "interrupted": "KILLED", "failed": "FAILED"}
+# A run still `running` in its manifest was killed without a word.
+_MLFLOW_STATUS = {
+    "complete": "FINISHED",
+    "interrupted": "KILLED",
+    "running": "KILLED",
+    "failed": "FAILED",
+}
 _BATCH = 500  # metrics per MLflow request (its limit is 1000), parameters are 100
 
 
@@ -175,7 +183,7 @@ def check_tracker(name: str) -> None:
         raise ConfigError(f"Unknown tracker {name!r}; choose one of {', '.join(BACKENDS)}.")
 
 
-def sync_argv(run_dirs: Sequence[Path]) -> list[str]:
+def sync_argv(run_dirs: Sequence[Path], *, dry_run: bool = False) -> list[str]:
     """`wandb sync` for the W&B offline runs in `run_dirs` (and their shards): what
     `evalpipe track sync` runs on a login node. ConfigError when there are none."""
     found = []
@@ -188,4 +196,16 @@ def sync_argv(run_dirs: Sequence[Path]) -> list[str]:
             f"No W&B offline runs under {', '.join(map(str, run_dirs))}: run with --track "
             "wandb first (its files go to RUN/wandb/)."
         )
-    return ["wandb", "sync", *map(str, found)]
+    return [
+        sys.executable,
+        "-m",
+        "wandb",
+        "sync",
+        *(["--dry-run"] if dry_run else []),
+        *map(str, found),
+    ]
+
+
+def sync(run_dirs: Sequence[Path], *, dry_run: bool = False) -> int:
+    """Upload the offline runs with `wandb sync` (it reads WANDB_API_KEY); its exit status."""
+    return subprocess.run(sync_argv(run_dirs, dry_run=dry_run), check=False).returncode

@@ -91,11 +91,11 @@ class Tracking:
         rows: Sequence[Sequence[Any]],
         *,
         status: RunStatus,
-        wait_s: float = EXIT_WAIT_S,
+        wait_s: float | None = EXIT_WAIT_S,
     ) -> None:
         """Log the final figures and the samples table and close the tracked run, waiting at
-        most `wait_s`; a tracker still busy then is left behind (a daemon thread) with one
-        warning."""
+        most `wait_s` (None: until done); a tracker still busy then is left behind (a daemon
+        thread) with one warning."""
         if self._thread is None:
             return
         self._end = _End(metrics=metrics, rows=rows, status=status)
@@ -111,6 +111,11 @@ class Tracking:
                 self._tracker,
                 self._dir,
             )
+
+    @property
+    def failed(self) -> bool:
+        """Whether the tracker stopped on an error (and warned once)."""
+        return self._failed
 
     # --- the tracking thread ---------------------------------------------------------------
 
