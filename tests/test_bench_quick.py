@@ -178,3 +178,11 @@ def test_aime_metrics_quick() -> None:
     out = quick("aime_metrics.py")
     figures(out, "problems:", "metric values: agree")
     assert "disagree 0;" in out
+
+
+def test_tracking_quick() -> None:
+    pytest.importorskip("mlflow", reason="pip install 'evalpipe[track]'")
+    out = quick("tracking.py")
+    figures(out, "untracked      wall s:", "refused        wall s:", "import mlflow  wall s:")
+    figures(out, "python alone   wall s:")
+    assert "target refused wall" in out
