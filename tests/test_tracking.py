@@ -17,6 +17,7 @@ import pytest
 from runner_support import SCRIPT, preset, toy_tasks
 
 from evalpipe.cli import main
+from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import Completion, EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.monitor import Monitor
@@ -29,7 +30,7 @@ from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.results import read_json, read_samples
 from evalpipe.rundir.summary import read_summary
-from evalpipe.rundir.tracked import tracked_metrics, tracked_params
+from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params, tracking_group
 
 mlflow = pytest.importorskip("mlflow", reason="pip install 'evalpipe[track]'")
 wandb = pytest.importorskip("wandb", reason="pip install 'evalpipe[track]'")
@@ -225,6 +226,7 @@ def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(
 ) -> None:
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "evalpipe-test")
     out = tmp_path / "run"
     engine = GatedEngine(hold_after=6)
     thread, result = tracked_run(out, "wandb", engine)
@@ -240,6 +242,8 @@ def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(
     manifest = read_manifest(RunDir(out))
     assert offline.name.endswith(manifest.tracking.run_id)
     records = wandb_records(offline)
+    (run_record,) = [r.run for r in records if r.HasField("run")]
+    assert run_record.project == "evalpipe-test" and run_record.run_group == "g"
     assert any(
         k.startswith("device/") and k.endswith("/util_pct") for h in history(offline) for k in h
     )
@@ -264,23 +268,32 @@ def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(
 
 
 def test_report_export_logs_an_untracked_run(
-    tmp_path: Path, mlflow_env: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    mlflow_env: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from mlflow.tracking import MlflowClient
 
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "exported")
     out = tmp_path / "run"
     engine = FakeEngine(preset(), EngineSettings(), script=SCRIPT)
+    gpu = FakeGpu(uuid=fake_uuid(0), util_pct=(40, 60))
     run_evaluation(
         lambda settings: engine,
         toy_tasks(),
         out,
         preset=preset(),
         options=RunOptions(backend="fake", window=2),
+        monitor=lambda csv: Monitor(csv, nvml=FakeNvml([gpu]), visible_devices="0").start(),
     )
     assert main(["report", "--export", "mlflow", str(tmp_path)]) == 0
     run_id = capsys.readouterr().out.split()[-1]
-    run = MlflowClient(tracking_uri=mlflow_env).get_run(run_id)
+    client = MlflowClient(tracking_uri=mlflow_env)
+    run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "exported"
+    assert client.get_metric_history(run_id, "device/" + _gpu_key(out))  # metrics.csv's series
     expected = tracked_metrics(read_summary(RunDir(out)))
     assert {k: run.data.metrics[k] for k in expected} == pytest.approx(expected)
     assert run.data.params == tracked_params(read_manifest(RunDir(out)))
@@ -334,3 +347,110 @@ def wandb_records(offline: Path) -> list:
             records.append(record)
             chunk = b""
     return records
+
+
+class SlowBackend:
+    """A tracker whose start takes `start_s` (an import, a slow server); records what it got."""
+
+    name = "slow"
+
+    def __init__(self, start_s: float) -> None:
+        self.start_s = start_s
+        self.logged: list[dict] = []
+        self.finished: str | None = None
+
+    def __call__(self, run_dir: Path) -> SlowBackend:
+        return self
+
+    def start(self, *, run_name, group, params, resume_id) -> str:
+        time.sleep(self.start_s)
+        return "slow-1"
+
+    def log(self, metrics, step) -> None:
+        self.logged.append(dict(metrics))
+
+    def table(self, name, columns, rows) -> None:
+        pass
+
+    def summary(self, metrics) -> None:
+        self.logged.append(dict(metrics))
+
+    def finish(self, status) -> None:
+        self.finished = status
+
+
+def test_a_tracker_still_busy_at_the_end_is_left_behind_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    slow = SlowBackend(start_s=3.0)
+    tracking = Tracking(slow, tmp_path, tracker="mlflow", group="g").start({})
+    tracking.progress(3, 30)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING):
+        tracking.end({"task/a/accuracy": 1.0}, [], status="complete", wait_s=0.3)
+    assert time.monotonic() - t0 < 1.0
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "did not finish within 0.3 s" in warning and "report --export mlflow" in warning
+    assert tracking.tracked is None and slow.finished is None
+
+
+def test_a_quick_tracker_logs_progress_and_the_final_figures(tmp_path: Path) -> None:
+    fast = SlowBackend(start_s=0.0)
+    tracking = Tracking(fast, tmp_path, tracker="mlflow", group="g", interval_s=0.05).start({})
+    tracking.progress(3, 30)
+    wait_for(lambda: fast.logged)
+    tracking.end({"task/a/accuracy": 1.0}, [], status="interrupted")
+    assert fast.logged[0]["progress/samples"] == 3.0
+    assert fast.logged[-1] == {"task/a/accuracy": 1.0}
+    assert fast.finished == "interrupted" and tracking.tracked.run_id == "slow-1"
+
+
+def test_sweeps_and_shards_group_their_tracked_runs(tmp_path: Path) -> None:
+    (tmp_path / "sweep" / "sweep.json").parent.mkdir()
+    (tmp_path / "sweep" / "sweep.json").write_text("{}")
+    assert tracking_group(RunDir(tmp_path / "sweep" / "a")) == "sweep"
+    assert tracking_group(RunDir(tmp_path / "job" / "shards" / "1")) == "job"
+    assert tracking_group(RunDir(tmp_path / "alone")) == "alone"
+
+
+def test_the_samples_table_is_capped() -> None:
+    from evalpipe.rundir.results import SampleRecord
+
+    record = SampleRecord(
+        task="t", category="c", sample_id="1", prompt="p" * 5000, completions=("x",),
+        extracted=("7",), scores={"accuracy": 1.0, "other": 0.0}, prompt_tokens=1,
+        completion_tokens=(1,),
+    )  # fmt: skip
+    rows = sample_rows([record] * 150)
+    assert len(rows) == 100
+    assert rows[0] == ["t", "1", "p" * 2000, "x", "7", 1.0]
+
+
+def test_a_cluster_profile_tracks_its_jobs_unless_told_otherwise(tmp_path: Path) -> None:
+    import yaml
+
+    from evalpipe.catalog.registry import load_cluster
+    from evalpipe.jobs.jobspec import JobOptions
+    from evalpipe.jobs.submit import prepare
+    from evalpipe.run.options import RunnerOptions
+
+    root = Path(__file__).resolve().parent.parent
+    data = yaml.safe_load((root / "configs" / "clusters" / "local.yaml").read_text()) | {
+        "track": "mlflow"
+    }
+    profile = tmp_path / "site.yaml"
+    profile.write_text(yaml.safe_dump(data))
+    assert load_cluster(str(profile)).track == "mlflow"
+    out = tmp_path / "run"
+    job = prepare("tiny_random", str(profile), JobOptions(), out)
+    assert ("--track", "mlflow") in job.spec.runner_options
+    assert "--track mlflow" in job.script
+    given = JobOptions(run=RunnerOptions(track="wandb"))
+    job = prepare("tiny_random", str(profile), given, out)
+    assert ("--track", "wandb") in job.spec.runner_options
+    smoke = prepare("tiny_random", str(profile), JobOptions(smoke=True), out)
+    assert not any(flag == "--track" for flag, _ in smoke.spec.runner_options)
+    data["track"] = "neptune"
+    profile.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="track 'neptune' is not one of wandb, mlflow"):
+        load_cluster(str(profile))

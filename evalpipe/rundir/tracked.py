@@ -43,8 +43,8 @@ def _flat(prefix: str, value: Any, out: dict[str, str]) -> None:
 
 
 def tracked_params(manifest: Manifest) -> dict[str, str]:
-    """The run's configuration as dotted names: identity (run id, config hash, git sha),
-    preset, model, layout, sampling per task, task definitions, package versions and the
+    """The run's configuration as dotted names: identity (run id, config hash, git sha, the
+    SLURM job of the attempt that started the tracked run), preset, model, layout, sampling per task, task definitions, package versions and the
     submitted plan. None values are left out."""
     out: dict[str, str] = {}
     _flat(
@@ -54,6 +54,7 @@ def tracked_params(manifest: Manifest) -> dict[str, str]:
             "config_hash": manifest.config_hash,
             "git_sha": manifest.git_sha,
             "seed": manifest.seed,
+            "slurm": manifest.slurm,
             "config": manifest.config.to_dict(),
             "versions": manifest.versions,
             "plan": None if manifest.plan is None else manifest.plan.to_dict(),
