@@ -53,6 +53,18 @@ class GatedEngine(FakeEngine):
         return super().step()
 
 
+def run_toy(out: Path, engine: FakeEngine, **kwargs):
+    """The toy tasks through `engine` into `out` (run_evaluation's other arguments in kwargs)."""
+    return run_evaluation(
+        lambda settings: engine,
+        toy_tasks(),
+        out,
+        preset=preset(),
+        options=RunOptions(backend="fake", window=2),
+        **kwargs,
+    )
+
+
 def tracked_run(out: Path, tracker: str, engine: FakeEngine, interval_s: float = 0.1):
     """run_evaluation on a thread with the real monitor (fake NVML, sampled every 50 ms) and
     `tracker`'s tracking phase; the thread and a list that gets the result."""
@@ -61,12 +73,9 @@ def tracked_run(out: Path, tracker: str, engine: FakeEngine, interval_s: float =
 
     def go() -> None:
         result.append(
-            run_evaluation(
-                lambda settings: engine,
-                toy_tasks(),
+            run_toy(
                 out,
-                preset=preset(),
-                options=RunOptions(backend="fake", window=2),
+                engine,
                 monitor=lambda csv: Monitor(
                     csv, interval_s=0.05, nvml=FakeNvml([gpu]), visible_devices="0"
                 ).start(),
@@ -77,6 +86,7 @@ def tracked_run(out: Path, tracker: str, engine: FakeEngine, interval_s: float =
                     group="g",
                     previous=previous,
                     interval_s=interval_s,
+                    exit_wait_s=60,  # what is logged is the point here, not the bound
                 ),
             )
         )
@@ -176,19 +186,11 @@ def test_a_resumed_run_continues_its_tracked_run(tmp_path: Path, mlflow_env: str
 
     engine.step = stopping_step
     tracker = lambda run_dir, previous: Tracking(  # noqa: E731
-        BACKENDS["mlflow"], run_dir, tracker="mlflow", group="g", previous=previous
+        BACKENDS["mlflow"], run_dir, tracker="mlflow", group="g", previous=previous, exit_wait_s=60
     )
 
     def run(engine):
-        return run_evaluation(
-            lambda settings: engine,
-            toy_tasks(),
-            out,
-            preset=preset(),
-            options=RunOptions(backend="fake", window=2),
-            stop=stop,
-            tracker=tracker,
-        )
+        return run_toy(out, engine, stop=stop, tracker=tracker)
 
     assert run(engine).status == "interrupted"
     first = read_manifest(RunDir(out)).tracking
@@ -279,12 +281,9 @@ def test_report_export_logs_an_untracked_run(
     out = tmp_path / "run"
     engine = FakeEngine(preset(), EngineSettings(), script=SCRIPT)
     gpu = FakeGpu(uuid=fake_uuid(0), util_pct=(40, 60))
-    run_evaluation(
-        lambda settings: engine,
-        toy_tasks(),
+    run_toy(
         out,
-        preset=preset(),
-        options=RunOptions(backend="fake", window=2),
+        engine,
         monitor=lambda csv: Monitor(csv, nvml=FakeNvml([gpu]), visible_devices="0").start(),
     )
     assert main(["report", "--export", "mlflow", str(tmp_path)]) == 0
@@ -383,11 +382,11 @@ def test_a_tracker_still_busy_at_the_end_is_left_behind_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     slow = SlowBackend(start_s=3.0)
-    tracking = Tracking(slow, tmp_path, tracker="mlflow", group="g").start({})
+    tracking = Tracking(slow, tmp_path, tracker="mlflow", group="g", exit_wait_s=0.3).start({})
     tracking.progress(3, 30)
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING):
-        tracking.end({"task/a/accuracy": 1.0}, [], status="complete", wait_s=0.3)
+        tracking.end({"task/a/accuracy": 1.0}, [], status="complete")
     assert time.monotonic() - t0 < 1.0
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "did not finish within 0.3 s" in warning and "report --export mlflow" in warning

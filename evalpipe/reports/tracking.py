@@ -37,10 +37,9 @@ def export_run(tracker: str, run_dir: Path) -> Tracking:
         tracker=tracker,
         group=tracking_group(files),
         previous=manifest.tracking,
+        exit_wait_s=None,  # nothing else to do: wait until it is logged
     ).start(tracked_params(manifest))
-    tracking.end(
-        tracked_metrics(summary), sample_rows(records), status=manifest.status, wait_s=None
-    )
+    tracking.end(tracked_metrics(summary), sample_rows(records), status=manifest.status)
     return tracking
 
 

@@ -56,8 +56,10 @@ class Tracking:
         group: str,
         previous: TrackedRun | None = None,
         interval_s: float = INTERVAL_S,
+        exit_wait_s: float | None = EXIT_WAIT_S,
     ) -> None:
         self._factory = backend
+        self._exit_wait = exit_wait_s
         self._dir = run_dir
         self._tracker = tracker
         self._group = group
@@ -91,13 +93,13 @@ class Tracking:
         rows: Sequence[Sequence[Any]],
         *,
         status: RunStatus,
-        wait_s: float | None = EXIT_WAIT_S,
     ) -> None:
         """Log the final figures and the samples table and close the tracked run, waiting at
-        most `wait_s` (None: until done); a tracker still busy then is left behind (a daemon
-        thread) with one warning."""
+        most `exit_wait_s` (None: until done); a tracker still busy then is left behind (a
+        daemon thread) with one warning."""
         if self._thread is None:
             return
+        wait_s = self._exit_wait
         self._end = _End(metrics=metrics, rows=rows, status=status)
         self._ending.set()
         self._thread.join(wait_s)

@@ -44,8 +44,8 @@ def _flat(prefix: str, value: Any, out: dict[str, str]) -> None:
 
 def tracked_params(manifest: Manifest) -> dict[str, str]:
     """The run's configuration as dotted names: identity (run id, config hash, git sha, the
-    SLURM job of the attempt that started the tracked run), preset, model, layout, sampling per task, task definitions, package versions and the
-    submitted plan. None values are left out."""
+    SLURM ids of the attempt that started the tracked run), preset, model, layout, sampling per
+    task, task definitions, package versions and the submitted plan. None values are left out."""
     out: dict[str, str] = {}
     _flat(
         "",
