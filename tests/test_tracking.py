@@ -351,8 +351,6 @@ def wandb_records(offline: Path) -> list:
 class SlowBackend:
     """A tracker whose start takes `start_s` (an import, a slow server); records what it got."""
 
-    name = "slow"
-
     def __init__(self, start_s: float) -> None:
         self.start_s = start_s
         self.logged: list[dict] = []

@@ -39,8 +39,6 @@ _BATCH = 500  # metrics per MLflow request (its limit is 1000), parameters are 1
 class Backend(Protocol):
     """One tracked run. Every call may raise: the tracking thread turns that into one warning."""
 
-    name: str
-
     def start(
         self, *, run_name: str, group: str, params: Mapping[str, str], resume_id: str | None
     ) -> str:
@@ -63,8 +61,6 @@ class Backend(Protocol):
 class MlflowBackend:
     """MLflow through MlflowClient (no process-global active run): the tracking URI from
     MLFLOW_TRACKING_URI, else a file store in the run directory."""
-
-    name = "mlflow"
 
     def __init__(self, run_dir: Path) -> None:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or RunDir(run_dir).mlruns.resolve().as_uri()
@@ -129,8 +125,6 @@ class WandbBackend:
     """W&B in offline mode unless WANDB_MODE says otherwise (compute nodes rarely reach the
     internet): the run's files go to RUN/wandb/, and `evalpipe track sync RUN` uploads them."""
 
-    name = "wandb"
-
     def __init__(self, run_dir: Path) -> None:
         import wandb
 
@@ -158,6 +152,8 @@ class WandbBackend:
         return str(self._run.id)
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
+        # W&B's history has one step counter per run that must only grow; device readings and
+        # progress come with steps of their own (seconds, samples), so W&B counts for itself.
         self._run.log(dict(metrics))
 
     def table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
