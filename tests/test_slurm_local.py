@@ -284,7 +284,7 @@ def test_one_job_runs_two_replicas_on_a_node_with_four_gpus(
 
 
 def test_a_cluster_tracking_by_default_logs_the_job_to_mlflow_from_the_compute_node(
-    local_slurm: Slurm, tmp_path: Path
+    local_slurm: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A profile with `track: mlflow` and no MLFLOW_TRACKING_URI: the job's runner logs to the
     file store in its run directory, from the node it runs on, while it runs."""
@@ -306,6 +306,7 @@ def test_a_cluster_tracking_by_default_logs_the_job_to_mlflow_from_the_compute_n
     assert "--track mlflow" in (run_dir / "job.sbatch").read_text()
     manifest = read_manifest(RunDir(run_dir))
     assert manifest.status == "complete", logs[-3000:]
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as the job's tracker sets it
     client = MlflowClient(tracking_uri=RunDir(run_dir).mlruns.as_uri())
     tracked = client.get_run(manifest.tracking.run_id)
     assert tracked.info.status == "FINISHED", logs[-3000:]
