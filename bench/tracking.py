@@ -4,7 +4,7 @@ against a tracking URI that refuses connections, with `--track mlflow` to a file
 importing the tracker's library, less a fresh Python alone (start-up and teardown included: a
 tracked run's process pays for both, and tearing down MLflow's modules takes seconds here).
 
-    python bench/tracking.py [--samples 400] [--delay 0.1] [--reps 5]
+    python bench/tracking.py [--samples 200] [--delay 1.0] [--reps 3]
     python bench/tracking.py --quick
 
 The runs use the fake engine (`--backend fake`, each request taking --delay seconds, as a model
@@ -67,9 +67,9 @@ def import_case(tracker: str | None):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=400)
-    parser.add_argument("--delay", type=float, default=0.1, help="seconds per request")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--samples", type=int, default=200, help="arithmetic has 200")
+    parser.add_argument("--delay", type=float, default=1.0, help="seconds per request")
+    parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(
         "--cases", default="untracked,refused,mlflow-file,wandb-offline", help="comma list"
     )
