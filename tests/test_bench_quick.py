@@ -195,3 +195,11 @@ def test_judge_agreement_quick() -> None:
     out = quick("judge_agreement.py")
     for check in ("judge prompts byte-equal", "ratings parsed alike", "MT-Bench scores equal"):
         assert re.search(rf"{check}: (\d+)/\1\n", out), out
+
+
+def test_tracking_quick() -> None:
+    pytest.importorskip("mlflow", reason="pip install 'evalpipe[track]'")
+    out = quick("tracking.py")
+    figures(out, "untracked      wall s:", "refused        wall s:", "import mlflow  wall s:")
+    figures(out, "python alone   wall s:")
+    assert "target refused wall" in out

@@ -54,6 +54,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     judge_max_tokens=512,
     judge_data="/data/llm_judge data",
     phase="judge",
+    track="mlflow",
 )
 # Every job option given, none at its default, with the runner options a job takes.
 EVERY_JOB_OPTION = JobOptions(
@@ -79,6 +80,7 @@ EVERY_JOB_OPTION = JobOptions(
         judge_max_tokens=256,
         judge_data="/data/llm_judge",
         phase="generate",
+        track="wandb",
     ),
     shards="auto",
     time="auto",

@@ -283,6 +283,42 @@ def test_one_job_runs_two_replicas_on_a_node_with_four_gpus(
     }
 
 
+def test_a_cluster_tracking_by_default_logs_the_job_to_mlflow_from_the_compute_node(
+    local_slurm: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile with `track: mlflow` and no MLFLOW_TRACKING_URI: the job's runner logs to the
+    file store in its run directory, from the node it runs on, while it runs."""
+    pytest.importorskip("mlflow", reason="pip install 'evalpipe[track]'")
+    from mlflow.tracking import MlflowClient
+
+    from evalpipe.rundir.layout import RunDir
+    from evalpipe.rundir.manifest import read_manifest
+    from evalpipe.rundir.summary import read_summary
+    from evalpipe.rundir.tracked import tracked_metrics
+
+    # Each request takes 12 s: the run outlasts MLflow's import on the node, as a model's would.
+    profile = site_profile(tmp_path, "fake_nvml", track="mlflow")
+    env = {k: v for k, v in job_env(EVALPIPE_FAKE_DELAY_S="12").items() if "MLFLOW" not in k}
+    job = submit_fake(tmp_path, "run", "--tasks", "arithmetic", "--wait", "--poll", "1",
+                      cluster=profile, env=env)  # fmt: skip
+    run_dir = job.run_dir
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    assert "--track mlflow" in (run_dir / "job.sbatch").read_text()
+    manifest = read_manifest(RunDir(run_dir))
+    assert manifest.status == "complete", logs[-3000:]
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as the job's tracker sets it
+    client = MlflowClient(tracking_uri=RunDir(run_dir).mlruns.as_uri())
+    tracked = client.get_run(manifest.tracking.run_id)
+    assert tracked.info.status == "FINISHED", logs[-3000:]
+    node = manifest.hosts[0]
+    assert node in ("node1", "node2")
+    assert tracked.data.params["slurm.job_id"] == str(job.job_id)
+    expected = tracked_metrics(read_summary(RunDir(run_dir)))
+    assert {k: tracked.data.metrics[k] for k in expected} == pytest.approx(expected)
+    series = [k for k in tracked.data.metrics if k.startswith(f"device/{node}/")]
+    assert series, sorted(tracked.data.metrics)
+
+
 def test_status_reads_the_queue_and_lists_logs(reference: Path) -> None:
     result = evalpipe("status", str(reference), "--json", cwd=reference.parent)
     assert result.returncode == 0, result.stderr

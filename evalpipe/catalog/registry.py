@@ -404,6 +404,9 @@ def get_gpu(name: str) -> Gpu:
 
 GpuRequest = Literal["gres", "gpus-per-node"]
 GPU_REQUESTS: tuple[str, ...] = get_args(GpuRequest)
+# Experiment trackers a run can log to (`--track`, a cluster's `track:`).
+Tracker = Literal["wandb", "mlflow"]
+TRACKERS: tuple[str, ...] = get_args(Tracker)
 # Partition, account, QOS and GRES names go into #SBATCH lines: plain SLURM names only.
 _SLURM_NAME = re.compile(r"[A-Za-z0-9_.+-]+")
 # SLURM's --time forms: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S.
@@ -514,9 +517,13 @@ class Cluster:
     # beyond the plan (negative when the plan was generous).
     overhead_correction_gib: float = 0.0
     ray: RaySettings = field(default_factory=RaySettings)
+    # The tracker every job on this site logs to unless --track says otherwise; None: none.
+    track: Tracker | None = None
 
     def __post_init__(self) -> None:
         where = f"cluster {self.name}"
+        if self.track is not None and self.track not in TRACKERS:
+            raise ValueError(f"track {self.track!r} is not one of {', '.join(TRACKERS)}")
         _positive(
             where,
             gpus_per_node=self.gpus_per_node,

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from evalpipe.catalog.registry import TRACKERS
 from evalpipe.core.errors import ConfigError, RunDirError
 
 HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
@@ -43,11 +44,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
     parser.add_argument(
+        "--export",
+        choices=TRACKERS,
+        help="log the runs to W&B or MLflow instead (configuration, metrics, samples, device "
+        "series; the tracker's address and keys from its environment variables, as for run "
+        "--track); a run tracked there before continues its tracked run",
+    )
+    parser.add_argument(
         "--alpha", type=float, default=0.05, help="significance level after Holm (0.05)"
     )
 
 
 def _check(args: argparse.Namespace) -> None:
+    if args.export and (args.compare or not args.paths):
+        raise ConfigError(
+            f"--export {args.export} logs the run directories given as PATH (no --compare): "
+            "e.g. evalpipe report --export mlflow results/RUN."
+        )
     if args.compare and args.paths:
         raise ConfigError(
             f"Give either PATH... ({' '.join(args.paths)}) or --compare RUN_A RUN_B, not both."
@@ -69,6 +82,8 @@ def _warn(warnings: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
+    if args.export:
+        return _export(args.export, args.paths)
     # pandas and matplotlib load only here, so `evalpipe --help` and other commands stay fast.
     from evalpipe.reports import aggregate, exports, html, loading, tables
     from evalpipe.reports.compare import compare_runs
@@ -134,6 +149,23 @@ def run(args: argparse.Namespace) -> int:
         )
         _write_text(args.output, page)
     return 0
+
+
+def _export(tracker: str, paths: list[str]) -> int:
+    """Log each run to the tracker; 1 when the tracker failed for any (it said why)."""
+    import logging
+
+    from evalpipe.reports.tracking import export_run
+    from evalpipe.rundir.discover import find_run_dirs
+
+    logging.basicConfig(format="evalpipe report: %(message)s", level=logging.WARNING)
+    failed = 0
+    for run_dir in find_run_dirs(paths):
+        tracking = export_run(tracker, run_dir)
+        failed += tracking.failed
+        if tracking.tracked is not None and not tracking.failed:
+            print(f"{run_dir}: {tracker} run {tracking.tracked.run_id}")
+    return 1 if failed else 0
 
 
 def _single_run(path: str, found: list[Path]) -> Path:

@@ -18,6 +18,7 @@ from evalpipe.run.options import (
     JUDGE,
     LAYOUT,
     SELECTION,
+    TRACKING,
     WATCHDOG,
     RunnerOptions,
 )
@@ -84,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="requests kept in flight per engine replica (default: twice vLLM's max_num_seqs)",
     )
-    add_options(parser, RunnerOptions, groups=(WATCHDOG,))
+    add_options(parser, RunnerOptions, groups=(WATCHDOG, TRACKING))
     endpoint = parser.add_argument_group(
         "endpoint (--backend openai: a model behind an OpenAI-compatible server; docs/engine.md)"
     )
@@ -112,6 +113,24 @@ def _endpoint_preset(options: RunnerOptions, preset):
         model=options.model,
         api_key_env=options.api_key_env,
         concurrency=options.concurrency,
+    )
+
+
+def _tracker(name: str | None):
+    """The tracking phase's factory for --track NAME (None: the run is not tracked)."""
+    if name is None:
+        return None
+    from evalpipe.run.trackers import BACKENDS
+    from evalpipe.run.tracking import Tracking
+    from evalpipe.rundir.layout import RunDir
+    from evalpipe.rundir.tracked import tracking_group
+
+    return lambda out, previous: Tracking(
+        BACKENDS[name],
+        out,
+        tracker=name,
+        group=tracking_group(RunDir(out)),
+        previous=previous,
     )
 
 
@@ -300,6 +319,7 @@ def run(args: argparse.Namespace) -> int:
                 node_csvs=RunDir(out).node_metrics_files,
             ).start(),
             watchdog=(lambda on_stall: Watchdog(limits, on_stall).start()) if limits else None,
+            tracker=_tracker(given.track),
             past=past,
         )
     print(format_summary(result.summary))

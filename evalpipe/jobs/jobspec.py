@@ -40,6 +40,7 @@ from evalpipe.run.options import (
     JUDGE,
     LAYOUT,
     SELECTION,
+    TRACKING,
     WATCHDOG,
     RunnerOptions,
 )
@@ -84,7 +85,7 @@ def _margin(value: float) -> None:
 JOB = "job"  # the option group of JobOptions' own flags
 # The runner's options a submission takes; the job sets the executor and the endpoint itself.
 # A judged run's job holds both phases: generation, then the judge in its own process.
-JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG, JUDGE)
+JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG, JUDGE, TRACKING)
 # What `evalpipe smoke --local` takes: the model and its layout, no tasks.
 SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
 
@@ -443,5 +444,7 @@ def make_jobspec(
             time=time_limit,
             signal_seconds=signal_seconds,
             max_restarts=max_restarts,
+            # A smoke job tracks nothing: it evaluates no tasks.
+            run=replace(run, track=run.track or (None if options.smoke else cluster.track)),
         ),
     )

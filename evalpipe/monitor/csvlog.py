@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from evalpipe.monitor.readings import READING_FIELDS, Reading, log
@@ -86,6 +87,51 @@ def device_summaries(paths: Sequence[Path]) -> list[DeviceSummary]:
                 continue
             tally_rows(reader, tallies, path)
     return [summarise(key, tally, None) for key, tally in tallies.items()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One device's reading at one sample, as metrics.csv holds it."""
+
+    time_s: float
+    host: str
+    device: str
+    phase: str
+    reading: Reading
+
+
+def new_rows(path: Path, offset: int) -> tuple[list[Row], int]:
+    """The complete rows written to metrics.csv from byte `offset` on (0: the start, header
+    skipped), and the offset after them: a reader that follows the file while the monitor
+    appends to it. A line still being written waits for the next call; a malformed one is
+    skipped."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = chunk.rfind(b"\n") + 1
+    rows = []
+    for values in csv.reader(chunk[:end].decode("utf-8").splitlines()):
+        if len(values) != len(COLUMNS) or tuple(values) == COLUMNS:
+            continue
+        fields = dict(zip(COLUMNS, values, strict=True))
+        try:
+            reading = Reading(**{k: _number(fields[k]) for k in READING_FIELDS})
+            t = _number(fields["time_s"]) or 0.0
+        except ValueError:
+            continue
+        rows.append(
+            Row(
+                time_s=t,
+                host=fields["host"],
+                device=fields["device"],
+                phase=fields["phase"],
+                reading=reading,
+            )
+        )
+    return rows, offset + end
 
 
 def tally_rows(

@@ -8,6 +8,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from evalpipe.catalog.registry import TRACKERS
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
@@ -32,7 +33,8 @@ EXECUTOR = "executor"  # how vLLM starts its workers
 ENDPOINT = "endpoint"  # a model behind an OpenAI-compatible server
 WATCHDOG = "watchdog"
 JUDGE = "judge"  # the model that judges answers, after generation
-GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG, JUDGE)
+TRACKING = "tracking"  # the experiment tracker the run logs to
+GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG, JUDGE, TRACKING)
 # What --phase may name: one phase of a judged run (both when not given).
 PHASES = ("generate", "judge")
 
@@ -227,6 +229,15 @@ class RunnerOptions:
         choices=PHASES,
         help="run only this phase of a judged run: generate, or judge the stored answers "
         "(a changed judge re-judges without regenerating; default: both)",
+    )
+    track: str | None = option(
+        flag="--track",
+        group=TRACKING,
+        choices=TRACKERS,
+        help="log configuration, metrics, samples and device readings to W&B (offline unless "
+        "WANDB_MODE says otherwise; `evalpipe track sync` uploads) or MLflow "
+        "(MLFLOW_TRACKING_URI, else a file store in the run directory) while the run goes; "
+        "a tracker that fails costs one warning, never the run (docs/tracking.md)",
     )
 
     def __post_init__(self) -> None:

@@ -32,6 +32,7 @@ from evalpipe.run.diagnostics import write_stall_report
 from evalpipe.run.lmeval import write_results as write_lm_eval_results
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
+from evalpipe.run.tracking import Tracking
 from evalpipe.run.watchdog import Stall, Watchdog, end_process
 from evalpipe.rundir.checkpoint import check_resume
 from evalpipe.rundir.jsonlog import JsonlLog
@@ -42,6 +43,7 @@ from evalpipe.rundir.manifest import (
     Manifest,
     PlannedTask,
     RunStatus,
+    TrackedRun,
     read_manifest,
     write_manifest,
 )
@@ -56,8 +58,9 @@ from evalpipe.rundir.results import (
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.submission import read_plan
-from evalpipe.rundir.summary import summarize_run, write_summary
+from evalpipe.rundir.summary import Summary, summarize_run, write_summary
 from evalpipe.rundir.timings import LOAD, phase
+from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params
 from evalpipe.rundir.turns import TurnRecord, stored_answers
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.bounds import needed_model_len
@@ -189,6 +192,7 @@ class _Run:
         self.tasks = tasks
         self.started = time.monotonic()
         self.attempt: Attempt | None = None
+        self.tracking: Tracking | None = None
 
     def begin_attempt(self) -> None:
         self.attempt = Attempt(
@@ -214,6 +218,8 @@ class _Run:
     def save(self) -> None:
         if self.attempt is not None:
             self.attempt.wall_s = round(time.monotonic() - self.started, 3)
+        if self.tracking is not None and self.tracking.tracked is not None:
+            self.manifest.tracking = self.tracking.tracked
         write_manifest(self.files, self.manifest)
 
     def stalled(
@@ -245,7 +251,22 @@ class _Run:
         write_summary(self.files, summary)
         if status == "complete":
             write_lm_eval_results(self.files, self.tasks, records)
+        self._end_tracking(summary, records, status)
         return summary
+
+    def _end_tracking(
+        self, summary: dict[str, Any], records: list[SampleRecord], status: RunStatus
+    ) -> None:
+        """The tracked run's final figures and samples table (waits at most a few seconds);
+        the manifest learns the tracked run's id if it came late."""
+        tracking, self.tracking = self.tracking, None
+        if tracking is None:
+            return
+        metrics = tracked_metrics(Summary.from_dict(summary))
+        tracking.end(metrics, sample_rows(records), status=status)
+        if tracking.tracked is not None and tracking.tracked != self.manifest.tracking:
+            self.manifest.tracking = tracking.tracked
+            write_manifest(self.files, self.manifest)
 
 
 def _new_manifest(
@@ -315,6 +336,7 @@ def run_evaluation(
     watchdog: Callable[[Callable[[Stall], None]], Watchdog] | None = None,
     exit_process: Callable[[int], None] = end_process,
     past: Sequence[PastLengths] = (),
+    tracker: Callable[[Path, TrackedRun | None], Tracking] | None = None,
 ) -> RunResult:
     """Evaluate `tasks` into `out_dir`, resuming whatever it already holds.
 
@@ -324,7 +346,9 @@ def run_evaluation(
     progress display. `watchdog(on_stall)` starts a stall watchdog for this attempt; on a stall
     the run writes its diagnostics, checkpoints and calls `exit_process(exitcodes.STALL)` from
     the watchdog's thread. `past` holds earlier runs' completion lengths, which predict this
-    run's for its admission order (evalpipe.run.admission).
+    run's for its admission order (evalpipe.run.admission). `tracker(out_dir, tracked_before)`
+    builds this attempt's tracking phase (evalpipe.run.tracking), given the tracked run an
+    earlier attempt started.
     Raises ResumeMismatchError if `out_dir` belongs to another configuration.
     """
     if not tasks:
@@ -347,6 +371,7 @@ def run_evaluation(
             watchdog,
             exit_process,
             past,
+            tracker,
         )
 
 
@@ -363,6 +388,7 @@ def _evaluate(
     watchdog: Callable[[Callable[[Stall], None]], Watchdog] | None,
     exit_process: Callable[[int], None],
     past: Sequence[PastLengths],
+    tracker: Callable[[Path, TrackedRun | None], Tracking] | None,
 ) -> RunResult:
     if options.engine.min_model_len is None:
         settings = dataclasses.replace(options.engine, min_model_len=needed_model_len(work))
@@ -396,6 +422,8 @@ def _evaluate(
 
     run.begin_attempt()
     sampler = monitor(RunDir(out_dir).metrics) if monitor else None
+    if tracker is not None:
+        run.tracking = tracker(out_dir, manifest.tracking).start(tracked_params(manifest))
 
     hooks: _RunHooks | None = None
 
@@ -441,7 +469,7 @@ def _evaluate(
                 deterministic=options.deterministic,
             )
             bar = progress(len(planned_keys), len(done))
-            hooks = _RunHooks(run, engine, sampler, stop, bar, guard)
+            hooks = _RunHooks(run, engine, sampler, stop, bar, guard, len(done))
             with (
                 SampleLog(RunDir(out_dir).samples) as log,
                 JsonlLog(RunDir(out_dir).turns) as turns,
@@ -509,6 +537,7 @@ class _RunHooks(Hooks):
         stop: StopFlag | None,
         bar: Progress,
         guard: Watchdog | None,
+        done: int,
     ) -> None:
         self._run = run
         self._engine = engine
@@ -519,6 +548,8 @@ class _RunHooks(Hooks):
         self.write_scored: Callable[[], None] = lambda: None
         self._phase = ""
         self._saved = time.monotonic()
+        self._done = done  # samples written, for the tracker
+        self._tokens = 0
 
     def stopping(self) -> bool:
         return _stopping(self._stop)
@@ -551,7 +582,12 @@ class _RunHooks(Hooks):
 
     def written(self, records: Sequence[SampleRecord]) -> None:
         self._progress("samples written")
-        self._bar.advance(len(records), sum(sum(r.completion_tokens) for r in records))
+        tokens = sum(sum(r.completion_tokens) for r in records)
+        self._bar.advance(len(records), tokens)
+        if self._run.tracking is not None:
+            self._done += len(records)
+            self._tokens += tokens
+            self._run.tracking.progress(self._done, self._tokens)
         if time.monotonic() - self._saved >= MANIFEST_SECONDS:
             self._run.note_engine(self._engine)
             self._run.save()

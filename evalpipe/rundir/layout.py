@@ -20,6 +20,8 @@
                        the submission, written before the job starts   writer: `evalpipe submit`
       smoke-monitor.csv  the monitor's series of `evalpipe smoke`      writer: `evalpipe smoke`
       shards/<i>/      a complete run directory for array task i       writer: that task's run
+      wandb/           W&B's offline run files (`--track wandb`)       writer: the run's tracker
+      mlruns/          MLflow's file store when no MLFLOW_TRACKING_URI is set  writer: the tracker
 
 "The run" is whichever process holds the directory's lock (run.lock): `evalpipe run` (a first
 attempt or a resume) or `evalpipe merge`; nobody else writes its manifest, samples or summary.
@@ -65,6 +67,9 @@ LOGS = "logs"
 SUBMITIT = "submitit"
 SMOKE_METRICS = "smoke-monitor.csv"
 SHARDS = "shards"
+WANDB = "wandb"  # wandb.init(dir=RUN) keeps its files in RUN/wandb/
+WANDB_OFFLINE = "offline-run-*"
+MLRUNS = "mlruns"
 
 # Any of these marks a run directory (a run killed early may have only some of them).
 RUN_FILES = (MANIFEST, SUMMARY, SAMPLES)
@@ -187,6 +192,15 @@ class RunDir:
     @property
     def smoke_metrics(self) -> Path:
         return self.path / SMOKE_METRICS
+
+    @property
+    def mlruns(self) -> Path:
+        """The MLflow file store a tracked run uses when no tracking URI is given."""
+        return self.path / MLRUNS
+
+    def wandb_offline_runs(self) -> list[Path]:
+        """W&B's offline run folders (one per attempt) that `wandb sync` uploads."""
+        return sorted((self.path / WANDB).glob(WANDB_OFFLINE))
 
     @property
     def shards(self) -> Path:

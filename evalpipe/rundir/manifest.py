@@ -114,11 +114,27 @@ class ShardStatus:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrackedRun:
+    """The experiment tracker's run that mirrors this one (W&B or MLflow): a resumed attempt
+    continues it. Its address and keys stay in the environment, never here."""
+
+    backend: str
+    run_id: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "run_id": self.run_id}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrackedRun:
+        return cls(backend=str(data["backend"]), run_id=str(data["run_id"]))
+
+
 _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
     "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
-    "occupancy", "admission",
+    "tracking", "occupancy", "admission",
 )  # fmt: skip
 
 
@@ -148,6 +164,7 @@ class Manifest:
     attempts: list[Attempt] = field(default_factory=list)
     error: str | None = None
     shards: list[ShardStatus] | None = None  # a merged run: each shard's status
+    tracking: TrackedRun | None = None  # set by the runner once the tracker has a run
     # How full the engine's batch was while generating, over every attempt.
     occupancy: Occupancy = field(default_factory=Occupancy)
     # The latest attempt's admission order: policy, prediction sources (evalpipe.run.admission).
@@ -226,6 +243,8 @@ class Manifest:
             out["error"] = self.error
         if self.shards is not None:
             out["shards"] = [s.to_dict() for s in self.shards]
+        if self.tracking is not None:
+            out["tracking"] = self.tracking.to_dict()
         if self.occupancy.tail_share is not None:
             out["occupancy"] = self.occupancy.to_dict()
         if self.admission is not None:
@@ -269,6 +288,9 @@ class Manifest:
                 shards=None
                 if data.get("shards") is None
                 else [ShardStatus.from_dict(s) for s in data["shards"]],
+                tracking=None
+                if data.get("tracking") is None
+                else TrackedRun.from_dict(data["tracking"]),
                 occupancy=Occupancy.from_dict(data.get("occupancy")),
                 admission=data.get("admission"),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
