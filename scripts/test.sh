@@ -13,4 +13,6 @@ bash scripts/check-wheel.sh
 if [ "$(id -u)" = 0 ] && command -v slurmctld >/dev/null; then
     bash scripts/local-slurm.sh start
 fi
-pytest "$@"
+# Two workers: most of a test's wall here is single-threaded (imports, process start-up, waiting
+# on SLURM), so a 2-core machine runs two at once; cluster tests stay on one worker (conftest.py).
+pytest -n "${EVALPIPE_TEST_WORKERS:-2}" --dist loadgroup "$@"

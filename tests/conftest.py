@@ -24,6 +24,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--chaos-seed", type=int, default=None, help="seed of the chaos loops")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test.sh runs two workers), the tests that drive the one local
+    SLURM or start Ray nodes share a worker: they set nodes down, fill both nodes and bind Ray's
+    ports, so two of them at once would disturb each other. Everything else spreads."""
+    for item in items:
+        if item.get_closest_marker("slurm") or item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("local-cluster"))
+
+
 # -- engine fixtures: locally prepared models and the real vLLM engine on the CPU ---------------
 # One prepared tiny_random and one tiny_random engine per test session: every LLM() build costs
 # seconds on the CPU, so tests share them instead of building their own.
