@@ -191,12 +191,28 @@ def test_describe_reports_model_settings_versions_and_cpu_defaults(
     assert info["model_path"] == str(tiny_random_path)
     assert info["versions"]["vllm"] == vllm.__version__
     assert info["device"].startswith("cpu")
-    # 32 sequences of max_model_len on the CPU, instead of a share of the machine's memory.
-    assert info["cpu_defaults"] == {"kv_cache_memory_bytes": 32 * 1024 * KV_BYTES_PER_TOKEN}
+    # 32 sequences of max_model_len on the CPU, instead of a share of the machine's memory;
+    # whole prefills (a split one fails a seeded request there: see the next test).
+    assert info["cpu_defaults"] == {
+        "kv_cache_memory_bytes": 32 * 1024 * KV_BYTES_PER_TOKEN,
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": 4096,
+    }
     assert info["engine_kwargs"]["enforce_eager"] is True
     assert info["resolved"]["max_model_len"] == 1024
     assert info["resolved"]["kv_cache_tokens"] >= 32 * 1024
     assert info["fallback_steps"] == [] and info["builds"] == 1
+
+
+def test_seeded_requests_that_overflow_a_step_budget_sample(tiny_engine: VllmEngine) -> None:
+    """Seeded prompts worth twice a step's 4,096 tokens: with chunked prefill the prompt at the
+    end of a step would be split, and vLLM 0.32's CPU runner then fails the whole run ("CPU
+    Generator does not use offset"). The CPU engine prefills whole prompts instead."""
+    prompts = [f"{i} " + "word " * 80 for i in range(20)]  # about 400 tokens each
+    sampled = SamplingSettings(max_tokens=2, temperature=0.6, top_k=20, seed=13)
+    first = tiny_engine.generate(prompts, sampled)
+    assert [len(g.texts) for g in first] == [1] * 20
+    assert tiny_engine.generate(prompts, sampled) == first  # still seeded per request
 
 
 def test_engine_kwargs_are_checked_against_vllm_before_loading(vllm_env: dict) -> None:

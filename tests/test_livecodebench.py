@@ -30,6 +30,21 @@ from evalpipe.tasks.task import ConfiguredTask
 
 FIXTURE = Path(__file__).parent / "fixtures" / "livecodebench" / "test.jsonl"
 SHIPPED = load_task("livecodebench")
+
+
+def hub_cache(root: Path) -> Path:
+    """The shipped task's release files in a hub file cache at `root` (HF_HUB_CACHE), the
+    fixture's problems one per file in order; the snapshot folder."""
+    source = SHIPPED.config.source
+    repo = root / "datasets--livecodebench--code_generation_lite"
+    snapshot = repo / "snapshots" / str(source.revision)
+    snapshot.mkdir(parents=True)
+    lines = FIXTURE.read_text().splitlines(keepends=True)
+    for i, name in enumerate(source.files):  # release_v6: test.jsonl … test6.jsonl, in order
+        (snapshot / name).write_text(lines[i] if i < len(lines) else "")
+    return snapshot
+
+
 IN_WINDOW = ["fx_sum", "fx_mean", "3456"]  # contest dates 2025-02-10, 2025-03-01, 2025-04-20
 
 
@@ -192,12 +207,7 @@ def test_the_release_files_are_read_from_the_hub_cache_at_the_pinned_revision(
 
     source = SHIPPED.config.source
     assert source.revision and len(source.revision) == 40 and source.files[0] == "test.jsonl"
-    repo = tmp_path / "datasets--livecodebench--code_generation_lite"
-    snapshot = repo / "snapshots" / source.revision
-    snapshot.mkdir(parents=True)
-    lines = FIXTURE.read_text().splitlines(keepends=True)
-    for i, name in enumerate(source.files):  # release_v6: test.jsonl … test6.jsonl, in order
-        (snapshot / name).write_text(lines[i] if i < len(lines) else "")
+    snapshot = hub_cache(tmp_path)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     rows = load_rows("livecodebench", source, split="test", config=None, base_dir=tmp_path)

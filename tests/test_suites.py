@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_livecodebench import hub_cache
 
 from evalpipe.catalog import registry
 from evalpipe.catalog.budgets import Ask, fit_context, named_asks
@@ -205,22 +206,10 @@ def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> 
     assert fit_context(qwen3, [ranked], None).max_model_len == 16384
 
 
-def shipped_suite_present(folder: Path) -> Path:
-    """reasoning-2026 as shipped, less the tasks whose files are not in this checkout: the
-    suite's tasks land one by one, and a run covers those present."""
-    shipped = registry.find_file("suites", "reasoning-2026")
-    assert shipped is not None
-    lines = shipped.read_text().split("\n  - task: ")
-    present = [e for e in lines[1:] if registry.find_file("tasks", e.split()[0])]
-    path = folder / "reasoning-2026.yaml"
-    path.write_text("\n  - task: ".join([lines[0], *present]) + "\n")
-    return path
-
-
 def test_render_shows_each_task_with_n_budget_and_the_raised_context(
     tmp_path: Path, capsys
 ) -> None:
-    suite = shipped_suite_present(tmp_path)
+    suite = "reasoning-2026"
     argv = ["render", "--preset", "qwen3_32b", "--cluster", "example-h100-site",
             "--tasks", f"suite:{suite},gsm8k", "--out", "/scratch/r"]  # fmt: skip
     assert main(argv) == exitcodes.OK
@@ -309,19 +298,27 @@ def _check_run(run_dir: Path, tasks: list[str]) -> None:
 def test_the_suite_runs_on_smollm2_through_run_and_the_local_slurm(
     hub: Path, tmp_path: Path, vllm_env: dict[str, str], local_slurm, monkeypatch
 ) -> None:
-    """The shipped suite's tasks present here, on the real CPU engine from the fixtures
-    (--limit 2, budgets capped at 32 tokens): `evalpipe run`, then a job on the local SLURM
-    (which inherits this environment: sbatch --export=ALL)."""
+    """The shipped suite, every task on the real CPU engine from the fixtures (--limit 2,
+    budgets capped at 32 tokens): `evalpipe run`, then a job on the local SLURM (which inherits
+    this environment: sbatch --export=ALL). LiveCodeBench reads its release files from a hub
+    file cache; the others are local hub-style repositories."""
+    from huggingface_hub import constants
+
     from evalpipe.catalog import models
 
     models.prepare("smollm2_135m")  # built once into the cache the job reads too
-    suite = shipped_suite_present(tmp_path)
+    suite = "reasoning-2026"
     tasks = [e.task for e in load_suite(f"suite:{suite}").tasks]
+    hub_cache(tmp_path / "hub-cache")
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     env = {**vllm_env, "PATH": path, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_CACHE": str(tmp_path / "datasets")}  # fmt: skip
+           "HF_DATASETS_CACHE": str(tmp_path / "datasets"),
+           "HF_HUB_CACHE": str(tmp_path / "hub-cache")}  # fmt: skip
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    # This process imported the hub client already: its constants, as the job's will be.
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", env["HF_HUB_CACHE"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.chdir(hub)
     selection = ["--preset", "smollm2_135m", "--tasks", f"suite:{suite}", "--limit", "2",
                  "--max-tokens", "32"]  # fmt: skip

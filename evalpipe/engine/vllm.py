@@ -174,6 +174,27 @@ def _cpu_kv_default(preset: Preset, kwargs: Mapping[str, Any]) -> dict[str, Any]
     return {"kv_cache_memory_bytes": cpu_kv_cache_bytes(preset, kwargs["max_model_len"])}
 
 
+# vLLM's step budget (max_num_batched_tokens) for the LLM class on the CPU (its EngineArgs).
+CPU_STEP_TOKENS = 4096
+
+
+def _cpu_whole_prefills(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Chunked prefill off on the CPU, unless the preset sets the step budget itself.
+
+    vLLM 0.32's runner rewinds a seeded request's random generator when the request's prefill
+    is split across steps (`gen.set_offset(gen.get_offset() - 4)`), which only CUDA generators
+    allow: on the CPU a seeded sample (AIME's temperature 0.6 with a seed) whose prompt lands
+    at the end of a step's budget fails the run with "CPU Generator does not use offset".
+    Whole prefills never split; the budget must then hold the longest prompt.
+    """
+    if "enable_chunked_prefill" in kwargs or "max_num_batched_tokens" in kwargs:
+        return {}
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(kwargs["max_model_len"], CPU_STEP_TOKENS),
+    }
+
+
 def engine_kwargs(
     preset: Preset, settings: EngineSettings
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -186,7 +207,11 @@ def engine_kwargs(
     check_engine_kwargs(preset.engine_kwargs, engine_arg_names(), where=where)
     model_path = models.model_source(preset)
     kwargs = llm_kwargs(preset, settings, model_path)
-    cpu_defaults = _cpu_kv_default(preset, kwargs) if current_platform.is_cpu() else {}
+    cpu_defaults = (
+        {**_cpu_kv_default(preset, kwargs), **_cpu_whole_prefills(kwargs)}
+        if current_platform.is_cpu()
+        else {}
+    )
     kwargs.update(cpu_defaults)
     return model_path, kwargs, cpu_defaults
 
