@@ -206,6 +206,35 @@ def test_a_resumed_run_continues_its_tracked_run(tmp_path: Path, mlflow_env: str
     assert len(client.search_runs([experiment.experiment_id])) == 1
 
 
+def test_a_judged_run_adds_its_judge_figures_to_its_tracked_run(
+    tmp_path: Path, mlflow_env: str
+) -> None:
+    """Generation, then the judge in its own process: one tracked run holding both phases'
+    figures, the judge's equal to its summary.json."""
+    from mlflow.tracking import MlflowClient
+
+    from evalpipe.rundir.judgments import judge_dirs, read_judge_summary
+
+    out = tmp_path / "run"
+    task = Path(__file__).parent / "fixtures" / "judged" / "capitals.yaml"
+    argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", f"judge:{task}",
+            "--judge", "tiny_random", "--track", "mlflow", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    client = MlflowClient(tracking_uri=mlflow_env)
+    tracked = client.get_run(read_manifest(RunDir(out)).tracking.run_id)
+    (folder,) = judge_dirs(RunDir(out))
+    judge = read_judge_summary(folder)
+    prefix = f"judge/{folder.fingerprint[:8]}"
+    metrics, params = tracked.data.metrics, tracked.data.params
+    assert metrics[f"{prefix}/judgments"] == judge["judgments"] > 0
+    assert metrics[f"{prefix}/parse_failures"] == judge["parse_failures"]
+    assert params[f"{prefix}.model"] == judge["judge"]["model"]
+    assert metrics["samples/done"] == read_summary(RunDir(out)).n_done
+    assert tracked.info.status == "FINISHED"
+    experiment = client.get_experiment_by_name("evalpipe")
+    assert len(client.search_runs([experiment.experiment_id])) == 1
+
+
 def test_a_refusing_tracking_uri_costs_one_warning_and_no_sample(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -372,4 +372,10 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
     result = judge_run(start, out, work, judge, stopping=lambda: stop.requested is not None)
     print(format_judge_summary(result.summary))
     print(f"\nJudgments: {result.folder.path}")
+    if given.track is not None and result.status == "complete":
+        from evalpipe.reports.tracking import export_run
+        from evalpipe.run.tracking import EXIT_WAIT_S
+
+        # The run's tracked run gains the judge's figures (at most the tracker's usual wait).
+        export_run(given.track, out, exit_wait_s=EXIT_WAIT_S)
     return exitcodes.OK if result.status == "complete" else exitcodes.RESUMABLE

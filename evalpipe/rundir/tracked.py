@@ -73,6 +73,34 @@ def _stats(prefix: str, stats: MetricSummary) -> dict[str, float]:
     return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
+def judge_metrics(judges: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Each judge's figures (its summary.json, by fingerprint): judgments, parse failures and
+    their rate, the overall and per-task means, and how many judgments gave each score."""
+    out: dict[str, float] = {}
+    for fingerprint, summary in judges.items():
+        prefix = name("judge", fingerprint[:8])
+        figures: dict[str, Any] = {
+            f"{prefix}/judgments": summary.get("judgments"),
+            f"{prefix}/parse_failures": summary.get("parse_failures"),
+            f"{prefix}/parse_failure_rate": summary.get("parse_failure_rate"),
+            f"{prefix}/overall": summary.get("overall"),
+        }
+        for task, info in (summary.get("tasks") or {}).items():
+            figures[name(prefix, "task", task, "mean")] = info.get("mean")
+        for score, count in (summary.get("distribution") or {}).items():
+            figures[name(prefix, "score", str(score))] = count
+        out |= {k: float(v) for k, v in figures.items() if v is not None}
+    return out
+
+
+def judge_params(judges: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """Each judge's identity and settings (its summary's `judge`), under judge/FINGERPRINT."""
+    out: dict[str, str] = {}
+    for fingerprint, summary in judges.items():
+        _flat(name("judge", fingerprint[:8]), summary.get("judge") or {}, out)
+    return out
+
+
 def tracked_metrics(summary: Summary) -> dict[str, float]:
     """The run's figures: each task's and category's (pooled) metrics with stderr, interval
     and n; samples done; throughput; cost (wall, GPU-hours, energy) and each device's."""
