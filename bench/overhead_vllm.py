@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -46,10 +47,9 @@ E2E_TARGET = 1.10
 def reference_spec(preset_name: str, task_name: str, limit: int) -> dict[str, Any]:
     """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
     SamplingParams its engine builds from the task's settings."""
-    from evalpipe.catalog import models
     from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import EngineSettings
-    from evalpipe.engine.vllm import llm_kwargs
+    from evalpipe.engine.vllm import engine_kwargs
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(preset_name)
@@ -57,9 +57,8 @@ def reference_spec(preset_name: str, task_name: str, limit: int) -> dict[str, An
     s = task.sampling
     samples = task.samples(limit)
     return {
-        "llm": json.loads(
-            json.dumps(llm_kwargs(preset, EngineSettings(), models.model_source(preset)))
-        ),
+        # What evalpipe's engine passes, its CPU defaults included (imports vLLM, untimed).
+        "llm": json.loads(json.dumps(engine_kwargs(preset, EngineSettings())[1])),
         "sampling": {
             "n": s.n,
             "temperature": s.temperature,
@@ -125,6 +124,9 @@ def main() -> int:
     args = parse_args(parser, quick)
     print(f"machine: {machine()}")
     print(f"at start: {load_average()}")
+    # The children's environment here too: the engine arguments evalpipe derives depend on it
+    # (VLLM_CPU_KVCACHE_SPACE replaces the CPU KV cache default).
+    os.environ.update(VLLM_ENV)
     spec = reference_spec(args.preset, args.task, args.limit)
     print(
         f"preset {args.preset}, task {args.task}: {len(spec['prompts'])} prompts, "

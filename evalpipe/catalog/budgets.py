@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from evalpipe.catalog import registry
 from evalpipe.catalog.registry import Preset
 from evalpipe.catalog.suites import expand
-from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX
+from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX, is_judged
 from evalpipe.core.configio import read_yaml
 
 # A task file's sampling defaults (engine.base.SamplingSettings takes them from here, so a
@@ -106,8 +106,8 @@ def named_asks(
     applied, --max-tokens capping), read from the task files without loading the tasks."""
     asks = []
     for ref, entry in expand(tasks):
-        if ref.startswith(LM_EVAL_PREFIX):
-            continue  # lm-eval's generation settings are known once lm-eval loads the task
+        if ref.startswith(LM_EVAL_PREFIX) or is_judged(ref):
+            continue  # their generation settings are known once their tasks load
         path = registry.given_file("task", ref) or registry.find_file("tasks", ref)
         if path is None:
             continue  # check_selection reports it
