@@ -245,7 +245,7 @@ def tiny_with_kv_tokens(tokens: int) -> Preset:
 
 
 def test_oom_ladder_recovers_when_the_kv_cache_cannot_hold_max_model_len(
-    tiny_random_path: Path, vllm_env: dict, monkeypatch: pytest.MonkeyPatch
+    tiny_engine: VllmEngine, tiny_random_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)  # it would override the kwarg
     # About 320 bf16 tokens of cache (vLLM fits 512 in fp8 with AVX-512, 128 on an AVX2-only
@@ -256,6 +256,9 @@ def test_oom_ladder_recovers_when_the_kv_cache_cannot_hold_max_model_len(
         info = engine.describe()
     finally:
         engine.close()
+    # Closing one in-process engine leaves the process's other engines working.
+    [after] = tiny_engine.generate(["The capital of France is"], SamplingSettings(max_tokens=2))
+    assert after.completion_tokens == (2,)
     steps = info["fallback_steps"]
     assert steps[0].startswith("build: the KV cache cannot hold one sequence of max_model_len")
     # vLLM's estimate of what fits (block-granular), above the tasks' need.

@@ -102,3 +102,21 @@ def test_top_logprobs_out_of_range_or_for_scoring_are_refused(top: int) -> None:
         Request(id="r1", prompt="q", sampling=SamplingSettings(), top_logprobs=top)
     with pytest.raises(ConfigError, match="only a generating request"):
         Request(id="r2", prompt="q", continuations=(" A",), top_logprobs=2)
+
+
+def test_a_failed_generate_leaves_nothing_in_flight(preset) -> None:
+    class FailsOnce(FakeEngine):
+        failed = False
+
+        def step(self):
+            if not self.failed:
+                self.failed = True
+                raise EngineError("the engine broke mid-step")
+            return super().step()
+
+    engine = FailsOnce(preset, EngineSettings())
+    with pytest.raises(EngineError, match="broke mid-step"):
+        engine.generate(["What is 2 + 2?"], SamplingSettings())
+    assert engine.in_flight() == 0
+    # The same request ids are free again for the next call.
+    assert len(engine.generate(["What is 2 + 2?"], SamplingSettings())) == 1

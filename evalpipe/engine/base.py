@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -230,18 +231,24 @@ class Engine(ABC):
     # -- whole batches, for callers that want every answer at once -------------------------
 
     def run(self, requests: Sequence[Request]) -> list[Completion]:
-        """Every request's completion, in request order."""
+        """Every request's completion, in request order. On a failure nothing of it stays in
+        flight, so the engine serves the next call."""
         self.add(requests)
         found: dict[str, Completion] = {}
-        while len(found) < len(requests):
-            if not self.in_flight():
-                missing = [r.id for r in requests if r.id not in found]
-                raise EngineError(
-                    f"The {self.backend} engine dropped {len(missing)} request(s), e.g. "
-                    f"{missing[0]!r}; every admitted request must finish or be aborted."
-                )
-            for completion in self.step():
-                found[completion.id] = completion
+        try:
+            while len(found) < len(requests):
+                if not self.in_flight():
+                    missing = [r.id for r in requests if r.id not in found]
+                    raise EngineError(
+                        f"The {self.backend} engine dropped {len(missing)} request(s), e.g. "
+                        f"{missing[0]!r}; every admitted request must finish or be aborted."
+                    )
+                for completion in self.step():
+                    found[completion.id] = completion
+        except BaseException:
+            with contextlib.suppress(Exception):  # the first failure is the one to report
+                self.abort()
+            raise
         return [found[r.id] for r in requests]
 
     def generate(

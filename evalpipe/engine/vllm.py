@@ -6,12 +6,14 @@ submission commands never pay for them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
+import importlib
 import os
 import time
 import weakref
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +233,23 @@ _LIVE: weakref.WeakSet[VllmEngine] = weakref.WeakSet()
 # teardown, ~0.9 s on the CPU) is only needed before another engine is built in this process,
 # so `close()` leaves it to the next `open()`; a run that ends simply exits.
 _UNRELEASED = False
+
+
+@contextlib.contextmanager
+def _groups_kept_while(live: Collection[object]) -> Iterator[None]:
+    """Keep vLLM's process-wide parallel groups while `live` engines still use them: an
+    in-process EngineCore's shutdown tears them down (vLLM 0.32), which would break every
+    other engine of the process at its next step."""
+    core = importlib.import_module("vllm.v1.engine.core")
+    teardown = getattr(core, "cleanup_dist_env_and_memory", None)
+    if not live or teardown is None:
+        yield
+        return
+    core.cleanup_dist_env_and_memory = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        core.cleanup_dist_env_and_memory = teardown
 
 
 def _release_memory() -> None:
@@ -583,7 +602,8 @@ class VllmEngine(Engine):
             return
         _LIVE.discard(self)
         llm, self._llm = self._llm, None
-        llm.llm_engine.engine_core.shutdown()
+        with _groups_kept_while(_LIVE):
+            llm.llm_engine.engine_core.shutdown()
         del llm
         _UNRELEASED = True
 
