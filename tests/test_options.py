@@ -53,6 +53,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     judge_concurrency=3,
     judge_max_tokens=512,
     judge_data="/data/llm_judge data",
+    judge_baseline="/data/answers/base model.jsonl",
     phase="judge",
     track="mlflow",
 )
@@ -79,6 +80,7 @@ EVERY_JOB_OPTION = JobOptions(
         judge_concurrency=4,
         judge_max_tokens=256,
         judge_data="/data/llm_judge",
+        judge_baseline="results/baseline-run",
         phase="generate",
         track="wandb",
     ),

@@ -21,14 +21,15 @@ MC_METHODS = ("generate", "logprobs")
 # the task loads.
 LM_EVAL_PREFIX = "lm_eval:"
 
-# Judged tasks (evalpipe/tasks/judged.py), named on --tasks beside the task files: MT-Bench, and
-# a custom judge task file as judge:PATH.
+# Judged tasks (evalpipe/tasks/judged.py), named on --tasks beside the task files: MT-Bench,
+# Arena-Hard-Auto, and a custom judge task file as judge:PATH.
 MTBENCH = "mt_bench"
+ARENA_HARD = "arena_hard"
 JUDGE_PREFIX = "judge:"
 
 
 def is_judged(task: str) -> bool:
-    return task == MTBENCH or task.startswith(JUDGE_PREFIX)
+    return task in (MTBENCH, ARENA_HARD) or task.startswith(JUDGE_PREFIX)
 
 
 def parse_day(value: Any, what: str) -> datetime.date:

@@ -192,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.engine.factory import open_engine
     from evalpipe.estimate.lengths import load_lengths
     from evalpipe.monitor import Monitor
+    from evalpipe.run.judging import read_baseline
     from evalpipe.run.localplan import plan_local
     from evalpipe.run.replicas import ReplicaPool
     from evalpipe.run.runner import RunOptions, run_evaluation
@@ -219,7 +220,9 @@ def run(args: argparse.Namespace) -> int:
             )
         categories = given.categories or (None if given.tasks else preset.categories)
         judged = select_judged(
-            given.tasks or (), Path(given.judge_data) if given.judge_data else None
+            given.tasks or (),
+            Path(given.judge_data) if given.judge_data else None,
+            read_baseline(Path(given.judge_baseline)) if given.judge_baseline else None,
         )
         tasks, generation_notes = with_generation_config(
             preset,

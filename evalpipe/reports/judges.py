@@ -1,10 +1,13 @@
 """The judges of judged runs in a report: each judge's scores beside its reliability (parse
-failures, the distribution of its scores, who it was), read from the judge folders' summaries."""
+failures, the distribution of its scores, who it was), and for pairwise tasks (Arena-Hard) the
+score against the baseline with its interval and the position inconsistency, read from the
+judge folders' summaries."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.reports.tables import DASH, Table
@@ -16,6 +19,7 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
     """One row per judge of each run (none when no run was judged); a judge folder whose
     summary cannot be read becomes a warning."""
     rows = []
+    pairwise = []
     notes: dict[str, None] = {}
     for run_dir in run_dirs:
         for folder in judge_dirs(RunDir(run_dir)):
@@ -25,12 +29,15 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
                 warnings.append(str(exc))
                 continue
             judge = summary["judge"]
+            who = f"{judge.get('model')} ({judge.get('backend')}) {folder.fingerprint[:8]}"
+            for task, pair in summary.get("pairwise", {}).items():
+                pairwise.append((run_dir.name, who, task, str(pair["baseline"]), *_pair(pair)))
             n, failed = summary["judgments"], summary["parse_failures"]
             rate = summary["parse_failure_rate"]
             rows.append(
                 (
                     run_dir.name,
-                    f"{judge.get('model')} ({judge.get('backend')}) {folder.fingerprint[:8]}",
+                    who,
                     str(n),
                     f"{failed} ({rate:.0%})" if rate is not None else str(failed),
                     DASH if summary["overall"] is None else f"{summary['overall']:.2f}",
@@ -46,7 +53,7 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
                 notes[summary["note"]] = None
     if not rows:
         return []
-    return [
+    tables = [
         Table(
             title="Judges",
             header=("run", "judge", "judgments", "parse failures", "overall", "tasks", "scores"),
@@ -59,3 +66,46 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
             ),
         )
     ]
+    if pairwise:
+        tables.append(
+            Table(
+                title="Pairwise judges",
+                header=(
+                    "run",
+                    "judge",
+                    "task",
+                    "baseline",
+                    "pairs",
+                    "score % (CI)",
+                    "win rate %",
+                    "position inconsistency",
+                ),
+                rows=tuple(pairwise),
+                right=(False, False, False, False, True, True, True, True),
+                notes=(
+                    "Score and 90 % interval as arena-hard-auto's show_result.py computes them "
+                    "(100 bootstrap rounds, strong verdicts weighing three battles); win rate: "
+                    "all battles, no resampling; pairs: questions judged in both orders, with a "
+                    "verdict in each. Position inconsistency: pairs whose two orders give the "
+                    "model different results (MT-Bench paper's definition).",
+                ),
+            )
+        )
+    return tables
+
+
+def _pair(pair: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    position = pair["position"]
+    rate = position["rate"]
+    if pair["score"] is None:
+        score = win = DASH
+    else:
+        score = (
+            f"{100 * pair['score']:.1f} (-{100 * (pair['score'] - pair['lower']):.1f} / "
+            f"+{100 * (pair['upper'] - pair['score']):.1f})"
+        )
+        win = f"{100 * pair['win_rate']:.1f}"
+    inconsistent = f"{position['inconsistent']}/{position['pairs']}" + (
+        "" if rate is None else f" ({rate:.0%})"
+    )
+    return f"{pair['pairs_scored']}/{pair['pairs']}", score, win, inconsistent

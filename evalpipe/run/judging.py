@@ -44,6 +44,7 @@ from evalpipe.rundir.results import (
     repair_samples,
     salvage_samples,
 )
+from evalpipe.tasks.arenahard import TASK_PREFIX, Baseline, read_model_answers
 from evalpipe.tasks.base import Sample, Scored, Task
 from evalpipe.tasks.judging import Grading
 
@@ -112,8 +113,41 @@ def judge_for(
     sampling = JUDGE_SAMPLING
     if options.judge_max_tokens is not None:
         sampling = dataclasses.replace(sampling, max_tokens=options.judge_max_tokens)
+        # A benchmark's own judge sampling (Arena-Hard's config) gives way to the flag too.
+        gradings = {
+            task: dataclasses.replace(
+                g, sampling=dataclasses.replace(g.sampling, max_tokens=options.judge_max_tokens)
+            )
+            if g.sampling is not None and dataclasses.is_dataclass(g)
+            else g
+            for task, g in gradings.items()
+        }
     judge = Judge(identity=identity, gradings=gradings, sampling=sampling, published=published)
     return judge, start
+
+
+def read_baseline(path: Path) -> Baseline:
+    """Arena-Hard's baseline answers from `--judge-baseline`: a file in arena-hard-auto's
+    model_answer layout, or an evalpipe run directory that answered arena_hard (named after its
+    preset; each question's first completion)."""
+    if not path.is_dir():
+        return read_model_answers(path)
+    files = RunDir(path)
+    manifest = read_manifest(files)
+    if manifest is None:
+        raise RunDirError(f"--judge-baseline {path}: no run directory (no {files.manifest.name}).")
+    answers = {
+        r.sample_id: r.completions[0]
+        for r in read_samples(files.samples).records
+        if r.task.startswith(TASK_PREFIX) and r.completions
+    }
+    if not answers:
+        raise RunDirError(
+            f"--judge-baseline {path}: the run answered no arena_hard question; give a run of "
+            "--tasks arena_hard, or a model_answer file."
+        )
+    name = str((manifest.preset or {}).get("name") or path.name)
+    return Baseline(name=name, answers=answers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,11 +166,8 @@ class JudgeTask:
         raise RunDirError("A judge task's samples come from the run's answers.")
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
-        value = self.grading.parse(texts[0])
-        return Scored(
-            extracted=(None if value is None else repr(value),),
-            scores={} if value is None else {SCORE: value},
-        )
+        extracted, value = self.grading.read(texts[0], sample.meta.get("game"))
+        return Scored(extracted=(extracted,), scores={} if value is None else {SCORE: value})
 
     def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
         return [self.score(sample, texts) for sample, texts in items]
@@ -217,15 +248,19 @@ def _asks(
         if grading is None:
             continue
         judge_task = JudgeTask(
-            name=task.name, category=task.category, sampling=judge.sampling, grading=grading
+            name=task.name,
+            category=task.category,
+            sampling=grading.sampling or judge.sampling,
+            grading=grading,
         )
         for sample in samples:
             record = answers.get((task.name, sample.id))
             if record is None:
                 continue  # not answered (an interrupted run): judged once it is
             for ask in grading.asks(sample, record.turns or record.completions[:1]):
-                key = judgment_id(sample.id, ask.turn)
+                key = judgment_id(sample.id, ask.turn, ask.game)
                 if (task.name, key) not in have:
-                    asked = Sample(id=key, prompt=ask.prompt, target=None)
+                    meta = {} if ask.game is None else {"game": ask.game}
+                    asked = Sample(id=key, prompt=ask.prompt, target=None, meta=meta)
                     items.append(Item(task=judge_task, sample=asked))
     return items

