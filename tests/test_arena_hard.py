@@ -92,6 +92,7 @@ def test_the_data_folder_is_read_as_arena_hard_auto_lays_it_out(tmp_path: Path) 
         "arena_hard_creative_writing",
     ]
     assert bench.published == "judge-of-record"
+    assert (bench.tasks[0].sampling.max_tokens, bench.tasks[0].sampling.temperature) == (4096, 0)
     grading = bench.gradings["arena_hard_hard_prompt"]
     (h1, *_) = bench.tasks[0].samples()
     first, second = grading.asks(h1, ["mine {x}"])
@@ -148,6 +149,8 @@ def test_arena_hard_through_evalpipe_run_scores_exactly(
     assert hard["position"] == {
         "pairs": 2, "inconsistent": 1, "rate": 0.5, "favours_first": 1, "favours_second": 0,
     }  # fmt: skip
+    ids = {json.loads(x)["sample_id"] for x in (folder / "judgments.jsonl").open()}
+    assert ids == {f"{uid}@1/{game}" for uid in ("h1", "h2", "h3", "c1") for game in (1, 2)}
     assert hard["verdicts"] == {"A=B": 1, "A>B": 2, "B>>A": 1, "B>A": 1, "none": 1}
     poem = summary["pairwise"]["arena_hard_creative_writing"]
     assert (poem["baseline"], poem["battles"]) == ("base-b", 2)
@@ -172,6 +175,19 @@ def test_a_run_directory_is_a_baseline(tmp_path: Path, capsys: pytest.CaptureFix
     baseline = read_baseline(base)
     assert baseline.name == "tiny_random" and set(baseline.answers) == {"h1", "h2", "h3", "c1"}
     assert all(a.startswith("The answer is ") for a in baseline.answers.values())
+    # Judged against that run (--judge-baseline); the fake judge gives no verdicts, and the
+    # judge's tokens follow --judge-max-tokens over the config's.
+    out = tmp_path / "run"
+    judged = [*argv[:-2], "--out", str(out), "--judge", "tiny_random"]
+    assert main([*judged, "--judge-baseline", str(base), "--judge-max-tokens", "8"]) == 0
+    (folder,) = sorted((out / "judgments").iterdir())
+    gradings = json.loads((folder / "judge.json").read_text())["gradings"]
+    grading = gradings["arena_hard_creative_writing"]
+    assert grading["baseline"] == "tiny_random" and grading["sampling"]["max_tokens"] == 8
+    first = json.loads((folder / "judgments.jsonl").open().readline())
+    assert "First: The answer is " in first["prompt"][1]["content"]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["parse_failures"] == summary["judgments"] == 8
     file = read_baseline(DATA / "data" / "arena-hard-v2.0" / "model_answer" / "base-b.jsonl")
     assert file.name == "base-b" and file.answers == {"c1": "Baseline answer c1"}
     capsys.readouterr()

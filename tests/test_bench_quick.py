@@ -197,6 +197,16 @@ def test_judge_agreement_quick() -> None:
         assert re.search(rf"{check}: (\d+)/\1\n", out), out
 
 
+def test_arena_agreement_quick() -> None:
+    out = quick("arena_agreement.py")
+    figures(out, "evalpipe: ")
+    if (REPO / ".cache" / "arena-hard-auto" / "gen_judgment.py").is_file():  # BENCHMARKS §20
+        for check in ("judge prompts byte-equal", "verdicts read alike", "scores and intervals"):
+            assert re.search(rf"{check}( equal)?: (\d+)/\2\n", out), out
+    else:
+        assert "the reference's side SKIPPED" in out
+
+
 def test_tracking_quick() -> None:
     pytest.importorskip("mlflow", reason="pip install 'evalpipe[track]'")
     out = quick("tracking.py")

@@ -47,8 +47,10 @@ def _need(root: Path, relative: Path) -> Path:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
+    # Split on newlines only: the questions' text holds other line breaks (U+2028) that
+    # str.splitlines would cut a JSON line at.
     try:
-        return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+        return [json.loads(x) for x in path.read_text(encoding="utf-8").split("\n") if x.strip()]
     except (OSError, ValueError) as exc:
         raise DatasetError(f"Cannot read {path}: {exc}.") from None
 
