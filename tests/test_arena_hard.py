@@ -132,11 +132,13 @@ def test_arena_hard_through_evalpipe_run_scores_exactly(
 ) -> None:
     out = tmp_path / "run"
     with FaultServer(model="judge-a", script=VERDICTS, faults=["500"]) as server:
-        status = main([
+        argv = [
             *FAKE, "--tasks", "arena_hard", "--judge-data", str(DATA), "--out", str(out),
             "--judge-base-url", server.base_url, "--judge-model", "judge-a",
-        ])  # fmt: skip
-    assert status == 0
+        ]  # fmt: skip
+        assert main(argv) == 0
+        # Judged again: every judgment is on disk, none is asked twice.
+        assert main([*argv, "--phase", "judge"]) == 0
     assert max(server.answered.values()) == 1 and len(server.answered) == 8
     (folder,) = sorted((out / "judgments").iterdir())
     summary = json.loads((folder / "summary.json").read_text())

@@ -13,6 +13,7 @@ them. One task per question category, because each category has its own baseline
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -202,7 +203,10 @@ class PairwiseGrading:
             "prompt_template": self.prompt_template,
             "patterns": list(self.patterns),
             "baseline": self.baseline.name,
-            "baseline_answers": len(self.baseline.answers),
+            # Other answers under the same name are another judge's work: a folder of their own.
+            "baseline_sha256": hashlib.sha256(
+                json.dumps(dict(sorted(self.baseline.answers.items()))).encode()
+            ).hexdigest(),
             "sampling": None if self.sampling is None else self.sampling.to_dict(),
         }
 
