@@ -13,6 +13,7 @@ from endpoint_support import FaultServer
 from evalpipe.cli import main
 from evalpipe.core.errors import DatasetError
 from evalpipe.run.judging import read_baseline
+from evalpipe.rundir.tracked import judge_metrics
 from evalpipe.tasks.arenahard import arena_hard, read_judge_settings
 from evalpipe.tasks.base import Sample
 from evalpipe.tasks.pairwise import (
@@ -148,6 +149,10 @@ def test_arena_hard_through_evalpipe_run_scores_exactly(
     assert (hard["baseline"], hard["pairs"], hard["pairs_scored"]) == ("base-a", 3, 2)
     assert hard["battles"] == 6 and hard["win_rate"] == 5.5 / 6
     assert hard["lower"] <= hard["score"] <= hard["upper"] <= 1.0
+    # The battles in question order, bootstrapped as arena_scores does (bench/arena_agreement.py
+    # checks arena_scores against arena-hard-auto's show_result.py).
+    known = arena_scores({"m": [1.0, 1.0, 1.0, 1.0, 1.0, 0.5]})["m"].to_dict()
+    assert {k: hard[k] for k in known} == known
     assert hard["position"] == {
         "pairs": 2, "inconsistent": 1, "rate": 0.5, "favours_first": 1, "favours_second": 0,
     }  # fmt: skip
@@ -161,6 +166,11 @@ def test_arena_hard_through_evalpipe_run_scores_exactly(
     # Judge's sampling: the config's temperature and max_tokens.
     judge = json.loads((folder / "judge.json").read_text())
     assert judge["gradings"]["arena_hard_hard_prompt"]["sampling"]["max_tokens"] == 64
+    # A tracked run (--track, report --export) carries the same figures.
+    tracked = judge_metrics({folder.name: summary})
+    prefix = f"judge/{folder.name[:8]}/pairwise/arena_hard_hard_prompt"
+    assert tracked[f"{prefix}/score"] == hard["score"]
+    assert tracked[f"{prefix}/position_inconsistency"] == 0.5
     printed = capfd.readouterr().out
     assert "arena_hard_creative_writing against base-b: score 100.0% (-0.0 / +0.0)" in printed
     assert "position inconsistency 1/2 (50%)" in printed

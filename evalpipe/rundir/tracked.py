@@ -75,7 +75,8 @@ def _stats(prefix: str, stats: MetricSummary) -> dict[str, float]:
 
 def judge_metrics(judges: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
     """Each judge's figures (its summary.json, by fingerprint): judgments, parse failures and
-    their rate, the overall and per-task means, and how many judgments gave each score."""
+    their rate, the overall and per-task means, how many judgments gave each score, and per
+    pairwise task its score, interval, win rate and position inconsistency."""
     out: dict[str, float] = {}
     for fingerprint, summary in judges.items():
         prefix = name("judge", fingerprint[:8])
@@ -89,6 +90,11 @@ def judge_metrics(judges: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
             figures[name(prefix, "task", task, "mean")] = info.get("mean")
         for score, count in (summary.get("distribution") or {}).items():
             figures[name(prefix, "score", str(score))] = count
+        for task, pair in (summary.get("pairwise") or {}).items():
+            for key in ("score", "lower", "upper", "win_rate"):
+                figures[name(prefix, "pairwise", task, key)] = pair.get(key)
+            rate = (pair.get("position") or {}).get("rate")
+            figures[name(prefix, "pairwise", task, "position_inconsistency")] = rate
         out |= {k: float(v) for k, v in figures.items() if v is not None}
     return out
 
