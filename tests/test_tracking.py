@@ -25,7 +25,7 @@ from evalpipe.monitor.csvlog import new_rows
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.trackers import BACKENDS, sync_argv
-from evalpipe.run.tracking import Tracking
+from evalpipe.run.tracking import EXIT_WAIT_ENV, Tracking, exit_wait_s
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.results import read_json, read_samples
@@ -111,6 +111,8 @@ def mlflow_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     uri = (tmp_path / "store").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    # What is logged is the point of these tests, not the bound on the wait (a loaded machine).
+    monkeypatch.setenv(EXIT_WAIT_ENV, "120")
     return uri
 
 
@@ -233,6 +235,18 @@ def test_a_judged_run_adds_its_judge_figures_to_its_tracked_run(
     assert tracked.info.status == "FINISHED"
     experiment = client.get_experiment_by_name("evalpipe")
     assert len(client.search_runs([experiment.experiment_id])) == 1
+    # The judging phase logged none of the generation's device readings again.
+    (csv,) = RunDir(out).metrics_files()
+    rows = sum(1 for row in new_rows(csv, 0)[0] if row.reading.memory_used_gib is not None)
+    key = next(k for k in metrics if k.startswith("device/") and k.endswith("/memory_used_gib"))
+    assert len(client.get_metric_history(tracked.info.run_id, key)) == rows > 0
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "nan"])
+def test_a_bad_exit_wait_is_refused_by_name(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(EXIT_WAIT_ENV, raw)
+    with pytest.raises(ConfigError, match=f"{EXIT_WAIT_ENV}={raw!r} is not a number of seconds"):
+        exit_wait_s()
 
 
 def test_a_refusing_tracking_uri_costs_one_warning_and_no_sample(

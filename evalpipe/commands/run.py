@@ -121,16 +121,18 @@ def _tracker(name: str | None):
     if name is None:
         return None
     from evalpipe.run.trackers import BACKENDS
-    from evalpipe.run.tracking import Tracking
+    from evalpipe.run.tracking import Tracking, exit_wait_s
     from evalpipe.rundir.layout import RunDir
     from evalpipe.rundir.tracked import tracking_group
 
+    wait_s = exit_wait_s()
     return lambda out, previous: Tracking(
         BACKENDS[name],
         out,
         tracker=name,
         group=tracking_group(RunDir(out)),
         previous=previous,
+        exit_wait_s=wait_s,
     )
 
 
@@ -372,13 +374,15 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
         )
     judge, start = judge_for(given, preset, judged.gradings, judged.published)
     work = [(t, select_samples(t, options)) for t in tasks if t.name in judged.gradings]
+    tracking = None
+    if given.track is not None:
+        from evalpipe.reports.tracking import end_judging, track_judging
+
+        # The run's tracked run gains the judge's figures (at most the tracker's usual wait).
+        tracking = track_judging(given.track, out, judge.definition())
     result = judge_run(start, out, work, judge, stopping=lambda: stop.requested is not None)
     print(format_judge_summary(result.summary))
     print(f"\nJudgments: {result.folder.path}")
-    if given.track is not None and result.status == "complete":
-        from evalpipe.reports.tracking import export_run
-        from evalpipe.run.tracking import EXIT_WAIT_S
-
-        # The run's tracked run gains the judge's figures (at most the tracker's usual wait).
-        export_run(given.track, out, exit_wait_s=EXIT_WAIT_S)
+    if tracking is not None:
+        end_judging(tracking, result)
     return exitcodes.OK if result.status == "complete" else exitcodes.RESUMABLE

@@ -2,17 +2,18 @@
 same names a live `--track` run uses (evalpipe.rundir.tracked): for a run whose tracker failed,
 or one made before it was tracked. A run tracked by the same tracker before continues its
 tracked run; the run directory itself is left as it is (only its run writes the manifest).
-A judged run's judge phase logs this way too, once its judgments are in."""
+A judged run's judging phase adds its judge's figures to the same tracked run."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.run.trackers import BACKENDS, check_tracker
-from evalpipe.run.tracking import Tracking
-from evalpipe.rundir.judgments import judge_dirs, read_judge_summary
+from evalpipe.run.tracking import Tracking, exit_wait_s
+from evalpipe.rundir.judgments import judge_dirs, judge_fingerprint, read_judge_summary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.results import read_samples
@@ -25,6 +26,9 @@ from evalpipe.rundir.tracked import (
     tracked_params,
     tracking_group,
 )
+
+if TYPE_CHECKING:
+    from evalpipe.run.judging import JudgeResult
 
 
 def export_run(tracker: str, run_dir: Path, *, exit_wait_s: float | None = None) -> Tracking:
@@ -58,6 +62,36 @@ def export_run(tracker: str, run_dir: Path, *, exit_wait_s: float | None = None)
     metrics = tracked_metrics(summary) | judge_metrics(judges)
     tracking.end(metrics, sample_rows(records), status=manifest.status)
     return tracking
+
+
+def track_judging(tracker: str, run_dir: Path, judge: Mapping[str, Any]) -> Tracking:
+    """The judging phase's part of the run's tracked run, started before the judge so that the
+    tracker's import and start overlap the judging: the judge's identity and settings (`judge`,
+    its definition) now, its figures at `end_judging`. The generation's figures, samples and
+    readings, which its own phase logged, are not logged again."""
+    check_tracker(tracker)
+    files = RunDir(run_dir)
+    manifest = read_manifest(files)
+    fingerprint = judge_fingerprint(judge)
+    return Tracking(
+        BACKENDS[tracker],
+        run_dir,
+        tracker=tracker,
+        group=tracking_group(files),
+        previous=None if manifest is None else manifest.tracking,
+        exit_wait_s=exit_wait_s(),
+        new_readings_only=True,
+    ).start(judge_params({fingerprint: {"judge": dict(judge)}}))
+
+
+def end_judging(tracking: Tracking, result: JudgeResult) -> None:
+    """Log a judging phase's figures (its summary, once complete) and close the tracked run."""
+    if result.status == "complete":
+        tracking.end(
+            judge_metrics({result.folder.fingerprint: result.summary}), (), status="complete"
+        )
+    else:
+        tracking.end({}, (), status="interrupted")
 
 
 def export_runs(tracker: str, run_dirs: Sequence[Path]) -> list[Tracking]:

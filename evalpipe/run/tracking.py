@@ -17,6 +17,8 @@ run continues the same tracked run.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalpipe.core.errors import ConfigError
 from evalpipe.monitor.csvlog import new_rows
 from evalpipe.monitor.readings import READING_FIELDS
 from evalpipe.run.trackers import Backend
@@ -33,8 +36,27 @@ from evalpipe.rundir.tracked import SAMPLE_COLUMNS, name
 
 log = logging.getLogger(__name__)
 
-EXIT_WAIT_S = 5.0  # the most the tracker may delay the run's end
+EXIT_WAIT_S = 5.0  # the most the tracker may delay the run's end, unless EXIT_WAIT_ENV says
+EXIT_WAIT_ENV = "EVALPIPE_TRACK_EXIT_WAIT_S"
 INTERVAL_S = 2.0  # how often progress and device readings are logged
+
+
+def exit_wait_s() -> float:
+    """The most the tracker may delay a run's end: $EVALPIPE_TRACK_EXIT_WAIT_S, else 5 s (a slow
+    tracking server or file system may be given longer)."""
+    raw = os.environ.get(EXIT_WAIT_ENV)
+    if raw is None:
+        return EXIT_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(
+            f"{EXIT_WAIT_ENV}={raw!r} is not a number of seconds (0 or more): set it to how long "
+            f"the tracker may delay the run's end, or unset it for {EXIT_WAIT_S:g} s."
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,7 @@ class Tracking:
         previous: TrackedRun | None = None,
         interval_s: float = INTERVAL_S,
         exit_wait_s: float | None = EXIT_WAIT_S,
+        new_readings_only: bool = False,
     ) -> None:
         self._factory = backend
         self._exit_wait = exit_wait_s
@@ -69,7 +92,12 @@ class Tracking:
         self._params: Mapping[str, str] = {}
         self._progress: tuple[int, int] | None = None  # (samples done, tokens): latest wins
         self._logged: tuple[int, int] | None = None
-        self._offsets: dict[Path, int] = {}
+        # A later phase of a tracked run (the judge) logs only the readings made after it began.
+        self._offsets: dict[Path, int] = (
+            {path: path.stat().st_size for path in RunDir(run_dir).metrics_files()}
+            if new_readings_only
+            else {}
+        )
         self._t0 = time.monotonic()
         self._end: _End | None = None
         self._ending = threading.Event()
