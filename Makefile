@@ -2,7 +2,7 @@
 VENV ?= .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup test lint demo bench
+.PHONY: setup test lint demo bench bench-quick
 
 setup:
 	bash scripts/setup.sh
@@ -20,3 +20,7 @@ demo: setup
 
 bench: setup
 	bash scripts/bench.sh
+
+# The quick modes of the benchmarks that start the real engine (make test runs the others).
+bench-quick: setup
+	pytest -n 2 --dist loadgroup -m bench tests/test_bench_quick.py

@@ -15,4 +15,5 @@ if [ "$(id -u)" = 0 ] && command -v slurmctld >/dev/null; then
 fi
 # Two workers: most of a test's wall here is single-threaded (imports, process start-up, waiting
 # on SLURM), so a 2-core machine runs two at once; cluster tests stay on one worker (conftest.py).
-pytest -n "${EVALPIPE_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# The benchmarks' quick modes that start the real engine are `make bench-quick`'s.
+pytest -n "${EVALPIPE_TEST_WORKERS:-2}" --dist loadgroup -m "not bench" "$@"

@@ -27,10 +27,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (scripts/test.sh runs two workers), the tests that drive the one local
     SLURM or start Ray nodes share a worker: they set nodes down, fill both nodes and bind Ray's
-    ports, so two of them at once would disturb each other. Everything else spreads."""
+    ports, so two of them at once would disturb each other. A module's tests that share a
+    module-scoped fixture (a vLLM server, a SmolLM2 engine, a reference run) share a worker too,
+    so the fixture is built once. Everything else spreads."""
     for item in items:
         if item.get_closest_marker("slurm") or item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("local-cluster"))
+        elif _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _uses_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)  # pytest's record of the fixtures a test uses
+    if info is None:
+        return False
+    return any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
 
 
 # -- engine fixtures: locally prepared models and the real vLLM engine on the CPU ---------------

@@ -4,6 +4,9 @@ it must exit 0 and print its figures, so a rename in evalpipe breaks a test, not
 The figures themselves mean nothing at these sizes; what is checked is that each script ran its
 whole path and reported, plus the agreement checks the scripts make themselves (identical
 completions, equal verdicts), never what the model answered.
+
+The quick modes that start the real engine (marked `bench`) run in `make bench-quick`, not in
+`make test`: a benchmark stays outside the test budget, as its full run does.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ def test_lcb_agreement_quick() -> None:
         assert "the reference's side SKIPPED: nvidia-livecodebench is not installed" in out
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_overhead_vllm_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("overhead_vllm.py")  # and bench/raw_vllm.py, its reference side
@@ -95,6 +99,7 @@ def test_overhead_vllm_quick(vllm_env: dict[str, str], tiny_random_path: Path) -
     assert "engine arguments identical in 1/1 runs" in out
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_peer_lm_eval_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("peer_lm_eval.py")
@@ -105,6 +110,7 @@ def test_peer_lm_eval_quick(vllm_env: dict[str, str], tiny_random_path: Path) ->
         assert "lm-eval's side SKIPPED: lm-eval is not installed" in out
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_lmeval_bridge_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("lmeval_bridge.py")
@@ -112,6 +118,7 @@ def test_lmeval_bridge_quick(vllm_env: dict[str, str], tiny_random_path: Path) -
     assert "completions: " in out and "exact_match (strict-match) on the identical" in out
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_mc_methods_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("mc_methods.py")
@@ -119,6 +126,7 @@ def test_mc_methods_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> N
     assert "option log-probabilities, letters vs prompt_logprobs: 8 compared" in out
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_reference_scorers_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("reference_scorers.py")
@@ -127,6 +135,7 @@ def test_reference_scorers_quick(vllm_env: dict[str, str], tiny_random_path: Pat
     figures(out, "multiple_choice/letters", "multiple_choice/texts", "multiple_choice/synthetic")
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_endpoint_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_path: Path) -> None:
     out = quick("endpoint.py", "--out", str(tmp_path))
@@ -135,6 +144,7 @@ def test_endpoint_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_pa
         assert re.search(rf'"side": "{side}".*"tok_per_s": {NUMBER}', out), out
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_estimate_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_path: Path) -> None:
     out = quick("estimate.py", "--out", str(tmp_path))
@@ -142,6 +152,7 @@ def test_estimate_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_pa
         figures(out, f"| {mix} |")
 
 
+@pytest.mark.bench
 @pytest.mark.vllm
 def test_stream_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("stream.py")
@@ -173,6 +184,7 @@ def test_agree_mcq_quick() -> None:
         assert "gpqa permutations: 24 equal of 24" in out
 
 
+@pytest.mark.bench
 def test_admission_quick(tiny_random_path: Path, tmp_path: Path) -> None:
     out = quick("admission.py", "--work", str(tmp_path))
     figures(out, "| raw |", "| predicted |", "| oracle |", "| none |", "longest first / given")
@@ -207,6 +219,7 @@ def test_arena_agreement_quick() -> None:
         assert "the reference's side SKIPPED" in out
 
 
+@pytest.mark.bench
 def test_tracking_quick() -> None:
     pytest.importorskip("mlflow", reason="pip install 'evalpipe[track]'")
     out = quick("tracking.py")
