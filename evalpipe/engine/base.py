@@ -48,9 +48,11 @@ class SamplingSettings:
     seed: int = 0
     # Generate exactly max_tokens, past the end-of-sequence token (benchmarks, probes).
     ignore_eos: bool = False
+    # Special tokens (<|im_start|>, …) left out of the text; lm-eval's vLLM backend keeps them.
+    skip_special_tokens: bool = True
 
     # Added after the first run-directory schema (see configio.as_config).
-    LATER: ClassVar[tuple[str, ...]] = ("ignore_eos", "top_k", "min_p")
+    LATER: ClassVar[tuple[str, ...]] = ("ignore_eos", "top_k", "min_p", "skip_special_tokens")
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a run's configuration records and fingerprints them."""

@@ -67,7 +67,8 @@ def api_key(preset: Preset) -> str | None:
 def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
     """Every sampling field of a request, spelled out: a vLLM server fills the fields a request
     leaves out from the model's generation_config.json, which the in-process engine does not
-    (vLLM's extensions top_k, min_p, repetition_penalty and ignore_eos included)."""
+    (vLLM's extensions top_k, min_p, repetition_penalty, ignore_eos and skip_special_tokens
+    included)."""
     fields: dict[str, Any] = {
         "max_tokens": settings.max_tokens,
         "temperature": settings.temperature,
@@ -80,6 +81,7 @@ def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
         "min_p": settings.min_p,
         "repetition_penalty": 1.0,
         "ignore_eos": settings.ignore_eos,
+        "skip_special_tokens": settings.skip_special_tokens,
     }
     if settings.temperature > 0:  # as in-process: a per-request seed only when sampling
         fields["seed"] = settings.seed

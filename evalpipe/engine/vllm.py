@@ -658,6 +658,7 @@ def _params(settings: SamplingSettings, *, top_logprobs: int) -> Any:
         max_tokens=settings.max_tokens,
         stop=list(settings.stop) or None,
         ignore_eos=settings.ignore_eos,
+        skip_special_tokens=settings.skip_special_tokens,
         # Per-request seeds make a sampled completion independent of its batch (resume).
         seed=settings.seed if settings.temperature > 0 else None,
         logprobs=top_logprobs or None,
@@ -669,7 +670,7 @@ def _params(settings: SamplingSettings, *, top_logprobs: int) -> Any:
 # generation_config.json can set, as vLLM holds it.
 _DESCRIBED = (
     "n", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-    "frequency_penalty", "max_tokens", "seed", "stop", "ignore_eos",
+    "frequency_penalty", "max_tokens", "seed", "stop", "ignore_eos", "skip_special_tokens",
 )  # fmt: skip
 
 

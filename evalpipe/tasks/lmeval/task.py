@@ -256,6 +256,8 @@ def _sampling(task: str, kwargs: dict[str, Any], repeats: int) -> SamplingSettin
         n=repeats,
         stop=tuple([until] if isinstance(until, str) else until),
         seed=int(kwargs.get("seed", 0)),
+        # lm-eval's vLLM backend decodes with special tokens kept: its filters see them.
+        skip_special_tokens=False,
     )
 
 
