@@ -25,6 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 # The scripts measure this checkout's evalpipe, in their own process too, whatever is installed.
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# The tests' builders the benches share: lm-eval task files (lmeval_support), the near-tie rule
+# for comparing model text (neartie).
+if str(REPO / "tests") not in sys.path:
+    sys.path.append(str(REPO / "tests"))
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -155,6 +159,14 @@ LM_EVAL_MISSING = (
     f"{sys.executable} -m pip install --no-deps --target {LM_EVAL_DIR} "
     "-r bench/lm_eval_requirements.txt"
 )
+
+
+def lm_eval_model_args(engine_kwargs: Mapping[str, Any]) -> str:
+    """lm-eval's --model_args for its vLLM backend: every LLM() argument evalpipe's engine was
+    built with (a run manifest's engine_kwargs, the CPU defaults such as whole prefills
+    included), so both sides run the same engine."""
+    rest = [f"{k}={v}" for k, v in engine_kwargs.items() if k != "model" and v is not None]
+    return ",".join([f"pretrained={engine_kwargs['model']}", *rest])
 
 
 # The same vLLM environment for every side of a comparison: the CPU KV cache fixed at 1 GiB,

@@ -1,15 +1,20 @@
 """An lm-eval task on evalpipe's runner (`--tasks lm_eval:NAME`) against lm-eval's own vLLM
-backend: the same task file, model, chat template and engine arguments, each side a whole
-process, alternating. Wall time with its breakdown (start-up, task building, model load,
-generation, scoring), and whether the completions and lm-eval's scores agree document by document.
+backend (`lm_eval --model vllm`): the same task file, model, chat template and LLM() arguments,
+each side a whole process, alternating. Wall time with its breakdown (start-up, task building,
+model load, generation, scoring); the completions compared document by document under the
+near-tie rule (tests/neartie.py), and lm-eval's scores where they agree.
 
-    python bench/lmeval_bridge.py [--docs 512] [--reps 2] [--preset smollm2_135m]
-    python bench/lmeval_bridge.py --quick   # 4 documents on tiny_random, once
+    python bench/lmeval_bridge.py [--docs 512] [--max-tokens 256] [--reps 3] [--preset P]
+    python bench/lmeval_bridge.py --quick   # 4 documents, 8 tokens, once
 
-The task is generate_until over arithmetic questions written here (lm-eval's gsm8k filters:
-strict "#### N" and flexible last number), applied with the model's chat template on both sides
-(`lm_eval --apply_chat_template`). lm-eval comes from .cache/bench-lm-eval (scripts/lm-eval.sh)
-through bench/lm_eval_launcher.py, which also times its phases.
+The task is generate_until over arithmetic questions of varied length written here, with lm-eval's
+gsm8k filters and exact_match, applied with the model's chat template on both sides (`lm_eval
+--apply_chat_template`). On tiny_random (random weights) generations run long, so generation is
+most of lm-eval's wall. lm-eval gets the LLM() arguments evalpipe's engine records in its
+manifest (on the CPU: whole prefills, chunked prefill off); it comes from .cache/bench-lm-eval
+(scripts/lm-eval.sh) through bench/lm_eval_launcher.py, which also times its phases. Where
+completions differ, a reference run in this process records evalpipe's top-2 log-probabilities
+for the near-tie rule.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from benchlib import (
     EvalpipeRun,
     child_env,
     interleave,
+    lm_eval_model_args,
     load_average,
     machine,
     median,
@@ -39,83 +45,35 @@ from benchlib import (
     timed_run,
     verdict,
 )
+from lmeval_support import GSM8K_EXACT_MATCH, GSM8K_FILTERS, task_file, write_jsonl
 
 TARGET = 0.8
 TASK = "bench_lmeval"
-FILTERS = ("strict-match", "flexible-extract")
-PHASES = ("load", "generate", "score")  # evalpipe's manifest timings
-TASK_YAML = """\
-task: {task}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
-doc_to_text: "Question: {{{{question}}}} End with '#### N'.\\nAnswer:"
-doc_to_target: "{{{{answer}}}}"
-generation_kwargs:
-  until: ["Question:", "\\n\\n"]
-  max_gen_toks: {max_tokens}
-  do_sample: false
-filter_list:
-  - name: strict-match
-    filter:
-      - function: regex
-        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
-      - function: take_first
-  - name: flexible-extract
-    filter:
-      - function: regex
-        group_select: -1
-        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
-      - function: take_first
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: 1.0
-"""
+FILTERS = tuple(f["name"] for f in GSM8K_FILTERS)
 
 
 def write_task(folder: Path, docs: int, max_tokens: int) -> None:
-    """`docs` questions of varied length (so generation lengths vary) and the task file."""
-    data = folder / "questions.jsonl"
-    with data.open("w", encoding="utf-8") as fh:
-        for i in range(docs):
-            a, b, c = 3 + i % 17, 7 + i * 7 % 31, i % 5
-            question = f"Sam has {a} red and {b} blue marbles" + (f", then loses {c}" if c else "")
-            fh.write(json.dumps({"question": f"{question}. How many now?",
-                                 "answer": str(a + b - c)}) + "\n")  # fmt: skip
-    (folder / f"{TASK}.yaml").write_text(
-        TASK_YAML.format(task=TASK, data=json.dumps(str(data)), max_tokens=max_tokens)
-    )
+    """`docs` questions of varied length (so prompt lengths vary) and the task file."""
+    rows = []
+    for i in range(docs):
+        a, b, c = 3 + i % 17, 7 + i * 7 % 31, i % 5
+        question = f"Sam has {a} red and {b} blue marbles" + (f", then loses {c}" if c else "")
+        rows.append({"question": f"{question}. How many now?", "answer": str(a + b - c)})
+    task_file(folder, TASK, {"test": write_jsonl(folder / "questions.jsonl", rows)},
+              output_type="generate_until",
+              doc_to_text="Question: {{question}} End with '#### N'.\nAnswer:",
+              doc_to_target="{{answer}}",
+              generation_kwargs={"until": ["Question:", "\n\n"], "max_gen_toks": max_tokens,
+                                 "do_sample": False},
+              filter_list=GSM8K_FILTERS, metric_list=[GSM8K_EXACT_MATCH])  # fmt: skip
 
 
-def engine_args(preset_name: str) -> dict[str, Any]:
-    """The LLM() arguments evalpipe's engine builds for the preset (lm-eval gets the same)."""
-    from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
-    from evalpipe.engine.base import EngineSettings
-    from evalpipe.engine.vllm import llm_kwargs
-
-    preset = load_preset(preset_name)
-    return llm_kwargs(preset, EngineSettings(), models.model_source(preset))
-
-
-def model_args(kwargs: dict[str, Any]) -> str:
-    keys = ("dtype", "max_model_len", "seed", "gpu_memory_utilization", "enforce_eager")
-    extra = [f"{k}={kwargs[k]}" for k in keys if kwargs.get(k) is not None]
-    return ",".join([f"pretrained={kwargs['model']}", *extra])
-
-
-def lm_eval_run(folder: Path, out: Path, kwargs: dict[str, Any], env: dict[str, str]) -> dict:
+def lm_eval_run(folder: Path, out: Path, engine: dict[str, Any], env: dict[str, str]) -> dict:
     phases = out.with_suffix(".phases.json")
     argv = [sys.executable, str(REPO / "bench" / "lm_eval_launcher.py"), "run", "--model",
-            "vllm", "--model_args", model_args(kwargs), "--tasks", TASK, "--include_path",
-            str(folder), "--apply_chat_template", "--fewshot_as_multiturn", "--batch_size",
-            "auto", "--output_path", str(out), "--log_samples"]  # fmt: skip
+            "vllm", "--model_args", lm_eval_model_args(engine), "--tasks", TASK,
+            "--include_path", str(folder), "--apply_chat_template", "--fewshot_as_multiturn",
+            "--batch_size", "auto", "--output_path", str(out), "--log_samples"]  # fmt: skip
     timing = timed_run(argv, env=dict(env, LM_EVAL_PHASES=str(phases)))
     (samples_file,) = out.rglob(f"samples_{TASK}_*.jsonl")
     (results_file,) = out.rglob("results_*.json")
@@ -142,18 +100,64 @@ def evalpipe_run(preset: str, folder: Path, out: Path, env: dict[str, str]) -> E
     )
 
 
-def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
-    """How the completions and lm-eval's per-document scores agree."""
+def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> Any:
+    """evalpipe's run of the task in this process with every token's top-2 log-probabilities
+    (neartie.record_run): the reference the near-tie rule reads."""
+    from neartie import record_run
+    from transformers import AutoTokenizer
+
+    from evalpipe.catalog import models
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.tasks import load_tasks
+    from evalpipe.tasks.lmeval import lm_eval_prompting
+
+    os.environ.update(VLLM_ENV)
+    sys.path.append(str(LM_EVAL_DIR))
+    preset = load_preset(preset_name)
+    tasks = load_tasks(tasks=[f"lm_eval:{folder}", f"lm_eval:{TASK}"],
+                       lm_eval=lm_eval_prompting(preset, "vllm"))  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(models.model_source(preset))
+
+    def decode(ids: Any) -> str:  # as the bridge asks vLLM to: special tokens kept
+        return tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    return record_run(preset_name, tasks, out, limit=docs, decode=decode)
+
+
+def near_ties(texts: dict[int, str], ours: EvalpipeRun, reference: Any) -> list[str]:
+    """How `texts` (a side's completions by document) stand against the reference run."""
+    from neartie import assert_near_tie_equal, prompt_key
+
+    equal, tied, beyond = 0, 0, []
+    for sample in ours.samples:
+        doc = int(sample["sample_id"])
+        generation = reference.generations[prompt_key(sample["prompt"])]
+        if texts[doc] == generation.texts[0]:
+            equal += 1
+            continue
+        try:
+            assert_near_tie_equal(generation, [texts[doc]], reference.decode, what=f"doc {doc}")
+            tied += 1
+        except AssertionError as exc:
+            beyond.append(str(exc))
+    return [f"{equal} equal, {tied} part at a near-tie, {len(beyond)} part elsewhere",
+            *(f"    {line[:300]}" for line in beyond[:2])]  # fmt: skip
+
+
+def compare(peer: dict[str, Any], ours: EvalpipeRun, reference: Any) -> list[str]:
+    """How the completions and lm-eval's per-document scores agree; `reference()` records the
+    near-tie reference, called only where completions differ."""
     mine = {int(s["sample_id"]): s for s in ours.samples}
-    rows = [r for r in peer["samples"] if r["filter"] == FILTERS[0]]
-    same = {r["doc_id"] for r in rows if r["resps"][0][0] == mine[r["doc_id"]]["completions"][0]}
+    rows = {r["doc_id"]: r for r in peer["samples"] if r["filter"] == FILTERS[0]}
+    theirs = {doc: row["resps"][0][0] for doc, row in rows.items()}
+    same = {doc for doc, text in theirs.items() if text == mine[doc]["completions"][0]}
     lines = [f"completions: {len(same)}/{len(rows)} identical"]
-    lines += [
-        f"  differ: doc {r['doc_id']}: lm-eval {r['resps'][0][0]!r} vs evalpipe "
-        f"{mine[r['doc_id']]['completions'][0]!r}"
-        for r in rows
-        if r["doc_id"] not in same
-    ][:2]
+    if len(same) < len(rows):
+        recorded = reference()
+        lines.append("near-tie rule against evalpipe's reference run (top-2 log-probabilities):")
+        lines += ["  lm-eval's:  " + line for line in near_ties(theirs, ours, recorded)]
+        timed = {doc: s["completions"][0] for doc, s in mine.items()}
+        lines += ["  evalpipe's: " + line for line in near_ties(timed, ours, recorded)]
     for name in FILTERS:
         scored = [r for r in peer["samples"] if r["filter"] == name and r["doc_id"] in same]
         alike = sum(
@@ -162,18 +166,38 @@ def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
         lines.append(
             f"exact_match ({name}) on the identical completions: {alike}/{len(scored)} alike"
         )
-    for key in (f"exact_match,{FILTERS[0]}", f"exact_match_stderr,{FILTERS[0]}"):
-        lines.append(f"{key}: lm-eval {peer['results'][key]}, evalpipe {ours.summary[key]}")
+    for name in FILTERS:
+        for key in (f"exact_match,{name}", f"exact_match_stderr,{name}"):
+            theirs_value, ours_value = peer["results"][key], ours.summary[key]
+            same_value = "equal" if theirs_value == ours_value else "differ"
+            lines.append(f"{key}: lm-eval {theirs_value}, evalpipe {ours_value} ({same_value})")
     return lines
+
+
+def breakdown(ours: list[EvalpipeRun], peers: list[dict[str, Any]]) -> list[str]:
+    """Each side's median wall and its phases."""
+    wall = median([o.timing.wall_s for o in ours])
+    load, generate, score = (median([o.phase(p) for o in ours]) for p in ("load", "generate",
+                                                                          "score"))  # fmt: skip
+    peer_wall = median([p["timing"].wall_s for p in peers])
+    phase = {k: median([p["phases"][k] for p in peers]) for k in peers[0]["phases"]}
+    return [
+        f"evalpipe: wall {wall:.2f} s = start-up and task building "
+        f"{wall - load - generate - score:.2f} s + model load {load:.2f} s + generation "
+        f"{generate:.2f} s + scoring {score:.2f} s (generation {generate / wall:.0%} of its wall)",
+        f"lm-eval:  wall {peer_wall:.2f} s = start-up {peer_wall - sum(phase.values()):.2f} s + "
+        + " + ".join(f"{k} {v:.2f} s" for k, v in phase.items())
+        + f" (generation {phase['generation'] / peer_wall:.0%} of its wall)",
+    ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=512, help="documents (generations)")
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--preset", default="smollm2_135m", help="a prepared chat preset")
-    args = parse_args(parser, {"docs": 4, "max_tokens": 8, "reps": 1, "preset": QUICK_PRESET})
+    parser.add_argument("--max-tokens", type=int, default=256, help="the task's max_gen_toks")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--preset", default=QUICK_PRESET, help="a prepared chat preset")
+    args = parse_args(parser, {"docs": 4, "max_tokens": 8, "reps": 1})
     if not (LM_EVAL_DIR / "lm_eval").is_dir():
         print(LM_EVAL_MISSING)
         return 1
@@ -182,49 +206,47 @@ def main() -> int:
     env = child_env(**VLLM_ENV)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(LM_EVAL_DIR)])
     peer_env = dict(env, PYTHONPATH=os.pathsep.join([str(LM_EVAL_DIR), str(REPO)]))
-    kwargs = engine_args(args.preset)
     peers: list[dict[str, Any]] = []
     ours: list[EvalpipeRun] = []
     with tempfile.TemporaryDirectory(prefix="evalpipe-bench-lmeval-") as tmp:
         folder = Path(tmp)
         write_task(folder, args.docs, args.max_tokens)
-        print(f"preset {args.preset}, {args.docs} documents, max_gen_toks {args.max_tokens}, "
-              f"lm-eval model_args {model_args(kwargs)}")  # fmt: skip
+        print(f"preset {args.preset}, {args.docs} documents, max_gen_toks {args.max_tokens}")
+        # evalpipe goes first in the first round: lm-eval gets the LLM() arguments its engine
+        # recorded (every round's are checked to be the same below).
         interleave(
             {
                 "evalpipe": lambda: ours.append(
                     evalpipe_run(args.preset, folder, folder / f"run-{len(ours)}", env)
                 ),
                 "lm-eval": lambda: peers.append(
-                    lm_eval_run(folder, folder / f"lm-eval-{len(peers)}", kwargs, peer_env)
+                    lm_eval_run(
+                        folder,
+                        folder / f"lm-eval-{len(peers)}",
+                        ours[0].engine["engine_kwargs"],
+                        peer_env,
+                    )
                 ),
             },
             args.reps,
         )
-    walls = [o.timing.wall_s for o in ours]
-    peer_walls = [p["timing"].wall_s for p in peers]
-    print(f"\n(medians of {args.reps}, each a whole process including the model load)")
-    load, generate, score = (
-        median([o.phase(p) for o in ours]) for p in ("load", "generate", "score")
-    )
-    print(
-        f"evalpipe: wall {median(walls):.2f} s = start-up and task building "
-        f"{median(walls) - load - generate - score:.2f} s + model load {load:.2f} s + "
-        f"generation {generate:.2f} s + scoring {score:.2f} s"
-    )
-    phase = {k: median([p["phases"][k] for p in peers]) for k in peers[0]["phases"]}
-    rest = median(peer_walls) - sum(phase.values())
-    print(
-        f"lm-eval:  wall {median(peer_walls):.2f} s = start-up {rest:.2f} s + "
-        + " + ".join(f"{k} {v:.2f} s" for k, v in phase.items())
-        + f" (generation {phase['generation'] / median(peer_walls):.0%} of its wall)"
-    )
-    ratios = [o / p for o, p in zip(walls, peer_walls, strict=True)]
-    ratio = statistics.median(ratios)
-    print(f"wall-time ratio evalpipe / lm-eval: {ratio:.3f} (per repetition "
-          f"{', '.join(f'{r:.3f}' for r in ratios)})")  # fmt: skip
-    for line in compare(peers[0], ours[0]):
-        print(line)
+        engine = ours[0].engine["engine_kwargs"]
+        alike = sum(o.engine["engine_kwargs"] == engine for o in ours)
+        print(f"\nlm-eval model_args {lm_eval_model_args(engine)} "
+              f"(evalpipe's engine arguments identical in {alike}/{len(ours)} runs)")  # fmt: skip
+        print(f"(medians of {args.reps}, each a whole process including the model load)")
+        for line in breakdown(ours, peers):
+            print(line)
+        walls = [o.timing.wall_s for o in ours]
+        ratios = [o / p["timing"].wall_s for o, p in zip(walls, peers, strict=True)]
+        ratio = statistics.median(ratios)
+        print(f"wall-time ratio evalpipe / lm-eval: {ratio:.3f} (per repetition "
+              f"{', '.join(f'{r:.3f}' for r in ratios)})")  # fmt: skip
+        generated = sum(len(s["completions"]) for s in ours[0].samples)
+        print(f"generations: {generated} per run, {ours[0].generated_tokens} tokens (evalpipe)")
+        reference = lambda: record_reference(args.preset, folder, args.docs, folder / "ref")  # noqa: E731
+        for line in compare(peers[0], ours[0], reference):
+            print(line)
     print(
         f"\ntarget evalpipe ≤ {TARGET}× lm-eval's wall time: {ratio:.3f}×, {verdict(ratio, TARGET)}"
     )

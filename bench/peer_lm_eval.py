@@ -10,8 +10,8 @@ samples are written to a local JSONL, each with the exact prompt text evalpipe's
 (the model's chat template applied to the task's messages), and an lm-eval task YAML in a
 temporary folder reads it: generate_until with the task's stop strings and max tokens, greedy,
 and GSM8K's two answer filters (strict "#### N", flexible last number). Both sides use the LLM()
-arguments evalpipe's engine builds and the same vLLM environment; each runs in its own process,
-alternating.
+arguments evalpipe's engine records in its manifest and the same vLLM environment; each runs in its
+own process, alternating.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from benchlib import (
     child_env,
     evalpipe_run,
     interleave,
+    lm_eval_model_args,
     load_average,
     machine,
     median,
@@ -43,65 +44,25 @@ from benchlib import (
     timed_run,
     verdict,
 )
+from lmeval_support import GSM8K_EXACT_MATCH, GSM8K_FILTERS, task_file
 
 TARGET = 0.8
 TASK_NAME = "evalpipe_peer"
 
-# The two filters of lm-eval's own gsm8k.yaml: strict-match (the number after "#### ") and
-# flexible-extract (the last number); commas, "$" and a final "." ignored on both sides.
-FILTERS = ("strict-match", "flexible-extract")
-TASK_YAML = """\
-task: {task}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{prompt}}}}"
-doc_to_target: "{{{{answer}}}}"
-target_delimiter: ""
-generation_kwargs:
-  until: {until}
-  max_gen_toks: {max_tokens}
-  do_sample: false
-  temperature: 0.0
-filter_list:
-  - name: strict-match
-    filter:
-      - function: regex
-        regex_pattern: "#### (\\\\-?[0-9\\\\.\\\\,]+)"
-      - function: take_first
-  - name: flexible-extract
-    filter:
-      - function: regex
-        group_select: -1
-        regex_pattern: "(-?[$0-9.,]{{2,}})|(-?[0-9]+)"
-      - function: take_first
-metric_list:
-  - metric: exact_match
-    aggregation: mean
-    higher_is_better: true
-    ignore_case: true
-    ignore_punctuation: false
-    regexes_to_ignore: [",", "\\\\$", "(?s).*#### ", "\\\\.$"]
-"""
+FILTERS = tuple(f["name"] for f in GSM8K_FILTERS)
 
 
-def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> dict[str, Any]:
-    """The JSONL + YAML for lm-eval; returns the engine arguments to give it."""
+def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> None:
+    """The JSONL + task file for lm-eval."""
     from transformers import AutoTokenizer
 
     from evalpipe.catalog import models
     from evalpipe.catalog.registry import load_preset
-    from evalpipe.engine.base import EngineSettings
-    from evalpipe.engine.vllm import llm_kwargs
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(preset_name)
     (task,) = load_tasks(tasks=(task_name,))
-    kwargs = llm_kwargs(preset, EngineSettings(), models.model_source(preset))
-    tokenizer = AutoTokenizer.from_pretrained(kwargs["model"])
+    tokenizer = AutoTokenizer.from_pretrained(models.model_source(preset))
     data = folder / f"{task_name}.jsonl"
     with data.open("w", encoding="utf-8") as fh:
         for sample in task.samples(limit):
@@ -115,24 +76,15 @@ def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> di
                 )
             answer = sample.target["answer"] if isinstance(sample.target, dict) else sample.target
             fh.write(json.dumps({"id": sample.id, "prompt": prompt, "answer": str(answer)}) + "\n")
-    (folder / f"{TASK_NAME}.yaml").write_text(
-        TASK_YAML.format(
-            task=TASK_NAME,
-            data=json.dumps(str(data)),
-            until=json.dumps(list(task.sampling.stop)),
-            max_tokens=task.sampling.max_tokens,
-        )
-    )
-    return kwargs
+    task_file(folder, TASK_NAME, {"test": data}, output_type="generate_until",
+              doc_to_text="{{prompt}}", doc_to_target="{{answer}}", target_delimiter="",
+              generation_kwargs={"until": list(task.sampling.stop),
+                                 "max_gen_toks": task.sampling.max_tokens, "do_sample": False,
+                                 "temperature": 0.0},
+              filter_list=GSM8K_FILTERS, metric_list=[GSM8K_EXACT_MATCH])  # fmt: skip
 
 
-def model_args(kwargs: dict[str, Any]) -> str:
-    keys = ("dtype", "max_model_len", "seed", "gpu_memory_utilization", "enforce_eager")
-    extra = [f"{k}={kwargs[k]}" for k in keys if kwargs.get(k) is not None]
-    return ",".join([f"pretrained={kwargs['model']}", *extra])
-
-
-def lm_eval_run(folder: Path, out: Path, kwargs: dict[str, Any], env: dict[str, str]) -> dict:
+def lm_eval_run(folder: Path, out: Path, engine: dict[str, Any], env: dict[str, str]) -> dict:
     argv = [
         sys.executable,
         str(REPO / "bench" / "lm_eval_launcher.py"),
@@ -140,7 +92,7 @@ def lm_eval_run(folder: Path, out: Path, kwargs: dict[str, Any], env: dict[str, 
         "--model",
         "vllm",
         "--model_args",
-        model_args(kwargs),
+        lm_eval_model_args(engine),
         "--tasks",
         TASK_NAME,
         "--include_path",
@@ -225,17 +177,21 @@ def main() -> int:
     ours: list[EvalpipeRun] = []
     with tempfile.TemporaryDirectory(prefix="evalpipe-bench-peer-") as tmp:
         folder = Path(tmp)
-        kwargs = write_task(args.preset, args.task, args.limit, folder)
-        print(
-            f"preset {args.preset}, task {args.task}, limit {args.limit}, "
-            f"lm-eval model_args {model_args(kwargs)}"
-        )
+        write_task(args.preset, args.task, args.limit, folder)
+        print(f"preset {args.preset}, task {args.task}, limit {args.limit}")
+        # evalpipe goes first in the first round: lm-eval gets the LLM() arguments its engine
+        # recorded in the manifest (the CPU defaults, whole prefills, included).
         sides = {
             "evalpipe run": lambda: ours.append(
                 evalpipe_run(args.preset, args.task, args.limit, folder / f"run-{len(ours)}", env)
             ),
             "lm-eval": lambda: peers.append(
-                lm_eval_run(folder, folder / f"lm-eval-{len(peers)}", kwargs, peer_env)
+                lm_eval_run(
+                    folder,
+                    folder / f"lm-eval-{len(peers)}",
+                    ours[0].engine["engine_kwargs"],
+                    peer_env,
+                )
             ),
         }
         if not have_lm_eval:  # quick mode: evalpipe's side (task files included) still runs
@@ -260,6 +216,7 @@ def main() -> int:
     if not peers:
         print(f"at end: {load_average()}")
         return 0
+    print(f"lm-eval model_args {lm_eval_model_args(ours[0].engine['engine_kwargs'])}")
     ratios = [o.timing.wall_s / p["timing"].wall_s for o, p in zip(ours, peers, strict=True)]
     ratio = statistics.median(ratios)
     print(
