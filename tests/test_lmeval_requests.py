@@ -99,3 +99,25 @@ def test_token_ids_equal_lm_evals_encoding(
                 assert (ids[:start], ids[start:]) == (context_ids, continuation_ids)
                 compared += 1
     assert compared == 8 + 3 * 10 + 4  # arith docs, group options, cloze docs
+
+
+def test_vllm_engine_reports_is_greedy_for_rendered_prompts(tiny_engine: Any) -> None:
+    """lm-eval's `is_greedy` from the real engine: the greedy next tokens are greedy, through
+    both scoring paths (one-token options read from one decoding step; longer continuations
+    from prompt log-probabilities); the runner-up token is not."""
+    from evalpipe.engine.base import Rendered, Request, SamplingSettings
+
+    prompt = Rendered("Question: What is 2 + 2?\nAnswer:")
+    tokenizer = tiny_engine._open_llm().get_tokenizer()
+    (generated,) = tiny_engine.generate(
+        [prompt], SamplingSettings(max_tokens=2, temperature=0.0), top_logprobs=2
+    )
+    first, second = generated.steps[0]
+    runner_up = first.top[1][0]
+    text = [tokenizer.decode([step.token]) for step in (first, second)]
+    continuations = (text[0], tokenizer.decode([runner_up]), text[0] + text[1])
+    encoded = rendering.encode_options(tokenizer, prompt, continuations, chat=True, preset="t")
+    assert [len(ids) - start for ids, start in encoded] == [1, 1, 2]  # both scoring paths
+    (done,) = tiny_engine.run([Request(id="0", prompt=prompt, continuations=continuations)])
+    assert [x.is_greedy for x in done.loglikelihoods] == [True, False, True]
+    assert done.loglikelihoods[0].logprob == pytest.approx(first.logprob, abs=1e-3)
