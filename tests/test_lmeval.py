@@ -236,20 +236,51 @@ def _records(out: Path) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["task"], int(r["sample_id"])))
 
 
-def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(
-    folder: Path, tmp_path: Path
-) -> None:
+def _evaluate(folder: Path, out: Path, shard: Any = None) -> Path:
+    """All the tasks on the fake engine in this process, as `run` does."""
     from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.fake import FakeEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
     from evalpipe.tasks.lmeval import lm_eval_prompting
 
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    preset = load_preset("tiny_random")  # the uninterrupted run: in this process, as `run` does
+    preset = load_preset("tiny_random")
     tasks = load_tasks(tasks=[f"lm_eval:{folder}", *(f"lm_eval:{t}" for t in TASKS)],
                        lm_eval=lm_eval_prompting(preset, "fake"))  # fmt: skip
-    options = RunOptions(backend="fake", window=2)
-    run_evaluation(lambda s: FakeEngine(preset, s), tasks, full, preset=preset, options=options)
+    options = RunOptions(backend="fake", window=2, shard=shard)
+    run_evaluation(lambda s: FakeEngine(preset, s), tasks, out, preset=preset, options=options)
+    return out
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(folder: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _evaluate(folder, tmp_path_factory.mktemp("lmeval-full") / "run")
+
+
+def test_merge_aggregates_the_shards_documents_as_one_run(
+    folder: Path, uninterrupted: Path, tmp_path: Path
+) -> None:
+    """`evalpipe merge` writes lm-eval's results of the whole from the shards' documents (lm-eval's
+    aggregation again, not an average of the shards' figures): equal to the unsharded run's,
+    stderrs and the group's size-weighted mean included."""
+    from evalpipe.run.merge import merge_run
+    from evalpipe.rundir.shard import Shard
+
+    job = tmp_path / "job"
+    for i in range(2):
+        _evaluate(folder, job / "shards" / str(i), shard=Shard(index=i, count=2))
+    shard = json.loads((job / "shards" / "0" / "lm_eval_results.json").read_text())
+    assert shard["n-samples"]["ep_arith"] == {"original": 8, "effective": 4}
+    assert merge_run(job).complete
+    merged = json.loads((job / "lm_eval_results.json").read_text())
+    assert merged == json.loads((uninterrupted / "lm_eval_results.json").read_text())
+    assert merged["n-samples"]["ep_arith"] == {"original": 8, "effective": 8}
+    assert set(merged["groups"]) == {"ep_group"}
+
+
+def test_kill_9_mid_run_then_resume_equals_an_uninterrupted_run(
+    folder: Path, uninterrupted: Path, tmp_path: Path
+) -> None:
+    full, killed = uninterrupted, tmp_path / "killed"
     child = _run(killed, folder, delay=0.05)
     samples = killed / "samples.jsonl"
     deadline = time.monotonic() + 60
