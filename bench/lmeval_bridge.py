@@ -4,7 +4,7 @@ each side a whole process, alternating. Wall time with its breakdown (start-up, 
 model load, generation, scoring); the completions compared document by document under the
 near-tie rule (tests/neartie.py), and lm-eval's scores where they agree.
 
-    python bench/lmeval_bridge.py [--docs 512] [--max-tokens 256] [--reps 3] [--preset P]
+    python bench/lmeval_bridge.py [--docs 512] [--max-tokens 128] [--reps 3] [--preset P]
     python bench/lmeval_bridge.py --quick   # 4 documents, 8 tokens, once
 
 The task is generate_until over arithmetic questions of varied length written here, with lm-eval's
@@ -194,7 +194,7 @@ def breakdown(ours: list[EvalpipeRun], peers: list[dict[str, Any]]) -> list[str]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=512, help="documents (generations)")
-    parser.add_argument("--max-tokens", type=int, default=256, help="the task's max_gen_toks")
+    parser.add_argument("--max-tokens", type=int, default=128, help="the task's max_gen_toks")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--preset", default=QUICK_PRESET, help="a prepared chat preset")
     args = parse_args(parser, {"docs": 4, "max_tokens": 8, "reps": 1})
