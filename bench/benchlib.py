@@ -199,12 +199,14 @@ class EvalpipeRun:
 
 
 def evalpipe_run(
-    preset: str, task: str, limit: int, out: Path, env: Mapping[str, str]
+    preset: str, task: str, limit: int | None, out: Path, env: Mapping[str, str]
 ) -> EvalpipeRun:
-    """`python -m evalpipe run` on one task into a new run directory `out`, defaults otherwise
-    (chunked, checkpointed, scored, monitored)."""
+    """`python -m evalpipe run` on `task` (a --tasks value) into a new run directory `out`,
+    defaults otherwise (chunked, checkpointed, scored, monitored)."""
     argv = [sys.executable, "-m", "evalpipe", "run", "--preset", preset, "--tasks", task]
-    timing = timed_run([*argv, "--limit", str(limit), "--out", str(out)], env=env)
+    if limit is not None:
+        argv += ["--limit", str(limit)]
+    timing = timed_run([*argv, "--out", str(out)], env=env)
     manifest = json.loads((out / "manifest.json").read_text())
     lines = (out / "samples.jsonl").read_text().splitlines()
     return EvalpipeRun(

@@ -36,6 +36,7 @@ from benchlib import (
     VLLM_ENV,
     EvalpipeRun,
     child_env,
+    evalpipe_run,
     interleave,
     lm_eval_model_args,
     load_average,
@@ -85,19 +86,9 @@ def lm_eval_run(folder: Path, out: Path, engine: dict[str, Any], env: dict[str, 
     }
 
 
-def evalpipe_run(preset: str, folder: Path, out: Path, env: dict[str, str]) -> EvalpipeRun:
-    argv = [sys.executable, "-m", "evalpipe", "run", "--preset", preset, "--tasks",
-            f"lm_eval:{folder},lm_eval:{TASK}", "--out", str(out)]  # fmt: skip
-    timing = timed_run(argv, env=env)
-    manifest = json.loads((out / "manifest.json").read_text())
-    lines = (out / "samples.jsonl").read_text().splitlines()
-    return EvalpipeRun(
-        timing=timing,
-        timings=manifest["timings"],
-        samples=[json.loads(line) for line in lines if line.strip()],
-        summary=json.loads((out / "lm_eval_results.json").read_text())["results"][TASK],
-        engine=manifest.get("engine") or {},
-    )
+def lm_eval_results(run: Path) -> dict[str, Any]:
+    """The task's figures in evalpipe's lm_eval_results.json."""
+    return json.loads((run / "lm_eval_results.json").read_text())["results"][TASK]
 
 
 def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> Any:
@@ -144,9 +135,12 @@ def near_ties(texts: dict[int, str], ours: EvalpipeRun, reference: Any) -> list[
             *(f"    {line[:300]}" for line in beyond[:2])]  # fmt: skip
 
 
-def compare(peer: dict[str, Any], ours: EvalpipeRun, reference: Any) -> list[str]:
-    """How the completions and lm-eval's per-document scores agree; `reference()` records the
-    near-tie reference, called only where completions differ."""
+def compare(
+    peer: dict[str, Any], ours: EvalpipeRun, results: dict[str, Any], reference: Any
+) -> list[str]:
+    """How the completions and lm-eval's per-document scores agree (`results`: evalpipe's
+    lm-eval figures); `reference()` records the near-tie reference, called only where
+    completions differ."""
     mine = {int(s["sample_id"]): s for s in ours.samples}
     rows = {r["doc_id"]: r for r in peer["samples"] if r["filter"] == FILTERS[0]}
     theirs = {doc: row["resps"][0][0] for doc, row in rows.items()}
@@ -168,7 +162,7 @@ def compare(peer: dict[str, Any], ours: EvalpipeRun, reference: Any) -> list[str
         )
     for name in FILTERS:
         for key in (f"exact_match,{name}", f"exact_match_stderr,{name}"):
-            theirs_value, ours_value = peer["results"][key], ours.summary[key]
+            theirs_value, ours_value = peer["results"][key], results[key]
             same_value = "equal" if theirs_value == ours_value else "differ"
             lines.append(f"{key}: lm-eval {theirs_value}, evalpipe {ours_value} ({same_value})")
     return lines
@@ -212,12 +206,13 @@ def main() -> int:
         folder = Path(tmp)
         write_task(folder, args.docs, args.max_tokens)
         print(f"preset {args.preset}, {args.docs} documents, max_gen_toks {args.max_tokens}")
+        tasks = f"lm_eval:{folder},lm_eval:{TASK}"
         # evalpipe goes first in the first round: lm-eval gets the LLM() arguments its engine
         # recorded (every round's are checked to be the same below).
         interleave(
             {
                 "evalpipe": lambda: ours.append(
-                    evalpipe_run(args.preset, folder, folder / f"run-{len(ours)}", env)
+                    evalpipe_run(args.preset, tasks, None, folder / f"run-{len(ours)}", env)
                 ),
                 "lm-eval": lambda: peers.append(
                     lm_eval_run(
@@ -245,7 +240,7 @@ def main() -> int:
         generated = sum(len(s["completions"]) for s in ours[0].samples)
         print(f"generations: {generated} per run, {ours[0].generated_tokens} tokens (evalpipe)")
         reference = lambda: record_reference(args.preset, folder, args.docs, folder / "ref")  # noqa: E731
-        for line in compare(peers[0], ours[0], reference):
+        for line in compare(peers[0], ours[0], lm_eval_results(folder / "run-0"), reference):
             print(line)
     print(
         f"\ntarget evalpipe ≤ {TARGET}× lm-eval's wall time: {ratio:.3f}×, {verdict(ratio, TARGET)}"

@@ -56,6 +56,8 @@ def test_a_seed_is_sent_only_when_sampling() -> None:
 def test_top_k_and_min_p_are_the_task_s_not_the_server_s() -> None:
     chosen = sampling_fields(SamplingSettings(temperature=0.6, top_k=20, min_p=0.05))
     assert (chosen["top_k"], chosen["min_p"]) == (20, 0.05)
+    kept = sampling_fields(SamplingSettings(skip_special_tokens=False))  # lm_eval: tasks
+    assert kept["skip_special_tokens"] is False
 
 
 @pytest.mark.parametrize(

@@ -143,6 +143,7 @@ def test_requests_one_sample_per_document(folder: Path) -> None:
                                                   f"lm_eval:{folder}/ep_vote.yaml"])}  # fmt: skip
     vote = tasks["ep_vote"]
     assert (vote.sampling.n, vote.sampling.temperature, vote.sampling.stop) == (3, 0.8, ("\n",))
+    assert vote.sampling.skip_special_tokens is False  # as lm-eval's vLLM backend decodes
     assert [s.id for s in vote.samples(limit=3)] == ["0", "1", "2"]
     mc = tasks["ep_mc_b"].samples()
     assert [o.continuation for o in mc[0].options] == [" 39", " 41", " 38 or less"]

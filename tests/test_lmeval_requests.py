@@ -109,9 +109,11 @@ def test_vllm_engine_reports_is_greedy_for_rendered_prompts(tiny_engine: Any) ->
 
     prompt = Rendered("Question: What is 2 + 2?\nAnswer:")
     tokenizer = tiny_engine._open_llm().get_tokenizer()
-    (generated,) = tiny_engine.generate(
-        [prompt], SamplingSettings(max_tokens=2, temperature=0.0), top_logprobs=2
-    )
+    kept = SamplingSettings(max_tokens=2, temperature=0.0, skip_special_tokens=False)
+    (generated,) = tiny_engine.generate([prompt], kept, top_logprobs=2)
+    # lm_eval: tasks' setting reaches vLLM's SamplingParams (read back from vLLM's object).
+    described = tiny_engine.describe()["sampling"]
+    assert any(s["max_tokens"] == 2 and s["skip_special_tokens"] is False for s in described)
     first, second = generated.steps[0]
     runner_up = first.top[1][0]
     text = [tokenizer.decode([step.token]) for step in (first, second)]
