@@ -292,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smollm2_135m")
-    parser.add_argument("--past-preset", default="tiny_random", help="the past run's preset")
+    parser.add_argument(
+        "--past-preset", default="tiny_random", help="the past run's preset (name or YAML file)"
+    )
     parser.add_argument("--prompts", type=int, default=1024)
     parser.add_argument("--max-tokens", type=int, default=512, help="longest answer")
     parser.add_argument("--seqs", default="64,256", help="max_num_seqs values, comma list")
@@ -309,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in {args.preset, args.past_preset}:
         models.prepare(name)
     # The first repetition makes it, once per workload.
-    args.past = str(work / "past" / f"{args.past_preset}-{args.prompts}-{args.max_tokens}")
+    past_name = Path(args.past_preset).stem  # a registry name, or a preset file's stem
+    args.past = str(work / "past" / f"{past_name}-{args.prompts}-{args.max_tokens}")
     results = work / "results.jsonl"
     rows = (
         [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
