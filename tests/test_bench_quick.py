@@ -226,3 +226,12 @@ def test_tracking_quick() -> None:
     figures(out, "untracked      wall s:", "refused        wall s:", "import mlflow  wall s:")
     figures(out, "python alone   wall s:")
     assert "target refused wall" in out
+
+
+@pytest.mark.slurm
+def test_judge_placement_quick(local_slurm: object) -> None:
+    out = quick("judge_placement.py")
+    figures(out, "wall side by side / after:")
+    assert "judgments equal in both placements: yes" in out
+    # After generation, the generation's process is gone before the judge's starts.
+    assert re.search(r"^after .*\| yes$", out, re.M), out

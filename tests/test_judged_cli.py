@@ -51,8 +51,9 @@ def test_endpoint_judge_through_evalpipe_run_scores_exactly(
     assert summary["overall"] == (sum(expected) / len(expected) if expected else None)
     assert summary["judge"]["model"] == "judge-a" and summary["judge"]["backend"] == "openai"
     assert max(server.answered.values()) == 1
+    # Outside a job, auto judges after generation, each phase in a process of its own.
+    assert "each phase in a process of its own" in capsys.readouterr().err
     # The report shows the judge beside its reliability.
-    capsys.readouterr()
     assert main(["report", str(out)]) == 0
     report = capsys.readouterr().out
     (row,) = [line for line in report.splitlines() if "judge-a (openai)" in line]

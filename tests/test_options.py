@@ -55,6 +55,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     judge_data="/data/llm_judge data",
     judge_baseline="/data/answers/base model.jsonl",
     phase="judge",
+    judge_placement="side-by-side",
     track="mlflow",
 )
 # Every job option given, none at its default, with the runner options a job takes.
@@ -82,6 +83,7 @@ EVERY_JOB_OPTION = JobOptions(
         judge_data="/data/llm_judge",
         judge_baseline="results/baseline-run",
         phase="generate",
+        judge_placement="after",
         track="wandb",
     ),
     shards="auto",

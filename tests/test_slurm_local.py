@@ -675,5 +675,8 @@ def test_one_job_holds_both_phases_of_a_judged_run(local_slurm: Slurm, tmp_path:
     summary = json.loads((folder / "summary.json").read_text())
     # The fake judge answers without a rating: every judgment is a counted parse failure.
     assert summary["judgments"] == summary["parse_failures"] == 2
+    # Both fake judges fit the node beside each other: the job asks for both and judges as
+    # answers are written.
     (log,) = (run / "logs").glob("*.out")
-    assert "judging the answers in a new process" in log.read_text()
+    assert "judging answers side by side as they are written" in log.read_text()
+    assert "# Judge placement, side-by-side:" in (run / "job.sbatch").read_text()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -12,14 +13,16 @@ from evalpipe.catalog import registry
 from evalpipe.commands._options import add_results_argument
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import unknown_name
-from evalpipe.core.errors import ConfigError, EvalpipeError
-from evalpipe.core.options import add_options, positive_int
+from evalpipe.core.errors import ConfigError, DoesNotFitError, EvalpipeError
+from evalpipe.core.options import add_options, from_args, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
-from evalpipe.run.options import LAYOUT, SELECTION, RunnerOptions
+from evalpipe.planning.placement import Placement, choose_placement
+from evalpipe.run.options import JUDGE, LAYOUT, SELECTION, RunnerOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
+    from evalpipe.estimate.judging import PhasesEstimate
 
 HELP = "Plan GPUs, tensor/pipeline parallel layout and memory for a preset on a GPU type."
 ORDER = 20
@@ -49,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shards", type=positive_int, default=1, help="with --estimate: array jobs (default 1)"
     )
     add_results_argument(parser)
+    judge = parser.add_argument_group(
+        "judge (a judged run: the judge planned on the same GPU type and placed after "
+        "generation or side by side; docs/judge.md)"
+    )
+    add_options(judge, RunnerOptions, groups=(JUDGE,))
 
 
 def _model_len(args: argparse.Namespace, preset: registry.Preset) -> int | None:
@@ -90,13 +98,34 @@ def run(args: argparse.Namespace) -> int:
         return _all_gpus(args, preset, gpus)
     if args.gpu not in gpus:
         raise unknown_name("GPU", args.gpu, gpus)
-    result = _plan(args, preset, gpus[args.gpu], list(gpus.values()))
-    cost = _estimate(args, preset, gpus[args.gpu], result) if args.estimate else None
+    gpu = gpus[args.gpu]
+    result = _plan(args, preset, gpu, list(gpus.values()))
+    judged = from_args(RunnerOptions, args, groups=(JUDGE,))
+    judge = _judge_plan(args, judged, gpu) if _judging(judged) else None
+    placement = phases = None
+    if _judging(judged):
+        wanted = judged.judge_placement or "auto"
+        placement = choose_placement(result, judge, gpus_per_node=args.gpus_per_node, wanted=wanted)
+    cost = None
+    if args.estimate:
+        cost, phases = _estimate(args, preset, gpu, result, judged, judge)
     if args.json:
         extra = {} if cost is None else {"estimate": cost.to_dict()}
+        if placement is not None:
+            extra["judge"] = None if judge is None else judge.to_dict()
+            extra["placement"] = dataclasses.asdict(placement)
+        if phases is not None:
+            extra["estimate"]["judging"] = phases.to_dict()
         print(json.dumps(result.to_dict() | extra, indent=2))
     else:
-        print(_describe(result) + ("" if cost is None else "\n\n" + cost.describe()), end="\n")
+        text = _describe(result)
+        if placement is not None:
+            text += "\n\n" + _describe_judge(judge, placement, phases is None)
+        if cost is not None:
+            text += "\n\n" + cost.describe()
+        if phases is not None:
+            text += "\n" + phases.describe()
+        print(text, end="\n")
     if not result.fits:
         print(
             f"evalpipe plan: {preset.name} does not fit on {args.gpu} with TP="
@@ -108,10 +137,57 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
+def _judging(judged: RunnerOptions) -> bool:
+    return judged.judge is not None or judged.judge_base_url is not None
+
+
+def _judge_plan(
+    args: argparse.Namespace, judged: RunnerOptions, gpu: registry.Gpu
+) -> planner.Plan | None:
+    """The judge preset's smallest layout on one node of the GPU (None: a server's judge)."""
+    if judged.judge_base_url is not None or judged.judge is None:
+        return None
+    judge = planner.plan(
+        registry.load_preset(judged.judge), gpu, gpus_per_node=args.gpus_per_node, max_nodes=1
+    )
+    if not judge.fits:
+        raise DoesNotFitError(
+            f"The judge {judged.judge} does not fit on one node of {args.gpus_per_node} × "
+            f"{gpu.name}: " + "; ".join(judge.notes)
+        )
+    return judge
+
+
+def _describe_judge(judge: planner.Plan | None, placement: Placement, final: bool) -> str:
+    where = (
+        "behind a server (--judge-base-url): none of the job's GPUs"
+        if judge is None
+        else f"{judge.preset} ({judge.model}), TP={judge.tensor_parallel_size} × "
+        f"PP={judge.pipeline_parallel_size}, {judge.gpus_per_node} GPU(s)"
+    )
+    lines = [f"judge: {where}"]
+    if final:  # with --estimate, the walls decide: the estimate's last line says where
+        lines.append(f"placement: {placement.describe()}")
+    return "\n".join(lines)
+
+
 def _estimate(
-    args: argparse.Namespace, preset: registry.Preset, gpu: registry.Gpu, plan: planner.Plan
-) -> Estimate:
-    from evalpipe.estimate.predict import DEFAULT_RESULTS, Selection, predictor
+    args: argparse.Namespace,
+    preset: registry.Preset,
+    gpu: registry.Gpu,
+    plan: planner.Plan,
+    judged: RunnerOptions,
+    judge: planner.Plan | None,
+) -> tuple[Estimate, PhasesEstimate | None]:
+    """The run's cost; a judged run's phases too when its judge runs on the job's GPUs."""
+    from evalpipe.estimate.predict import (
+        DEFAULT_RESULTS,
+        Selection,
+        estimate_phases,
+        judge_predictor,
+        predictor,
+    )
+    from evalpipe.run.judging import JUDGE_SAMPLING
 
     selection = Selection(
         categories=args.categories,
@@ -121,9 +197,28 @@ def _estimate(
         max_tokens=args.max_tokens,
         since=args.since,
         until=args.until,
+        judge_data=judged.judge_data,
     )
-    prediction = predictor(preset, gpu, plan, selection, results=args.results or [DEFAULT_RESULTS])
-    return prediction.estimate(shards=args.shards)
+    results = args.results or [DEFAULT_RESULTS]
+    prediction = predictor(preset, gpu, plan, selection, results=results)
+    if judge is None or not prediction.judged:
+        return prediction.estimate(shards=args.shards), None
+    judging = judge_predictor(
+        prediction,
+        registry.load_preset(judged.judge),
+        gpu,
+        judge,
+        limit=args.limit,
+        max_tokens=judged.judge_max_tokens or JUDGE_SAMPLING.max_tokens,
+        results=results,
+    )
+    return estimate_phases(
+        prediction,
+        judging,
+        gpus_per_node=args.gpus_per_node,
+        wanted=judged.judge_placement or "auto",
+        shards=args.shards,
+    )
 
 
 def _check(args: argparse.Namespace) -> None:

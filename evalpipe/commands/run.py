@@ -226,6 +226,14 @@ def run(args: argparse.Namespace) -> int:
             Path(given.judge_data) if given.judge_data else None,
             read_baseline(Path(given.judge_baseline)) if given.judge_baseline else None,
         )
+        if (
+            judged.gradings
+            and _judging(given)
+            and given.phase is None
+            and given.judge_placement != "side-by-side"
+        ):
+            out = args.out or new_run_dir(Path("results"), preset.name)
+            return _phases_apart(args, given, out, stop)
         tasks, generation_notes = with_generation_config(
             preset,
             load_tasks(
@@ -244,6 +252,13 @@ def run(args: argparse.Namespace) -> int:
             preset, tasks, max_tokens=given.max_tokens, given=given.max_model_len
         )
         tasks = [*tasks, *judged.tasks]
+        judge_beside = (
+            given.judge_placement == "side-by-side"
+            and given.phase is None
+            and bool(judged.gradings)
+            and _judging(given)
+        )
+        judge_gpus = _split_gpus(given) if judge_beside and given.backend == "vllm" else None
         layout = plan_local(
             preset,
             tp=given.tp,
@@ -310,34 +325,41 @@ def run(args: argparse.Namespace) -> int:
         spans_nodes = given.distributed_executor_backend == "ray" or (
             nodes.isdigit() and int(nodes) > 1
         )
-        result = run_evaluation(
-            start,
-            tasks,
-            out,
-            preset=preset,
-            options=options,
-            stop=stop,
-            monitor=lambda csv: Monitor(
-                csv,
-                interval_s=args.monitor_interval,
-                publish_phase=RunDir(out).phase_file if spans_nodes else None,
-                node_csvs=RunDir(out).node_metrics_files,
-            ).start(),
-            watchdog=(lambda on_stall: Watchdog(limits, on_stall).start()) if limits else None,
-            tracker=_tracker(given.track),
-            past=past,
-        )
-    print(format_summary(result.summary))
-    print(f"\nRun directory: {out}")
-    if result.status != "complete":
-        print(
-            f"evalpipe run: interrupted with {result.n_done}/{result.n_total} samples done; "
-            "rerun the same command with "
-            f"--out {shlex.quote(str(out))} to resume.",
-            file=sys.stderr,
-        )
-    elif judged.gradings and _judging(given) and given.phase != "generate":
-        return _judge_apart(args, given, out)
+        judging = _judge_beside(args, given, out, judge_gpus) if judge_beside else None
+        try:
+            result = run_evaluation(
+                start,
+                tasks,
+                out,
+                preset=preset,
+                options=options,
+                stop=stop,
+                monitor=lambda csv: Monitor(
+                    csv,
+                    interval_s=args.monitor_interval,
+                    publish_phase=RunDir(out).phase_file if spans_nodes else None,
+                    node_csvs=RunDir(out).node_metrics_files,
+                ).start(),
+                watchdog=(lambda on_stall: Watchdog(limits, on_stall).start()) if limits else None,
+                tracker=_tracker(given.track),
+                past=past,
+            )
+        except BaseException:
+            if judging is not None:  # the judge checkpoints what it has
+                judging.finish(lambda: "SIGTERM")
+            raise
+        print(format_summary(result.summary))
+        print(f"\nRun directory: {out}")
+        if result.status != "complete":
+            print(
+                f"evalpipe run: interrupted with {result.n_done}/{result.n_total} samples done; "
+                "rerun the same command with "
+                f"--out {shlex.quote(str(out))} to resume.",
+                file=sys.stderr,
+            )
+        if judging is not None:  # within the stop handler: a stop while it judges is passed on
+            judge_status = judging.finish(lambda: stop.requested)
+            return result.exit_status if result.status != "complete" else judge_status
     return result.exit_status
 
 
@@ -345,18 +367,75 @@ def _judging(given: RunnerOptions) -> bool:
     return given.judge is not None or given.judge_base_url is not None
 
 
-def _judge_apart(args: argparse.Namespace, given: RunnerOptions, out: Path) -> int:
-    """The judging phase in a process of its own, so that the model's memory is returned before
-    the judge loads: this command again, with --phase judge."""
+def _phase_command(
+    args: argparse.Namespace, given: RunnerOptions, out: Path, phase: str
+) -> list[str]:
+    """This command again for one phase of a judged run, with this one's options."""
     import dataclasses
-    import subprocess
 
     from evalpipe.core.options import to_argv
 
-    argv = [word for pair in to_argv(dataclasses.replace(given, phase="judge")) for word in pair]
+    options = to_argv(dataclasses.replace(given, phase=phase))
+    argv = [word for pair in options for word in pair]
+    argv += ["--monitor-interval", repr(args.monitor_interval)]
+    if args.shard is not None:
+        argv += ["--shard", f"{args.shard.index}/{args.shard.count}"]
+    if args.window is not None:
+        argv += ["--window", str(args.window)]
+    argv += [flag for flag, on in (("--no-oom-fallback", args.no_oom_fallback),
+                                   ("--deterministic", args.deterministic)) if on]  # fmt: skip
+    return [sys.executable, "-m", "evalpipe", "run", "--preset", args.preset, *argv, "--out",
+            str(out)]  # fmt: skip
+
+
+def _phases_apart(args: argparse.Namespace, given: RunnerOptions, out: Path, stop) -> int:
+    """The judge after generation: each phase in a process of its own, the generation's gone
+    (and its memory with it) before the judge's starts. A stop signal is passed on."""
+    import subprocess
+
+    from evalpipe.core import exitcodes
+    from evalpipe.run.placement import wait_child
+
+    def requested() -> str | None:
+        return stop.requested
+
+    print("evalpipe run: generating, then judging, each phase in a process of its own",
+          file=sys.stderr, flush=True)  # fmt: skip
+    generate = subprocess.Popen(_phase_command(args, given, out, "generate"))
+    status = wait_child(generate, requested)
+    if status != exitcodes.OK or stop.requested is not None:
+        return status if status != exitcodes.OK else exitcodes.RESUMABLE
     print("evalpipe run: judging the answers in a new process", file=sys.stderr, flush=True)
-    command = [sys.executable, "-m", "evalpipe", "run", "--preset", args.preset, *argv]
-    return subprocess.call([*command, "--out", str(out)])
+    return wait_child(subprocess.Popen(_phase_command(args, given, out, "judge")), requested)
+
+
+def _judge_beside(
+    args: argparse.Namespace, given: RunnerOptions, out: Path, gpus: list[str] | None
+):
+    """The judge's process, started with the generation (on `gpus`, its CUDA_VISIBLE_DEVICES
+    entries, on a GPU node)."""
+    from evalpipe.run.placement import JudgeBeside
+
+    print("evalpipe run: judging answers side by side as they are written", file=sys.stderr,
+          flush=True)  # fmt: skip
+    return JudgeBeside(_phase_command(args, given, out, "judge"), gpus=gpus)
+
+
+def _split_gpus(given: RunnerOptions) -> list[str] | None:
+    """Side by side on GPUs: this process keeps the model's share of the visible GPUs (its
+    CUDA_VISIBLE_DEVICES narrowed before anything plans or loads); the judge's share comes
+    back (None without GPUs: both processes share the CPU engine's cores)."""
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.run.localplan import visible_gpus
+    from evalpipe.run.placement import beside_gpus
+
+    gpus = visible_gpus()
+    if not gpus:
+        return None
+    judge = load_preset(given.judge) if given.judge and given.judge_base_url is None else None
+    model, judge_gpus = beside_gpus(gpus, judge, tp=given.tp, pp=given.pp, replicas=given.replicas)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(model)
+    return judge_gpus
 
 
 def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop) -> int:
@@ -372,6 +451,8 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
             "--phase judge needs a judge (--judge PRESET or --judge-base-url URL) and judged "
             "tasks (--tasks mt_bench or judge:FILE)."
         )
+    from evalpipe.run.placement import generation_open
+
     judge, start = judge_for(given, preset, judged.gradings, judged.published)
     work = [(t, select_samples(t, options)) for t in tasks if t.name in judged.gradings]
     tracking = None
@@ -380,7 +461,11 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
 
         # The run's tracked run gains the judge's figures (at most the tracker's usual wait).
         tracking = track_judging(given.track, out, judge.definition())
-    result = judge_run(start, out, work, judge, stopping=lambda: stop.requested is not None)
+    # Side by side, the generating process holds this one's standard input until it ends.
+    generating = generation_open() if given.judge_placement == "side-by-side" else None
+    result = judge_run(
+        start, out, work, judge, stopping=lambda: stop.requested is not None, generating=generating
+    )
     print(format_judge_summary(result.summary))
     print(f"\nJudgments: {result.folder.path}")
     if tracking is not None:

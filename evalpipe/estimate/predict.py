@@ -14,8 +14,18 @@ from evalpipe.estimate.autosize import Choice, Limit, choose
 from evalpipe.estimate.calibration import SHARED_FOLDER, SUFFIX, Calibration, load_calibrations
 from evalpipe.estimate.cost import Basis, Estimate, basis, estimate
 from evalpipe.estimate.history import load_history
+from evalpipe.estimate.judging import (
+    PhasesEstimate,
+    judge_work,
+    last_answer_s,
+    placement_walls,
+    turns_work,
+)
 from evalpipe.estimate.workmodel import TaskWork, task_work, token_counter
+from evalpipe.planning.placement import choose_placement, side_by_side_refusal
 from evalpipe.planning.planner import Plan
+from evalpipe.tasks.base import Task
+from evalpipe.tasks.judging import Grading
 
 DEFAULT_RESULTS = Path("results")
 
@@ -31,6 +41,7 @@ class Selection:
     max_tokens: int | None = None  # --max-tokens
     since: str | None = None
     until: str | None = None
+    judge_data: str | None = None  # --judge-data: FastChat llm_judge data for mt_bench
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +52,7 @@ class Prediction:
     plan: Plan
     work: tuple[TaskWork, ...]
     basis: Basis
+    judged: tuple[tuple[Task, Grading], ...] = ()  # the judged tasks among the work's
 
     def estimate(self, shards: int = 1, replicas: int | None = None) -> Estimate:
         return estimate(self.preset, self.plan, self.work, self.basis, shards=shards,
@@ -93,20 +105,22 @@ def predictor(
 ) -> Prediction:
     """Load the tasks (their data only where it is local) and what `results` and
     `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible."""
-    from evalpipe.tasks import load_tasks
     from evalpipe.tasks.budgets import fit_tasks
+    from evalpipe.tasks.judged import load_selection
 
-    # The same selection as `evalpipe run`: named tasks alone, else the preset's categories.
-    categories = selection.categories or (None if selection.tasks else preset.categories)
-    tasks = load_tasks(
-        categories=categories,
-        tasks=selection.tasks,
+    # The same selection as `evalpipe run`: named tasks alone, else the preset's categories;
+    # judged tasks (mt_bench, judge:FILE) beside the task files'.
+    tasks, judged = load_selection(
+        selection.categories or (None if selection.tasks else preset.categories),
+        selection.tasks,
         mc_method=selection.mc_method,
+        data=Path(selection.judge_data) if selection.judge_data else None,
         since=selection.since,
         until=selection.until,
     )
     # The budgets the run will generate with, in the plan's context (capped as the runner caps).
     tasks, _ = fit_tasks(preset, tasks, max_tokens=selection.max_tokens, given=plan.max_model_len)
+    tasks = [*tasks, *judged.tasks]
     jobs = load_history([p for p in results if p.is_dir()], registry.load_gpus())
     counter = token_counter(preset)
     work = tuple(
@@ -119,4 +133,83 @@ def predictor(
         calibrations=calibrations([*results, *calibration_dirs]),
         jobs=jobs if calibrate_on_runs else (),
     )
-    return Prediction(preset=preset, plan=plan, work=work, basis=how)
+    # A judged task's turns are requests of their own (the task files' tasks have one turn).
+    work = tuple(
+        turns_work(t, w, selection.limit) if t.name in judged.gradings else w
+        for t, w in zip(tasks, work, strict=True)
+    )
+    pairs = tuple((t, judged.gradings[t.name]) for t in judged.tasks)
+    return Prediction(preset=preset, plan=plan, work=work, basis=how, judged=pairs)
+
+
+def judge_predictor(
+    model: Prediction,
+    judge: Preset,
+    gpu: Gpu,
+    plan: Plan,
+    *,
+    limit: int | None,
+    max_tokens: int,
+    results: Sequence[Path] = (DEFAULT_RESULTS,),
+    calibration_dirs: Sequence[Path] = (),
+) -> Prediction:
+    """The judging phase's estimator: the judge's work on the answers `model` predicts for its
+    judged tasks, at the judge's rates on `plan` (its smoke calibration or the roofline)."""
+    answers = {w.task: w for w in model.work}
+    counter = token_counter(judge)
+    work = tuple(
+        judge_work(
+            task,
+            grading,
+            answers[task.name],
+            judge,
+            limit=limit,
+            max_tokens=max_tokens,
+            counter=counter,
+        )
+        for task, grading in model.judged
+    )
+    how = basis(
+        judge,
+        gpu,
+        plan,
+        calibrations=calibrations([*results, *calibration_dirs]),
+        jobs=load_history([p for p in results if p.is_dir()], registry.load_gpus()),
+    )
+    return Prediction(preset=judge, plan=plan, work=work, basis=how)
+
+
+def estimate_phases(
+    model: Prediction,
+    judge: Prediction,
+    *,
+    gpus_per_node: int,
+    wanted: str = "auto",
+    shards: int = 1,
+) -> tuple[Estimate, PhasesEstimate]:
+    """Both phases of a judged run, each placement's wall, and the placement the planner
+    chooses from them (planning/placement.py): (the generation as placed, the phases)."""
+    refusal = side_by_side_refusal(model.plan, judge.plan, gpus_per_node)
+    judging = judge.estimate()
+    generation = model.estimate(shards=shards)
+    beside = None
+    if refusal is None:
+        side = choose_placement(model.plan, judge.plan, gpus_per_node=gpus_per_node,
+                                wanted="side-by-side")  # fmt: skip
+        beside = model.estimate(shards=shards, replicas=side.model_replicas)
+    last = last_answer_s(judge.basis.rates, judging.tasks, judge.basis.rate_factor)
+    after_s, side_s = placement_walls(generation, beside, judging, last)
+    walls = {"after": after_s.mid} | ({} if side_s is None else {"side-by-side": side_s.mid})
+    placed = choose_placement(
+        model.plan, judge.plan, gpus_per_node=gpus_per_node, wanted=wanted,
+        walls_s=walls if side_s is not None else None,
+    )  # fmt: skip
+    phases = PhasesEstimate(
+        generation=generation,
+        judging=judging,
+        after_s=after_s,
+        side_by_side_s=side_s,
+        placement=placed.kind,
+        reason=placed.reason,
+    )
+    return (beside if placed.kind == "side-by-side" and beside else generation), phases

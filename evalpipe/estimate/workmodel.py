@@ -153,7 +153,7 @@ def token_counter(preset: Preset) -> TokenCounter | None:
     return TokenCounter(encode, CHAT_TOKENS if markup is None else markup, str(folder))
 
 
-def _bytes_to_tokens(prompt_bytes: Span, chat: bool) -> Span:
+def bytes_to_tokens(prompt_bytes: Span, chat: bool) -> Span:
     tokens = Span(
         prompt_bytes.low / BYTES_PER_TOKEN.high,
         prompt_bytes.mid / BYTES_PER_TOKEN.mid,
@@ -179,7 +179,7 @@ def _local_prompts(
         mean = sum(counter.count(s.prompt, preset.chat) for s in chosen) / len(chosen)
         return len(samples), Span.exact(mean), f"prompts tokenised ({counter.where})"
     mean_bytes = sum(_prompt_bytes(s.prompt) for s in chosen) / len(chosen)
-    tokens = _bytes_to_tokens(Span.exact(mean_bytes), preset.chat)
+    tokens = bytes_to_tokens(Span.exact(mean_bytes), preset.chat)
     return len(samples), tokens, f"prompt bytes / {BYTES_PER_TOKEN.mid:g} bytes per token"
 
 
@@ -200,12 +200,12 @@ def _hub_prompts(
         prompt = sum(t.prompt_tokens for t in past) / sum(t.samples for t in past)
         return samples, Span.exact(prompt), f"{counted}; prompt tokens of past runs"
     if source.prompt_bytes is not None:
-        tokens = _bytes_to_tokens(Span.exact(source.prompt_bytes), preset.chat)
+        tokens = bytes_to_tokens(Span.exact(source.prompt_bytes), preset.chat)
         return samples, tokens, f"{counted}; {source.prompt_bytes} prompt bytes recorded there"
     prompt = task.config.prompt
     fixed = len((prompt.template + (prompt.system or "")).encode())
     guess = GUESSED_RECORD_BYTES.scale(prompt.shots + 1) + Span.exact(fixed)
-    return samples, _bytes_to_tokens(guess, preset.chat), f"{counted}; prompt length GUESSED"
+    return samples, bytes_to_tokens(guess, preset.chat), f"{counted}; prompt length GUESSED"
 
 
 def _score_s(

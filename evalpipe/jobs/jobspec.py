@@ -15,6 +15,7 @@ from evalpipe.catalog.registry import (
     check_max_restarts,
     check_signal_seconds,
     get_gpu,
+    load_preset,
     slurm_minutes,
 )
 from evalpipe.catalog.taskfiles import check_selection
@@ -32,6 +33,7 @@ from evalpipe.estimate.autosize import MARGIN
 from evalpipe.jobs.budgets import task_model_len
 from evalpipe.planning import planner
 from evalpipe.planning.memory import max_seqs
+from evalpipe.planning.placement import Placement, choose_placement
 from evalpipe.planning.planner import Plan
 from evalpipe.run.options import (
     ENGINE,
@@ -84,7 +86,8 @@ def _margin(value: float) -> None:
 
 JOB = "job"  # the option group of JobOptions' own flags
 # The runner's options a submission takes; the job sets the executor and the endpoint itself.
-# A judged run's job holds both phases: generation, then the judge in its own process.
+# A judged run's job holds both phases: the judge after generation, or side by side with it
+# (planning/placement.py).
 JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG, JUDGE, TRACKING)
 # What `evalpipe smoke --local` takes: the model and its layout, no tasks.
 SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
@@ -210,6 +213,8 @@ class JobSpec:
     # The submission's options with the cluster's defaults filled in (time limit, warning,
     # restarts) and nothing left to choose: shards and time are no longer `auto`.
     options: JobOptions
+    # Where a judged job's judge runs, and what that asks of each node; None: no judging phase.
+    placement: Placement | None = None
 
     @property
     def serve(self) -> bool:
@@ -255,7 +260,8 @@ class JobSpec:
 
     @property
     def gpus_per_node(self) -> int:
-        return self.plan.gpus_per_node
+        """The model's GPUs, or what both phases of a judged job need (planning/placement.py)."""
+        return self.plan.gpus_per_node if self.placement is None else self.placement.gpus_per_node
 
     @property
     def multi_node(self) -> bool:
@@ -329,6 +335,9 @@ class JobSpec:
                 max_model_len=plan.max_model_len,
                 distributed_executor_backend="ray" if self.multi_node else None,
             )
+        if self.placement is not None:  # the runner is told the planner's choice
+            replicas = None if self.serve else self.placement.model_replicas
+            run = replace(run, judge_placement=self.placement.kind, replicas=replicas)
         options = [("--preset", self.preset_ref), *to_argv(run)]
         if self.options.smoke:  # smoke plans again for the comparison: the same GPU and node size
             gpus = str(self.cluster.gpus_per_node)
@@ -437,6 +446,7 @@ def make_jobspec(
         preset_ref=preset_ref,
         cluster=cluster,
         plan=plan,
+        placement=judge_placement(plan, cluster, gpu, options),
         run_dir=run_dir,
         options=replace(
             options,
@@ -447,4 +457,45 @@ def make_jobspec(
             # A smoke job tracks nothing: it evaluates no tasks.
             run=replace(run, track=run.track or (None if options.smoke else cluster.track)),
         ),
+    )
+
+
+def judge_placement(
+    model: Plan, cluster: Cluster, gpu: Gpu, options: JobOptions
+) -> Placement | None:
+    """Where the job's judge runs (None: the job does not judge). A judge preset is planned on
+    the cluster's GPU like the model; a judge behind a server uses none of the job's GPUs."""
+    run = options.run
+    if (run.judge is None and run.judge_base_url is None) or run.phase == "generate":
+        return None
+    judge = None
+    if run.judge_base_url is None and run.judge is not None:
+        where = (
+            f"The judge {run.judge} on one node of cluster {cluster.name} "
+            f"({cluster.gpus_per_node} × {gpu.name}; a job's judge runs on one node: judge "
+            "with a server instead, --judge-base-url)"
+        )
+        try:
+            judge = planner.plan(
+                load_preset(run.judge),
+                gpu,
+                gpus_per_node=cluster.gpus_per_node,
+                max_nodes=1,
+                overhead_correction_gib=cluster.overhead_correction_gib,
+            )
+        except DoesNotFitError as exc:
+            raise DoesNotFitError(f"{where}: {exc}") from None
+        if not judge.fits:
+            raise DoesNotFitError(f"{where}: " + "; ".join(judge.notes))
+    apart = None
+    if options.mode == "serve":
+        apart = "the job's vLLM server holds the model's GPUs (--mode serve)"
+    elif run.phase == "judge":
+        apart = "the job only judges (--phase judge)"
+    return choose_placement(
+        model,
+        judge,
+        gpus_per_node=cluster.gpus_per_node,
+        wanted=run.judge_placement or "auto",
+        apart=apart,
     )

@@ -10,9 +10,11 @@ from the same answers, which are never regenerated.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from evalpipe.engine.base import Engine, EngineSettings, SamplingSettings
 from evalpipe.engine.factory import open_engine
 from evalpipe.run.localplan import plan_local
 from evalpipe.run.options import RunnerOptions
-from evalpipe.run.stream import Hooks, Item, run_stream
+from evalpipe.run.stream import WAIT, Hooks, Item, Wait, run_stream
 from evalpipe.rundir.judgments import (
     SCORE,
     JudgeDir,
@@ -35,10 +37,11 @@ from evalpipe.rundir.judgments import (
 )
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lock import RunLock
-from evalpipe.rundir.manifest import read_manifest
+from evalpipe.rundir.manifest import Manifest, read_manifest
 from evalpipe.rundir.results import (
     SampleLog,
     SampleRecord,
+    SampleTail,
     check_unique,
     read_samples,
     repair_samples,
@@ -177,7 +180,7 @@ class JudgeTask:
 class JudgeResult:
     folder: JudgeDir
     status: str  # "complete" or "interrupted"
-    asked: int  # judgments asked by this call
+    asked: int  # judgments asked by this call (some may have been cut short by a stop)
     summary: dict[str, Any]
 
 
@@ -197,52 +200,102 @@ def judge_run(
     *,
     stopping: Callable[[], bool] = lambda: False,
     window: int | None = None,
+    generating: Callable[[], bool] | None = None,
 ) -> JudgeResult:
     """Judge the answers in `run_dir` for the samples of `work` (the run's tasks and samples)
-    whose task `judge` grades; `open_judge()` is called only when a judgment is missing."""
+    whose task `judge` grades; `open_judge()` is called only when a judgment is missing.
+
+    With `generating` (side by side), another process is writing the answers: the judge opens
+    at once, judges each answer as its line is complete, and ends once `generating()` is False
+    and every answer then written is judged. It holds the judge folder's lock alone (the
+    generation holds the run's)."""
     files = RunDir(run_dir)
-    manifest = read_manifest(files)
+    manifest = read_manifest(files) if generating is None else _started(files, generating)
     if manifest is None:
         raise RunDirError(f"{run_dir} holds no run to judge (no {files.manifest.name}).")
     definition = judge.definition()
     folder = JudgeDir(files, judge_fingerprint(definition))
-    with RunLock(run_dir):
-        answers = {r.key: r for r in read_samples(files.samples).records}
+    with RunLock(run_dir) if generating is None else contextlib.nullcontext():
         write_judge(folder, definition, manifest.config_hash)
-        repair_samples(folder.judgments)
-        if salvage_samples(folder.judgments, folder.damaged):
-            log.warning("Damaged judgments were moved to %s; they are asked again.", folder.damaged)
-        records = read_samples(folder.judgments).records
-        check_unique(records, folder.judgments)
-        have = {r.key for r in records}
-        items = list(_asks(work, judge, answers, have))
-        status = "complete"
-        if items:
-            engine = open_judge()
-            try:
-                with SampleLog(folder.judgments) as out:
+        with RunLock(folder.path):  # one judge per folder, whichever placement
+            repair_samples(folder.judgments)
+            if salvage_samples(folder.judgments, folder.damaged):
+                log.warning(
+                    "Damaged judgments were moved to %s; they are asked again.", folder.damaged
+                )
+            records = read_samples(folder.judgments).records
+            check_unique(records, folder.judgments)
+            have = {r.key for r in records}
+            asked = len(have)
+            index = _index(work, judge)
+            items: Iterable[Item | Wait]
+            if generating is None:
+                answers = read_samples(files.samples).records
+                items = [i for r in answers for i in _asks(index, r, have)]
+            else:
+                items = _following(index, SampleTail(files.samples), have, generating)
+            status = "complete"
+            if items:
+                engine = open_judge()
+                try:
+                    with SampleLog(folder.judgments) as out:
 
-                    def write(new: Sequence[SampleRecord]) -> None:
-                        out.append(new)
-                        records.extend(new)
+                        def write(new: Sequence[SampleRecord]) -> None:
+                            out.append(new)
+                            records.extend(new)
 
-                    if not run_stream(engine, items, write, window=window, hooks=_Stop(stopping)):
-                        status = "interrupted"
-            finally:
-                engine.close()
-        summary = summarize_judgments(records, judge=definition, published_judge=judge.published)
-        write_judge_summary(folder, summary)
-    return JudgeResult(folder=folder, status=status, asked=len(items), summary=summary)
+                        if not run_stream(
+                            engine, items, write, window=window, hooks=_Stop(stopping)
+                        ):
+                            status = "interrupted"
+                finally:
+                    engine.close()
+            summary = summarize_judgments(
+                records, judge=definition, published_judge=judge.published
+            )
+            write_judge_summary(folder, summary)
+    return JudgeResult(folder=folder, status=status, asked=len(have) - asked, summary=summary)
 
 
-def _asks(
-    work: Sequence[tuple[Task, Sequence[Sample]]],
-    judge: Judge,
-    answers: Mapping[tuple[str, str], SampleRecord],
+# How often a judge beside the generation looks for its manifest before it has one.
+POLL_S = 0.2
+
+
+def _started(files: RunDir, generating: Callable[[], bool]) -> Manifest | None:
+    """The run's manifest once the generation beside this judge has written it (None: the
+    generation ended without starting the run)."""
+    while True:
+        ended = not generating()
+        manifest = read_manifest(files)
+        if manifest is not None or ended:
+            return manifest
+        time.sleep(POLL_S)
+
+
+def _following(
+    index: Mapping[tuple[str, str], tuple[JudgeTask, Sample]],
+    tail: SampleTail,
     have: set[tuple[str, str]],
-) -> list[Item]:
-    """The judge's items for every answered sample, less the judgments already on disk."""
-    items = []
+    generating: Callable[[], bool],
+) -> Iterator[Item | Wait]:
+    """The judge's items for each answer as its line is complete, then WAIT while the
+    generation goes on; done once it has ended and a last read found nothing new."""
+    while True:
+        ended = not generating()  # before the read: that read then sees every answer
+        new = tail.read()
+        for record in new:
+            yield from _asks(index, record, have)
+        if ended and not new:
+            return
+        if not new:
+            yield WAIT
+
+
+def _index(
+    work: Sequence[tuple[Task, Sequence[Sample]]], judge: Judge
+) -> dict[tuple[str, str], tuple[JudgeTask, Sample]]:
+    """Each judged sample of `work` by its record's key, with its task's judge side."""
+    index = {}
     for task, samples in work:
         grading = judge.gradings.get(task.name)
         if grading is None:
@@ -253,14 +306,26 @@ def _asks(
             sampling=grading.sampling or judge.sampling,
             grading=grading,
         )
-        for sample in samples:
-            record = answers.get((task.name, sample.id))
-            if record is None:
-                continue  # not answered (an interrupted run): judged once it is
-            for ask in grading.asks(sample, record.turns or record.completions[:1]):
-                key = judgment_id(sample.id, ask.turn, ask.game)
-                if (task.name, key) not in have:
-                    meta = {} if ask.game is None else {"game": ask.game}
-                    asked = Sample(id=key, prompt=ask.prompt, target=None, meta=meta)
-                    items.append(Item(task=judge_task, sample=asked))
+        index |= {(task.name, sample.id): (judge_task, sample) for sample in samples}
+    return index
+
+
+def _asks(
+    index: Mapping[tuple[str, str], tuple[JudgeTask, Sample]],
+    record: SampleRecord,
+    have: set[tuple[str, str]],
+) -> list[Item]:
+    """The judge's items for one answered sample (none when `index` does not judge it), less
+    the judgments in `have`, to which they are added: an answer read twice is asked once."""
+    if record.key not in index:
+        return []
+    judge_task, sample = index[record.key]
+    items = []
+    for ask in judge_task.grading.asks(sample, record.turns or record.completions[:1]):
+        key = (judge_task.name, judgment_id(sample.id, ask.turn, ask.game))
+        if key not in have:
+            have.add(key)
+            meta = {} if ask.game is None else {"game": ask.game}
+            asked = Sample(id=key[1], prompt=ask.prompt, target=None, meta=meta)
+            items.append(Item(task=judge_task, sample=asked))
     return items

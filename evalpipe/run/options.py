@@ -22,6 +22,7 @@ from evalpipe.core.options import (
     some_names,
 )
 from evalpipe.engine.factory import BACKENDS
+from evalpipe.planning.placement import PLACEMENTS
 from evalpipe.run.admission import POLICIES
 from evalpipe.run.watchdog import check_stall_timeout
 
@@ -187,7 +188,7 @@ class RunnerOptions:
         group=JUDGE,
         metavar="PRESET",
         help="judge the answers of judged tasks (mt_bench, judge:FILE) with this preset's model, "
-        "in its own process after generation",
+        "after generation or side by side (--judge-placement)",
     )
     judge_base_url: str | None = option(
         flag="--judge-base-url",
@@ -238,6 +239,14 @@ class RunnerOptions:
         choices=PHASES,
         help="run only this phase of a judged run: generate, or judge the stored answers "
         "(a changed judge re-judges without regenerating; default: both)",
+    )
+    judge_placement: str | None = option(
+        flag="--judge-placement",
+        group=JUDGE,
+        choices=PLACEMENTS,
+        help="where the judge runs: after generation on the same GPUs, or side-by-side on GPUs "
+        "of its own, judging answers as they are written; auto: the planner chooses in a job, "
+        "after outside one (docs/judge.md; default auto)",
     )
     track: str | None = option(
         flag="--track",

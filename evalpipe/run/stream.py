@@ -65,6 +65,15 @@ class Item:
         )
 
 
+class Wait:
+    """What an item iterator yields when it has no item yet but may have more later (the judge
+    following a run's answers as they are written): the loop admits nothing this round."""
+
+
+WAIT = Wait()
+WAIT_S = 0.05  # the loop's pause when it waits with nothing in flight
+
+
 class Hooks:
     """What the loop reports to its owner; every method is optional.
 
@@ -115,7 +124,7 @@ class _Scored:
 
 def run_stream(
     engine: Engine,
-    items: Iterable[Item],
+    items: Iterable[Item | Wait],
     write: Callable[[Sequence[SampleRecord]], None],
     *,
     shard: int | None = None,
@@ -128,10 +137,11 @@ def run_stream(
     Returns True when every item was written, False when `hooks.stopping()` cut it short (what
     was in flight is aborted; what finished is written). `window` caps the requests in flight
     (default: the engine's capacity). `write_turn` gets every answered turn of a multi-turn
-    sample but its last, before the next turn is admitted."""
+    sample but its last, before the next turn is admitted. `items` may yield WAIT: nothing to
+    admit yet; the loop goes on with what is in flight and asks again next round."""
     hooks = hooks or Hooks()
     limit = window or engine.capacity
-    queue: Iterator[Item] = iter(items)
+    queue: Iterator[Item | Wait] = iter(items)
     in_flight: dict[str, Item] = {}
     next_turns: deque[Item] = deque()  # admitted before new samples: a conversation goes on
     scoring: deque[Future[_Scored]] = deque()
@@ -156,10 +166,14 @@ def run_stream(
                 in_flight.clear()
                 break
             batch: list[Request] = []
+            waiting = False
             while len(in_flight) < limit and (next_turns or not exhausted):
                 item = next_turns.popleft() if next_turns else next(queue, None)
                 if item is None:
                     exhausted = True
+                    break
+                if isinstance(item, Wait):
+                    waiting = True
                     break
                 request_id = str(counter)
                 counter += 1
@@ -186,6 +200,8 @@ def run_stream(
                 deliver(scoring.popleft().result())
             if exhausted and not next_turns and not in_flight and not scoring:
                 return True
+            if waiting and not in_flight:
+                time.sleep(WAIT_S)
         while scoring:  # what finished before the stop is kept
             deliver(scoring.popleft().result())
     return False

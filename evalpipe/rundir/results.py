@@ -333,6 +333,35 @@ def _read_fast(lines: list[bytes]) -> list[SampleRecord] | None:
         return None
 
 
+class SampleTail:
+    """Follows a samples file another process appends to: each `read` returns the whole records
+    of the lines completed since the last (a line still being written waits for its newline).
+    A file rewritten or cut shorter (a resume's repair) is read again from its start, so a
+    reader keys what it has seen rather than counting on each record coming once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._inode: int | None = None
+
+    def read(self) -> list[SampleRecord]:
+        try:
+            with open(self.path, "rb") as fh:
+                stat = os.fstat(fh.fileno())
+                if stat.st_ino != self._inode or stat.st_size < self._offset:
+                    self._inode, self._offset = stat.st_ino, 0
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise RunDirError(f"Cannot read {str(self.path)!r}: {exc.strerror}.") from exc
+        complete = data[: data.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        records = (_record(line) for line in complete.split(b"\n") if line.strip())
+        return [r for r in records if r is not None]
+
+
 def repair_samples(path: Path) -> None:
     """Make the file end on a record boundary so appends never join a cut-short line."""
     if not path.exists():

@@ -169,10 +169,15 @@ def load_selection(
     *,
     mc_method: str | None = None,
     data: Path | None = None,
+    since: str | None = None,
+    until: str | None = None,
 ) -> tuple[list[ConfiguredTask], JudgedSelection]:
     """What `--categories` and `--tasks` select: the task files' tasks (none when only judged
     tasks are named), and the judged ones."""
     judged = select_judged(tasks or (), data)
     if categories or judged.rest or not judged.tasks:
-        return load_tasks(categories=categories, tasks=judged.rest, mc_method=mc_method), judged
+        chosen = load_tasks(
+            categories=categories, tasks=judged.rest, mc_method=mc_method, since=since, until=until
+        )
+        return chosen, judged
     return [], judged
