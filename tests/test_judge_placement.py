@@ -250,6 +250,13 @@ def test_plan_estimate_covers_both_phases_and_each_placement(
     assert main(argv[:9]) == 0
     text = capsys.readouterr().out
     assert "judge: qwen3_32b (" in text and "placement: side-by-side: both fit on one node" in text
+    # Arena-Hard: both orders judged, each judgment at its config's judge max_tokens.
+    arena = [*argv[:9], "--estimate", "--tasks", "arena_hard", "--judge-data",
+             str(Path(__file__).parent / "fixtures" / "arena_hard"), "--results", str(tmp_path),
+             "--json"]  # fmt: skip
+    assert main(arena) == 0
+    judging = json.loads(capsys.readouterr().out)["estimate"]["judging"]["judging"]
+    assert [(t["samples"], t["max_tokens"]) for t in judging["tasks"]] == [(6, 64), (2, 64)]
     # A judge behind a server: placed, its judging phase not estimated.
     served = [*argv[:7], "--judge-base-url", "http://judge:8000/v1", *argv[9:]]
     assert main(served) == 0

@@ -209,7 +209,8 @@ def _estimate(
         gpu,
         judge,
         limit=args.limit,
-        max_tokens=judged.judge_max_tokens or JUDGE_SAMPLING.max_tokens,
+        max_tokens=judged.judge_max_tokens,
+        default_max_tokens=JUDGE_SAMPLING.max_tokens,
         results=results,
     )
     return estimate_phases(

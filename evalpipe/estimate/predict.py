@@ -149,12 +149,15 @@ def judge_predictor(
     plan: Plan,
     *,
     limit: int | None,
-    max_tokens: int,
+    max_tokens: int | None,
+    default_max_tokens: int,
     results: Sequence[Path] = (DEFAULT_RESULTS,),
     calibration_dirs: Sequence[Path] = (),
 ) -> Prediction:
     """The judging phase's estimator: the judge's work on the answers `model` predicts for its
-    judged tasks, at the judge's rates on `plan` (its smoke calibration or the roofline)."""
+    judged tasks, at the judge's rates on `plan` (its smoke calibration or the roofline). A
+    judgment's budget: `max_tokens` (--judge-max-tokens), else the benchmark's own judge
+    sampling (Arena-Hard's), else `default_max_tokens`, as the judging phase chooses."""
     answers = {w.task: w for w in model.work}
     counter = token_counter(judge)
     work = tuple(
@@ -164,7 +167,7 @@ def judge_predictor(
             answers[task.name],
             judge,
             limit=limit,
-            max_tokens=max_tokens,
+            max_tokens=_judgment_tokens(grading, max_tokens, default_max_tokens),
             counter=counter,
         )
         for task, grading in model.judged
@@ -177,6 +180,12 @@ def judge_predictor(
         jobs=load_history([p for p in results if p.is_dir()], registry.load_gpus()),
     )
     return Prediction(preset=judge, plan=plan, work=work, basis=how)
+
+
+def _judgment_tokens(grading: Grading, given: int | None, default: int) -> int:
+    if given is not None:
+        return given
+    return default if grading.sampling is None else grading.sampling.max_tokens
 
 
 def estimate_phases(
