@@ -13,11 +13,11 @@ from evalpipe.catalog import registry
 from evalpipe.commands._options import add_results_argument
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import unknown_name
-from evalpipe.core.errors import ConfigError, DoesNotFitError, EvalpipeError
+from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.core.options import add_options, from_args, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
-from evalpipe.planning.placement import Placement, choose_placement
+from evalpipe.planning.placement import Placement, choose_placement, plan_judge
 from evalpipe.run.options import JUDGE, LAYOUT, SELECTION, RunnerOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
@@ -147,15 +147,7 @@ def _judge_plan(
     """The judge preset's smallest layout on one node of the GPU (None: a server's judge)."""
     if judged.judge_base_url is not None or judged.judge is None:
         return None
-    judge = planner.plan(
-        registry.load_preset(judged.judge), gpu, gpus_per_node=args.gpus_per_node, max_nodes=1
-    )
-    if not judge.fits:
-        raise DoesNotFitError(
-            f"The judge {judged.judge} does not fit on one node of {args.gpus_per_node} × "
-            f"{gpu.name}: " + "; ".join(judge.notes)
-        )
-    return judge
+    return plan_judge(registry.load_preset(judged.judge), gpu, gpus_per_node=args.gpus_per_node)
 
 
 def _describe_judge(judge: planner.Plan | None, placement: Placement, final: bool) -> str:

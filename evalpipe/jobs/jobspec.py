@@ -33,7 +33,7 @@ from evalpipe.estimate.autosize import MARGIN
 from evalpipe.jobs.budgets import task_model_len
 from evalpipe.planning import planner
 from evalpipe.planning.memory import max_seqs
-from evalpipe.planning.placement import Placement, choose_placement
+from evalpipe.planning.placement import Placement, choose_placement, plan_judge
 from evalpipe.planning.planner import Plan
 from evalpipe.run.options import (
     ENGINE,
@@ -470,23 +470,12 @@ def judge_placement(
         return None
     judge = None
     if run.judge_base_url is None and run.judge is not None:
-        where = (
-            f"The judge {run.judge} on one node of cluster {cluster.name} "
-            f"({cluster.gpus_per_node} × {gpu.name}; a job's judge runs on one node: judge "
-            "with a server instead, --judge-base-url)"
+        judge = plan_judge(
+            load_preset(run.judge),
+            gpu,
+            gpus_per_node=cluster.gpus_per_node,
+            overhead_correction_gib=cluster.overhead_correction_gib,
         )
-        try:
-            judge = planner.plan(
-                load_preset(run.judge),
-                gpu,
-                gpus_per_node=cluster.gpus_per_node,
-                max_nodes=1,
-                overhead_correction_gib=cluster.overhead_correction_gib,
-            )
-        except DoesNotFitError as exc:
-            raise DoesNotFitError(f"{where}: {exc}") from None
-        if not judge.fits:
-            raise DoesNotFitError(f"{where}: " + "; ".join(judge.notes))
     apart = None
     if options.mode == "serve":
         apart = "the job's vLLM server holds the model's GPUs (--mode serve)"

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
+from evalpipe.catalog.registry import Gpu, Preset
 from evalpipe.core.errors import ConfigError, DoesNotFitError
+from evalpipe.planning import planner
 from evalpipe.planning.planner import Plan
 
 JudgePlacement = Literal["auto", "after", "side-by-side"]
@@ -49,6 +51,30 @@ class Placement:
 
 def _per_replica(plan: Plan) -> int:
     return plan.tensor_parallel_size * plan.pipeline_parallel_size
+
+
+def plan_judge(
+    judge: Preset, gpu: Gpu, *, gpus_per_node: int, overhead_correction_gib: float = 0.0
+) -> Plan:
+    """The judge preset's smallest layout on one node of `gpu`: a judge runs on one node, the
+    job's first (DoesNotFitError, saying so, when it needs more)."""
+    where = (
+        f"The judge {judge.name} on one node of {gpus_per_node} × {gpu.name} (a job's judge "
+        "runs on one node: judge with a server instead, --judge-base-url)"
+    )
+    try:
+        plan = planner.plan(
+            judge,
+            gpu,
+            gpus_per_node=gpus_per_node,
+            max_nodes=1,
+            overhead_correction_gib=overhead_correction_gib,
+        )
+    except DoesNotFitError as exc:
+        raise DoesNotFitError(f"{where}: {exc}") from None
+    if not plan.fits:
+        raise DoesNotFitError(f"{where}: " + "; ".join(plan.notes))
+    return plan
 
 
 def side_by_side_refusal(model: Plan, judge: Plan | None, gpus_per_node: int) -> str | None:
