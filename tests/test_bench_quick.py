@@ -228,6 +228,7 @@ def test_tracking_quick() -> None:
     assert "target refused wall" in out
 
 
+@pytest.mark.bench
 @pytest.mark.slurm
 def test_judge_placement_quick(local_slurm: object) -> None:
     out = quick("judge_placement.py")
