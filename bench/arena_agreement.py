@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchlib import REPO, parse_args
+from benchlib import REPO, parse_args, print_checks
 
 from evalpipe.rundir.judgments import judgment_id, summarize_judgments
 from evalpipe.rundir.results import SampleRecord
@@ -238,13 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         checks["scores and intervals equal"] = compare_scores(
             show_result, configs["bench_name"], records, sorted(tasks), args.seed
         )
-    failed = False
-    for name, (checked, wrong) in checks.items():
-        print(f"{name}: {checked - len(wrong)}/{checked}")
-        for line in wrong:
-            print(f"  DIFFERS {line}")
-        failed = failed or bool(wrong)
-    return 1 if failed else 0
+    return print_checks(checks)
 
 
 def compare_scores(

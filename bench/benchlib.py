@@ -147,6 +147,16 @@ def parse_args(
     return parser.parse_args(argv)
 
 
+def print_checks(checks: Mapping[str, tuple[int, Sequence[str]]]) -> int:
+    """Print each agreement check as `name: equal/checked` with the cases that differ; the exit
+    status (1 when any differs)."""
+    for name, (checked, wrong) in checks.items():
+        print(f"{name}: {checked - len(wrong)}/{checked}")
+        for line in wrong:
+            print(f"  DIFFERS {line}")
+    return 1 if any(wrong for _, wrong in checks.values()) else 0
+
+
 def verdict(value: float, target: float) -> str:
     """'meets' or 'MISSES' a ≤ target."""
     return "meets" if value <= target else "MISSES"

@@ -32,7 +32,7 @@ import tempfile
 import types
 from pathlib import Path
 
-from benchlib import parse_args
+from benchlib import parse_args, print_checks
 
 from evalpipe.rundir.judgments import SCORE, judgment_id, summarize_judgments
 from evalpipe.rundir.results import SampleRecord
@@ -195,7 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parse_args(parser, {"limit": 10}, argv)
     common = fastchat(light=args.quick)
-    failed = False
     checks = {
         "judge prompts byte-equal": check_prompts(common, args.limit),
         "ratings parsed alike": check_parsing(common),
@@ -218,12 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             ],
         ),
     }
-    for name, (checked, wrong) in checks.items():
-        print(f"{name}: {checked - len(wrong)}/{checked}")
-        for line in wrong:
-            print(f"  DIFFERS {line}")
-        failed = failed or bool(wrong)
-    return 1 if failed else 0
+    return print_checks(checks)
 
 
 if __name__ == "__main__":
