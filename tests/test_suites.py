@@ -293,22 +293,22 @@ def _check_run(run_dir: Path, tasks: list[str]) -> None:
             assert stats["ci_low"] <= stats["mean"] <= stats["ci_high"], name
 
 
-@pytest.mark.vllm
-@pytest.mark.slurm
-def test_the_suite_runs_on_smollm2_through_run_and_the_local_slurm(
-    hub: Path, tmp_path: Path, vllm_env: dict[str, str], local_slurm, monkeypatch
-) -> None:
-    """The shipped suite, every task on the real CPU engine from the fixtures (--limit 2,
-    budgets capped at 32 tokens): `evalpipe run`, then a job on the local SLURM (which inherits
-    this environment: sbatch --export=ALL). LiveCodeBench reads its release files from a hub
-    file cache; the others are local hub-style repositories."""
+SUITE = "reasoning-2026"
+SELECTION = ["--preset", "smollm2_135m", "--tasks", f"suite:{SUITE}", "--limit", "2",
+             "--max-tokens", "32"]  # fmt: skip
+
+
+def _suite_env(
+    hub: Path, tmp_path: Path, vllm_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> list[str]:
+    """SmolLM2 prepared into the cache and this process set up as a job inherits it (sbatch
+    --export=ALL): the fixtures' hub, LiveCodeBench's release files in a hub file cache, no
+    downloads. The suite's task names."""
     from huggingface_hub import constants
 
     from evalpipe.catalog import models
 
     models.prepare("smollm2_135m")  # built once into the cache the job reads too
-    suite = "reasoning-2026"
-    tasks = [e.task for e in load_suite(f"suite:{suite}").tasks]
     hub_cache(tmp_path / "hub-cache")
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     env = {**vllm_env, "PATH": path, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
@@ -320,14 +320,37 @@ def test_the_suite_runs_on_smollm2_through_run_and_the_local_slurm(
     monkeypatch.setattr(constants, "HF_HUB_CACHE", env["HF_HUB_CACHE"])
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.chdir(hub)
-    selection = ["--preset", "smollm2_135m", "--tasks", f"suite:{suite}", "--limit", "2",
-                 "--max-tokens", "32"]  # fmt: skip
-    assert main(["run", *selection, "--out", str(tmp_path / "local")]) == exitcodes.OK
+    return [e.task for e in load_suite(f"suite:{SUITE}").tasks]
+
+
+# The suite end to end on the real CPU engine from the fixtures (--limit 2, budgets capped at
+# 32 tokens), once through `evalpipe run` and once as a job on the local SLURM: two tests, so
+# the run and the job go to different test workers.
+
+
+@pytest.mark.vllm
+def test_the_suite_runs_on_smollm2_through_run(
+    hub: Path, tmp_path: Path, vllm_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tasks = _suite_env(hub, tmp_path, vllm_env, monkeypatch)
+    assert main(["run", *SELECTION, "--out", str(tmp_path / "local")]) == exitcodes.OK
     _check_run(tmp_path / "local", tasks)
+
+
+@pytest.mark.vllm
+@pytest.mark.slurm
+def test_the_suite_runs_on_smollm2_through_the_local_slurm(
+    hub: Path,
+    tmp_path: Path,
+    vllm_env: dict[str, str],
+    local_slurm: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks = _suite_env(hub, tmp_path, vllm_env, monkeypatch)
     job = tmp_path / "job"
     # --no-check: the preflight looks for the datasets in the hub cache, and these fixtures are
-    # local repositories (the weights were prepared above).
-    status = main(["submit", *selection, "--cluster", "local", "--out", str(job), "--wait",
+    # local repositories (the weights were prepared by _suite_env).
+    status = main(["submit", *SELECTION, "--cluster", "local", "--out", str(job), "--wait",
                    "--poll", "2", "--no-check"])  # fmt: skip
     logs = "".join(p.read_text() for p in (job / "logs").glob("*.out"))
     assert status == exitcodes.OK, logs[-3000:]
