@@ -226,12 +226,8 @@ def run(args: argparse.Namespace) -> int:
             Path(given.judge_data) if given.judge_data else None,
             read_baseline(Path(given.judge_baseline)) if given.judge_baseline else None,
         )
-        if (
-            judged.gradings
-            and _judging(given)
-            and given.phase is None
-            and given.judge_placement != "side-by-side"
-        ):
+        placement = _placement(given, bool(judged.gradings))
+        if placement == "after":
             out = args.out or new_run_dir(Path("results"), preset.name)
             return _phases_apart(args, given, out, stop)
         tasks, generation_notes = with_generation_config(
@@ -252,12 +248,7 @@ def run(args: argparse.Namespace) -> int:
             preset, tasks, max_tokens=given.max_tokens, given=given.max_model_len
         )
         tasks = [*tasks, *judged.tasks]
-        judge_beside = (
-            given.judge_placement == "side-by-side"
-            and given.phase is None
-            and bool(judged.gradings)
-            and _judging(given)
-        )
+        judge_beside = placement == "side-by-side"
         judge_gpus = _split_gpus(given) if judge_beside and given.backend == "vllm" else None
         layout = plan_local(
             preset,
@@ -365,6 +356,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _judging(given: RunnerOptions) -> bool:
     return given.judge is not None or given.judge_base_url is not None
+
+
+def _placement(given: RunnerOptions, judged_tasks: bool) -> str | None:
+    """Where this command's judge runs: "after" generation (each phase a process of its own)
+    or "side-by-side"; None when it runs one phase, or judges nothing."""
+    if not judged_tasks or not _judging(given) or given.phase is not None:
+        return None
+    return "side-by-side" if given.judge_placement == "side-by-side" else "after"
 
 
 def _phase_command(
