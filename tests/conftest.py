@@ -24,6 +24,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--chaos-seed", type=int, default=None, help="seed of the chaos loops")
 
 
+# First: pytest-xdist's own hook reads the groups into the test ids (`--dist loadgroup`).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (scripts/test.sh runs two workers), the tests that drive the one local
     SLURM or start Ray nodes share a worker: they set nodes down, fill both nodes and bind Ray's

@@ -425,9 +425,21 @@ def _return_to_service(node: str) -> None:
     pytest.fail(f"{node} did not return to service ({state}; scontrol said {said!r})")
 
 
+def _queued() -> list[str]:
+    """The ids of every job in the local SLURM's queue."""
+    squeue = subprocess.run(
+        ["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True
+    )
+    return squeue.stdout.split()
+
+
 def test_a_node_set_down_requeues_the_job_which_resumes(
     reference: Path, tmp_path: Path, local_slurm: Slurm
 ) -> None:
+    # An earlier test's job may still be ending: let it, so that this job's node runs it alone.
+    deadline = time.monotonic() + 120
+    while _queued() and time.monotonic() < deadline:
+        time.sleep(1)
     job = submit_fake(tmp_path, "nodefail", env=job_env(EVALPIPE_FAKE_DELAY_S="1"))
     wait_for_state(job, "RUNNING")
     deadline = time.monotonic() + 60
