@@ -1,7 +1,7 @@
 """Longest-first admission against one raw `LLM.chat` call on long-tailed work, and no loss on
 uniform short work.
 
-    python bench/admission.py [--seqs 64,256] [--reps 3] [--prompts 1024]   # ~4 min a rep
+    python bench/admission.py [--seqs 64,256] [--reps 3] [--prompts 1024] [--kv-gib 1]
     python bench/admission.py --quick                                         # seconds
 
 Workload: `--prompts` prompts in 4 tasks (max_tokens = `--max-tokens`), each answer forced to
@@ -237,12 +237,18 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> 
     return figures
 
 
-def _child(argv: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, __file__, *argv], env=child_env(**VLLM_ENV),
-                          cwd=REPO, capture_output=True, text=True)  # fmt: skip
+def _child(argv: list[str], kv_gib: int) -> subprocess.CompletedProcess:
+    env = child_env(**(VLLM_ENV | {"VLLM_CPU_KVCACHE_SPACE": str(kv_gib)}))
+    done = subprocess.run([sys.executable, __file__, *argv], env=env, cwd=REPO,
+                          capture_output=True, text=True)  # fmt: skip
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     return done
+
+
+def kv_gib(row: dict[str, Any]) -> int:
+    """The KV cache a repetition ran with (rows from before the option: the default)."""
+    return int(row.get("kv_gib", VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]))
 
 
 def _ratio(rows: list[dict[str, Any]], side: str, base: str = "raw") -> float:
@@ -301,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--uniform", type=int, default=200, help="short uniform prompts")
     parser.add_argument("--work", default=None, help="past run and results (default .cache/)")
+    parser.add_argument(
+        "--kv-gib",
+        type=int,
+        default=int(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]),
+        help="the CPU engine's KV cache, GiB (VLLM_CPU_KVCACHE_SPACE)",
+    )
     args = parse_args(parser, QUICK, argv)
     work = Path(
         args.work or (tempfile.mkdtemp() if args.quick else REPO / ".cache" / "bench-admission")
@@ -317,14 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = (
         [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     )
-    rows = [r for r in rows if r.get("prompts") == args.prompts]
+    rows = [r for r in rows if r.get("prompts") == args.prompts and kv_gib(r) == args.kv_gib]
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     seqs = [int(s) for s in args.seqs.split(",")]
     for n in seqs:
         for rep in range(sum(r["seqs"] == n for r in rows), args.reps):
             uniform = "1" if n == max(seqs) and args.uniform else "0"
-            done = _child(["_rep", json.dumps(vars(args)), str(n), str(rep), uniform])
-            row = json.loads(done.stdout.strip().splitlines()[-1]) | {"prompts": args.prompts}
+            done = _child(["_rep", json.dumps(vars(args)), str(n), str(rep), uniform], args.kv_gib)
+            row = json.loads(done.stdout.strip().splitlines()[-1])
+            row |= {"prompts": args.prompts, "kv_gib": args.kv_gib}
             row["load_average"] = load_average()
             took = ", ".join(f"{k} {row[k]['generate_s']:.1f} s" for k in SIDES)
             print(f"  max_num_seqs {n} rep {rep + 1}: {took}", file=sys.stderr, flush=True)

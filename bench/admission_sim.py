@@ -32,12 +32,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from admission import SIDES, past_lengths, workload
+from admission import SIDES, kv_gib, past_lengths, workload
 from benchlib import REPO, median, parse_args
 
 CHECK_TOLERANCE = 0.10
 CPU_PROMPT_TOKENS = 40  # the bench's chat-templated prompt, about
-CPU_KV_BYTES = 1 << 30  # VLLM_CPU_KVCACHE_SPACE=1 in the bench's environment
 # The sizes of bench/admission.py --quick, so a quick run of it can be checked.
 QUICK = {"prompts": 12, "max_tokens": 8, "aime_problems": 4, "mmlu_questions": 200}
 
@@ -138,7 +137,8 @@ def cpu_check(args: argparse.Namespace) -> bool:
     work = Path(args.work)
     results = work / "results.jsonl"
     rows = [json.loads(x) for x in results.read_text().splitlines()] if results.exists() else []
-    rows = [r for r in rows if r.get("prompts") == args.prompts and "step_s" in r]
+    rows = [r for r in rows if r.get("prompts") == args.prompts and "step_s" in r
+            and kv_gib(r) == args.kv_gib]  # fmt: skip
     if not rows:
         print(f"CPU check: no bench/admission.py results with step probes in {results}; run "
               "it first (the quick mode writes to a temporary folder)")  # fmt: skip
@@ -148,7 +148,7 @@ def cpu_check(args: argparse.Namespace) -> bool:
     from evalpipe.catalog.registry import load_preset
 
     arch = load_preset(args.preset).architecture
-    kv = CPU_KV_BYTES / (2 * arch.layers * arch.kv_heads * arch.head_dim * 2)
+    kv = (args.kv_gib << 30) / (2 * arch.layers * arch.kv_heads * arch.head_dim * 2)
     ok = True
     print("| max_num_seqs | side | simulated / given | measured / raw | off by |")
     print("|---|---|---|---|---|")
@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="smollm2_135m")
     parser.add_argument("--past-preset", default="tiny_random")
     parser.add_argument("--prompts", type=int, default=1024)
+    parser.add_argument("--kv-gib", type=int, default=1, help="the repetitions' KV cache, GiB")
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--aime-problems", type=int, default=30)
     parser.add_argument("--mmlu-questions", type=int, default=12_032)

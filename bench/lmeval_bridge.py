@@ -46,11 +46,46 @@ from benchlib import (
     timed_run,
     verdict,
 )
-from lmeval_support import GSM8K_EXACT_MATCH, GSM8K_FILTERS, task_file, write_jsonl
+from lmeval_support import GSM8K_EXACT_MATCH, GSM8K_FILTERS, mean_of, task_file, write_jsonl
 
 TARGET = 0.8
 TASK = "bench_lmeval"
+MC_TASK = "bench_lmeval_mc"  # MMLU's form: four options, answered by a letter, 5-shot
+LETTERS = ("A", "B", "C", "D")
+NEAR_TIE = 0.05  # nats between two options: bf16 kernels may rank them either way
 FILTERS = tuple(f["name"] for f in GSM8K_FILTERS)
+
+
+def write_tasks(folder: Path, docs: int, max_tokens: int, mc_docs: int) -> list[str]:
+    """The generation task over `docs` questions and, with `mc_docs`, the multiple-choice task
+    beside it; returns the tasks' names."""
+    write_task(folder, docs, max_tokens)
+    if not mc_docs:
+        return [TASK]
+    write_mc_task(folder, mc_docs)
+    return [TASK, MC_TASK]
+
+
+def write_mc_task(folder: Path, docs: int) -> None:
+    """`docs` four-option questions in lm-eval's mmlu form (`doc_to_choice` the letters, 5-shot
+    from a train split): each question's options are scored as the letters' log-likelihoods."""
+
+    def row(i: int) -> dict[str, Any]:
+        a, b = 2 + i % 23, 5 + i * 11 % 37
+        options = [a * b, a * b + a, a * b - b, a + b]
+        label = i % 4
+        options[0], options[label] = options[label], options[0]
+        return {"question": f"What is {a} times {b}?", "choices": [str(o) for o in options],
+                "answer": label}  # fmt: skip
+
+    test = write_jsonl(folder / "mc_test.jsonl", [row(i) for i in range(docs)])
+    train = write_jsonl(folder / "mc_train.jsonl", [row(docs + i) for i in range(20)])
+    options = "".join(f"\n{letter}. {{{{choices[{i}]}}}}" for i, letter in enumerate(LETTERS))
+    task_file(folder, MC_TASK, {"train": train, "test": test}, training_split="train",
+              fewshot_split="train", num_fewshot=5, output_type="multiple_choice",
+              doc_to_text="{{question}}" + options + "\nAnswer:",
+              doc_to_choice=list(LETTERS), doc_to_target="answer",
+              metric_list=mean_of("acc"))  # fmt: skip
 
 
 def write_task(folder: Path, docs: int, max_tokens: int) -> None:
@@ -69,26 +104,31 @@ def write_task(folder: Path, docs: int, max_tokens: int) -> None:
               filter_list=GSM8K_FILTERS, metric_list=[GSM8K_EXACT_MATCH])  # fmt: skip
 
 
-def lm_eval_run(folder: Path, out: Path, engine: dict[str, Any], env: dict[str, str]) -> dict:
+def lm_eval_run(
+    folder: Path, tasks: list[str], out: Path, engine: dict[str, Any], env: dict[str, str]
+) -> dict:
     phases = out.with_suffix(".phases.json")
     argv = [sys.executable, str(REPO / "bench" / "lm_eval_launcher.py"), "run", "--model",
-            "vllm", "--model_args", lm_eval_model_args(engine), "--tasks", TASK,
+            "vllm", "--model_args", lm_eval_model_args(engine), "--tasks", ",".join(tasks),
             "--include_path", str(folder), "--apply_chat_template", "--fewshot_as_multiturn",
             "--batch_size", "auto", "--output_path", str(out), "--log_samples"]  # fmt: skip
     timing = timed_run(argv, env=dict(env, LM_EVAL_PHASES=str(phases)))
-    (samples_file,) = out.rglob(f"samples_{TASK}_*.jsonl")
     (results_file,) = out.rglob("results_*.json")
+    samples = {}
+    for task in tasks:
+        (samples_file,) = out.rglob(f"samples_{task}_*.jsonl")
+        samples[task] = [json.loads(line) for line in samples_file.read_text().splitlines()]
     return {
         "timing": timing,
         "phases": json.loads(phases.read_text()),
-        "samples": [json.loads(line) for line in samples_file.read_text().splitlines() if line],
-        "results": json.loads(results_file.read_text())["results"][TASK],
+        "samples": samples,
+        "results": json.loads(results_file.read_text())["results"],
     }
 
 
 def lm_eval_results(run: Path) -> dict[str, Any]:
-    """The task's figures in evalpipe's lm_eval_results.json."""
-    return json.loads((run / "lm_eval_results.json").read_text())["results"][TASK]
+    """Each task's figures in evalpipe's lm_eval_results.json."""
+    return json.loads((run / "lm_eval_results.json").read_text())["results"]
 
 
 def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> Any:
@@ -115,12 +155,16 @@ def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> An
     return record_run(preset_name, tasks, out, limit=docs, decode=decode)
 
 
+def task_samples(run: EvalpipeRun, task: str) -> list[dict[str, Any]]:
+    return [s for s in run.samples if s["task"] == task]
+
+
 def near_ties(texts: dict[int, str], ours: EvalpipeRun, reference: Any) -> list[str]:
     """How `texts` (a side's completions by document) stand against the reference run."""
     from neartie import assert_near_tie_equal, prompt_key
 
     equal, tied, beyond = 0, 0, []
-    for sample in ours.samples:
+    for sample in task_samples(ours, TASK):
         doc = int(sample["sample_id"])
         generation = reference.generations[prompt_key(sample["prompt"])]
         if texts[doc] == generation.texts[0]:
@@ -141,8 +185,9 @@ def compare(
     """How the completions and lm-eval's per-document scores agree (`results`: evalpipe's
     lm-eval figures); `reference()` records the near-tie reference, called only where
     completions differ."""
-    mine = {int(s["sample_id"]): s for s in ours.samples}
-    rows = {r["doc_id"]: r for r in peer["samples"] if r["filter"] == FILTERS[0]}
+    mine = {int(s["sample_id"]): s for s in task_samples(ours, TASK)}
+    peer_samples = peer["samples"][TASK]
+    rows = {r["doc_id"]: r for r in peer_samples if r["filter"] == FILTERS[0]}
     theirs = {doc: row["resps"][0][0] for doc, row in rows.items()}
     same = {doc for doc, text in theirs.items() if text == mine[doc]["completions"][0]}
     lines = [f"completions: {len(same)}/{len(rows)} identical"]
@@ -153,7 +198,7 @@ def compare(
         timed = {doc: s["completions"][0] for doc, s in mine.items()}
         lines += ["  evalpipe's: " + line for line in near_ties(timed, ours, recorded)]
     for name in FILTERS:
-        scored = [r for r in peer["samples"] if r["filter"] == name and r["doc_id"] in same]
+        scored = [r for r in peer_samples if r["filter"] == name and r["doc_id"] in same]
         alike = sum(
             r["exact_match"] == mine[r["doc_id"]]["scores"][f"exact_match,{name}"] for r in scored
         )
@@ -162,9 +207,41 @@ def compare(
         )
     for name in FILTERS:
         for key in (f"exact_match,{name}", f"exact_match_stderr,{name}"):
-            theirs_value, ours_value = peer["results"][key], results[key]
-            same_value = "equal" if theirs_value == ours_value else "differ"
-            lines.append(f"{key}: lm-eval {theirs_value}, evalpipe {ours_value} ({same_value})")
+            lines.append(_figure(key, peer["results"][TASK], results[TASK]))
+    if MC_TASK in peer["samples"]:
+        lines += compare_choices(peer, ours, results)
+    return lines
+
+
+def _figure(key: str, theirs: dict[str, Any], ours: dict[str, Any]) -> str:
+    same = "equal" if theirs[key] == ours[key] else "differ"
+    return f"{key}: lm-eval {theirs[key]}, evalpipe {ours[key]} ({same})"
+
+
+def compare_choices(peer: dict[str, Any], ours: EvalpipeRun, results: dict[str, Any]) -> list[str]:
+    """The multiple-choice task: each document's acc and the aggregate with its stderr. The
+    letters' log-likelihoods come from one decoding step in evalpipe and from each option's
+    prompt log-probabilities in lm-eval, so they may part in the last bits: a document whose
+    acc differs counts as a near-tie when the two sides' choices lie within NEAR_TIE nats of
+    each other on both sides."""
+    mine = {int(s["sample_id"]): s for s in task_samples(ours, MC_TASK)}
+    rows = {r["doc_id"]: r for r in peer["samples"][MC_TASK]}
+    alike, tied, beyond, largest = 0, 0, 0, 0.0
+    for doc, row in rows.items():
+        theirs_ll = [float(resp[0]) for resp in row["filtered_resps"]]
+        ours_ll = list(mine[doc]["option_logprobs"])
+        largest = max(largest, *(abs(a - b) for a, b in zip(theirs_ll, ours_ll, strict=True)))
+        if row["acc"] == mine[doc]["scores"]["acc,none"]:
+            alike += 1
+            continue
+        picks = {max(range(4), key=ll.__getitem__) for ll in (theirs_ll, ours_ll)}
+        gaps = [abs(ll[i] - ll[j]) for ll in (theirs_ll, ours_ll) for i in picks for j in picks]
+        tied, beyond = (tied + 1, beyond) if max(gaps) < NEAR_TIE else (tied, beyond + 1)
+    lines = [f"acc ({MC_TASK}) per document: {alike}/{len(rows)} alike, {tied} part at a "
+             f"near-tie (< {NEAR_TIE} nats), {beyond} elsewhere; options' log-likelihoods "
+             f"differ by at most {largest:.4f} nats"]  # fmt: skip
+    for key in ("acc,none", "acc_stderr,none"):
+        lines.append(_figure(key, peer["results"][MC_TASK], results[MC_TASK]))
     return lines
 
 
@@ -189,9 +266,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=512, help="documents (generations)")
     parser.add_argument("--max-tokens", type=int, default=128, help="the task's max_gen_toks")
+    parser.add_argument(
+        "--mc",
+        type=int,
+        default=1024,
+        help="multiple-choice questions beside them (mmlu's form; 0: none)",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--preset", default=QUICK_PRESET, help="a prepared chat preset")
-    args = parse_args(parser, {"docs": 4, "max_tokens": 8, "reps": 1})
+    args = parse_args(parser, {"docs": 4, "max_tokens": 8, "mc": 4, "reps": 1})
     if not (LM_EVAL_DIR / "lm_eval").is_dir():
         print(LM_EVAL_MISSING)
         return 1
@@ -204,9 +287,10 @@ def main() -> int:
     ours: list[EvalpipeRun] = []
     with tempfile.TemporaryDirectory(prefix="evalpipe-bench-lmeval-") as tmp:
         folder = Path(tmp)
-        write_task(folder, args.docs, args.max_tokens)
-        print(f"preset {args.preset}, {args.docs} documents, max_gen_toks {args.max_tokens}")
-        tasks = f"lm_eval:{folder},lm_eval:{TASK}"
+        names = write_tasks(folder, args.docs, args.max_tokens, args.mc)
+        print(f"preset {args.preset}, {args.docs} documents, max_gen_toks {args.max_tokens}, "
+              f"{args.mc} multiple-choice questions")  # fmt: skip
+        tasks = ",".join([f"lm_eval:{folder}", *(f"lm_eval:{name}" for name in names)])
         # evalpipe goes first in the first round: lm-eval gets the LLM() arguments its engine
         # recorded (every round's are checked to be the same below).
         interleave(
@@ -217,6 +301,7 @@ def main() -> int:
                 "lm-eval": lambda: peers.append(
                     lm_eval_run(
                         folder,
+                        names,
                         folder / f"lm-eval-{len(peers)}",
                         ours[0].engine["engine_kwargs"],
                         peer_env,
@@ -237,8 +322,10 @@ def main() -> int:
         ratio = statistics.median(ratios)
         print(f"wall-time ratio evalpipe / lm-eval: {ratio:.3f} (per repetition "
               f"{', '.join(f'{r:.3f}' for r in ratios)})")  # fmt: skip
-        generated = sum(len(s["completions"]) for s in ours[0].samples)
+        generated = sum(len(s["completions"]) for s in task_samples(ours[0], TASK))
         print(f"generations: {generated} per run, {ours[0].generated_tokens} tokens (evalpipe)")
+        if args.mc:
+            print(f"multiple-choice questions: {args.mc} per run, {4 * args.mc} options")
         reference = lambda: record_reference(args.preset, folder, args.docs, folder / "ref")  # noqa: E731
         for line in compare(peers[0], ours[0], lm_eval_results(folder / "run-0"), reference):
             print(line)
