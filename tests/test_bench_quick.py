@@ -116,6 +116,7 @@ def test_lmeval_bridge_quick(vllm_env: dict[str, str], tiny_random_path: Path) -
     out = quick("lmeval_bridge.py")
     figures(out, "evalpipe: wall", "lm-eval:  wall", "wall-time ratio evalpipe / lm-eval:")
     assert "completions: " in out and "exact_match (strict-match) on the identical" in out
+    assert "acc (bench_lmeval_mc) per document: " in out
 
 
 @pytest.mark.bench

@@ -350,6 +350,9 @@ def test_an_impossible_request_is_refused_in_slurms_words(
         .replace("max_nodes: 2", "max_nodes: 3")
         .replace("gpus_per_node: 4", "gpus_per_node: 1")
     )
+    from evalpipe.catalog import models
+
+    models.prepare("smollm2_135m")  # the submit checks find its weights before asking SLURM
     prepared = prepare(
         "smollm2_135m", str(site), JobOptions(run=RunnerOptions(pp=3)), tmp_path / "run"
     )
