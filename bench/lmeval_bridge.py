@@ -116,7 +116,9 @@ def lm_eval_run(
     (results_file,) = out.rglob("results_*.json")
     samples = {}
     for task in tasks:
-        (samples_file,) = out.rglob(f"samples_{task}_*.jsonl")
+        prefix = f"samples_{task}_"  # then lm-eval's timestamp (another task's name may follow)
+        found = out.rglob(f"{prefix}*.jsonl")
+        (samples_file,) = (f for f in found if f.name[len(prefix)].isdigit())
         samples[task] = [json.loads(line) for line in samples_file.read_text().splitlines()]
     return {
         "timing": timing,
