@@ -4,13 +4,14 @@ each side a whole process, alternating. Wall time with its breakdown (start-up, 
 model load, generation, scoring); the completions compared document by document under the
 near-tie rule (tests/neartie.py), and lm-eval's scores where they agree.
 
-    python bench/lmeval_bridge.py [--docs 512] [--max-tokens 128] [--reps 3] [--preset P]
-    python bench/lmeval_bridge.py --quick   # 4 documents, 8 tokens, once
+    python bench/lmeval_bridge.py [--docs 512] [--max-tokens 128] [--mc 1024] [--reps 3]
+    python bench/lmeval_bridge.py --quick   # 4 documents, 8 tokens, 4 questions, once
 
-The task is generate_until over arithmetic questions of varied length written here, with lm-eval's
-gsm8k filters and exact_match, applied with the model's chat template on both sides (`lm_eval
---apply_chat_template`). On tiny_random (random weights) generations run long, so generation is
-most of lm-eval's wall. lm-eval gets the LLM() arguments evalpipe's engine records in its
+The tasks: generate_until over arithmetic questions of varied length written here, with
+lm-eval's gsm8k filters and exact_match, and beside it (`--mc`, 0 for none) four-option
+questions in mmlu's form (the letters' log-likelihoods, 5-shot), with the model's chat template
+on both sides (`lm_eval --apply_chat_template`). On tiny_random (random weights) generations run
+their full length. lm-eval gets the LLM() arguments evalpipe's engine records in its
 manifest (on the CPU: whole prefills, chunked prefill off); it comes from .cache/bench-lm-eval
 (scripts/lm-eval.sh) through bench/lm_eval_launcher.py, which also times its phases. Where
 completions differ, a reference run in this process records evalpipe's top-2 log-probabilities
