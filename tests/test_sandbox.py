@@ -52,12 +52,21 @@ needs_isolation = pytest.mark.skipif(
 
 
 def _leftover_program_processes() -> list[psutil.Process]:
-    """Processes still running sandboxed code: forks of a server under the sandbox uid."""
+    """Processes still running sandboxed code: forks of a server under the sandbox uid, save
+    those another test worker runs (its tests score code at the same time under xdist). One
+    that left its server's tree (reparented to init) still counts."""
+    me = psutil.Process()
+    siblings = {p.pid for p in me.parent().children()} - {me.pid} if me.parent() else set()
     found = []
     for proc in psutil.process_iter(["cmdline", "uids"]):
         cmdline = proc.info["cmdline"] or []
         if str(sandbox.WORKER) in cmdline and proc.info["uids"].real != os.getuid():
-            found.append(proc)
+            try:
+                elsewhere = any(parent.pid in siblings for parent in proc.parents())
+            except psutil.Error:  # gone meanwhile
+                continue
+            if not elsewhere:
+                found.append(proc)
     return found
 
 
