@@ -55,6 +55,7 @@ PROBE_TOKENS = 64
 UNIFORM_NOISE = 0.03  # "within noise": longest first / given on uniform work
 SIDES = ("raw", "predicted", "oracle", "none")
 TASKS = 4
+DEFAULT_KV_GIB = int(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"])  # the bench environment's CPU KV cache
 QUICK = {
     "preset": QUICK_PRESET,
     "past_preset": QUICK_PRESET,
@@ -248,7 +249,7 @@ def _child(argv: list[str], kv_gib: int) -> subprocess.CompletedProcess:
 
 def kv_gib(row: dict[str, Any]) -> int:
     """The KV cache a repetition ran with (rows from before the option: the default)."""
-    return int(row.get("kv_gib", VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]))
+    return int(row.get("kv_gib", DEFAULT_KV_GIB))
 
 
 def _ratio(rows: list[dict[str, Any]], side: str, base: str = "raw") -> float:
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kv-gib",
         type=int,
-        default=int(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]),
+        default=DEFAULT_KV_GIB,
         help="the CPU engine's KV cache, GiB (VLLM_CPU_KVCACHE_SPACE)",
     )
     args = parse_args(parser, QUICK, argv)

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from admission import SIDES, kv_gib, past_lengths, workload
+from admission import DEFAULT_KV_GIB, SIDES, kv_gib, past_lengths, workload
 from benchlib import REPO, median, parse_args
 
 CHECK_TOLERANCE = 0.10
@@ -284,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default="smollm2_135m")
     parser.add_argument("--past-preset", default="tiny_random")
     parser.add_argument("--prompts", type=int, default=1024)
-    parser.add_argument("--kv-gib", type=int, default=1, help="the repetitions' KV cache, GiB")
+    parser.add_argument(
+        "--kv-gib", type=int, default=DEFAULT_KV_GIB, help="the repetitions' KV cache, GiB"
+    )
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.add_argument("--aime-problems", type=int, default=30)
     parser.add_argument("--mmlu-questions", type=int, default=12_032)

@@ -237,7 +237,7 @@ def compare_choices(peer: dict[str, Any], ours: EvalpipeRun, results: dict[str, 
         if row["acc"] == mine[doc]["scores"]["acc,none"]:
             alike += 1
             continue
-        picks = {max(range(4), key=ll.__getitem__) for ll in (theirs_ll, ours_ll)}
+        picks = {max(range(len(LETTERS)), key=ll.__getitem__) for ll in (theirs_ll, ours_ll)}
         gaps = [abs(ll[i] - ll[j]) for ll in (theirs_ll, ours_ll) for i in picks for j in picks]
         tied, beyond = (tied + 1, beyond) if max(gaps) < NEAR_TIE else (tied, beyond + 1)
     lines = [f"acc ({MC_TASK}) per document: {alike}/{len(rows)} alike, {tied} part at a "

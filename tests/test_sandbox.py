@@ -56,7 +56,8 @@ def _leftover_program_processes() -> list[psutil.Process]:
     those another test worker runs (its tests score code at the same time under xdist). One
     that left its server's tree (reparented to init) still counts."""
     me = psutil.Process()
-    siblings = {p.pid for p in me.parent().children()} - {me.pid} if me.parent() else set()
+    parent = me.parent()
+    siblings = {p.pid for p in parent.children()} - {me.pid} if parent else set()
     found = []
     for proc in psutil.process_iter(["cmdline", "uids"]):
         cmdline = proc.info["cmdline"] or []
