@@ -223,8 +223,9 @@ def _figure(key: str, theirs: dict[str, Any], ours: dict[str, Any]) -> str:
 
 def compare_choices(peer: dict[str, Any], ours: EvalpipeRun, results: dict[str, Any]) -> list[str]:
     """The multiple-choice task: each document's acc and the aggregate with its stderr. The
-    letters' log-likelihoods come from one decoding step in evalpipe and from each option's
-    prompt log-probabilities in lm-eval, so they may part in the last bits: a document whose
+    letters' log-likelihoods come from decoding steps in evalpipe (one after the question, one
+    after the newline lm-eval's split moves into every option) and from each option's prompt
+    log-probabilities in lm-eval, so they may part in the last bits: a document whose
     acc differs counts as a near-tie when the two sides' choices lie within NEAR_TIE nats of
     each other on both sides."""
     mine = {int(s["sample_id"]): s for s in task_samples(ours, MC_TASK)}

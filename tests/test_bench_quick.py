@@ -194,6 +194,12 @@ def test_admission_quick(tiny_random_path: Path, tmp_path: Path) -> None:
     figures(sim, "| 4 | predicted |", "| AIME-like", "| MMLU-Pro-like")
 
 
+@pytest.mark.bench
+def test_admission_uniform_quick(tiny_random_path: Path) -> None:
+    out = quick("admission_uniform.py")
+    figures(out, "given: median", "longest: median", "longest first / given:")
+
+
 def test_admission_sim_quick() -> None:
     figures(quick("admission_sim.py", "--work", "/nonexistent"), "| AIME-like")
 

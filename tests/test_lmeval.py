@@ -151,6 +151,21 @@ def test_requests_one_sample_per_document(folder: Path) -> None:
     assert type(mc[0].prompt).__name__ == "Rendered"
 
 
+def test_templates_compiled_once_render_as_lm_eval_does_and_are_restored() -> None:
+    from lm_eval import utils
+
+    from evalpipe.tasks.lmeval.task import templates_compiled_once
+
+    original = utils.apply_template
+    template = "{{question}}{% for c in choices %}\n{{ c | regex_replace('a', 'b') }}{% endfor %}"
+    docs = [{"question": f"Q{i}?", "choices": ["a1", f"ca{i}"]} for i in range(3)]
+    expected = [original(template, doc) for doc in docs]
+    with templates_compiled_once():
+        assert utils.apply_template is not original
+        assert [utils.apply_template(template, doc) for doc in docs] == expected
+    assert utils.apply_template is original
+
+
 def test_lm_eval_tasks_mix_with_evalpipes_and_show_estimate(folder: Path) -> None:
     """evalpipe's own tasks and lm-eval's in one selection; `tasks show` prints lm-eval's
     prompt; `plan --estimate` counts lm-eval's documents; lm-eval's index is searched in the

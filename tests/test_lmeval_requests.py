@@ -116,14 +116,14 @@ def test_token_ids_equal_lm_evals_encoding(
 
 def test_vllm_engine_reports_is_greedy_for_rendered_prompts(tiny_engine: Any) -> None:
     """lm-eval's `is_greedy` from the real engine: the greedy next tokens are greedy, through
-    both scoring paths (one-token options read from one decoding step; longer continuations
-    from prompt log-probabilities); the runner-up token is not. The prompt is one whose two
-    greedy steps lead their runners-up clearly: at a near-tie the two paths' kernels may rank
-    the top two either way on another CPU."""
+    both scoring paths (continuations of one or two tokens read from decoding steps; longer
+    ones from prompt log-probabilities); a runner-up token, first or second, is not. The prompt
+    is one whose three greedy steps lead their runners-up clearly: at a near-tie the two paths'
+    kernels may rank the top two either way on another CPU."""
     from evalpipe.engine.base import Rendered, Request, SamplingSettings
 
     tokenizer = tiny_engine._open_llm().get_tokenizer()
-    kept = SamplingSettings(max_tokens=2, temperature=0.0, skip_special_tokens=False)
+    kept = SamplingSettings(max_tokens=3, temperature=0.0, skip_special_tokens=False)
     questions = ("Name a colour.", "Say hello.", "What is 2 + 2?", "Count to three.", "Why?")
     for question in questions:
         prompt = Rendered(f"Question: {question}\nAnswer:")
@@ -134,13 +134,14 @@ def test_vllm_engine_reports_is_greedy_for_rendered_prompts(tiny_engine: Any) ->
         pytest.fail(f"no prompt's greedy steps lead their runners-up by {MARGIN} nats")
     # lm_eval: tasks' setting reaches vLLM's SamplingParams (read back from vLLM's object).
     described = tiny_engine.describe()["sampling"]
-    assert any(s["max_tokens"] == 2 and s["skip_special_tokens"] is False for s in described)
-    first, second = generated.steps[0]
-    runner_up = first.top[1][0]
-    text = [tokenizer.decode([step.token]) for step in (first, second)]
-    continuations = (text[0], tokenizer.decode([runner_up]), text[0] + text[1])
+    assert any(s["max_tokens"] == 3 and s["skip_special_tokens"] is False for s in described)
+    first, second, third = generated.steps[0]
+    text = [tokenizer.decode([step.token]) for step in (first, second, third)]
+    runner_up = [tokenizer.decode([step.top[1][0]]) for step in (first, second)]
+    continuations = (text[0], runner_up[0], text[0] + text[1], text[0] + runner_up[1],
+                     "".join(text))  # fmt: skip
     encoded = rendering.encode_options(tokenizer, prompt, continuations, chat=True, preset="t")
-    assert [len(ids) - start for ids, start in encoded] == [1, 1, 2]  # both scoring paths
+    assert [len(ids) - start for ids, start in encoded] == [1, 1, 2, 2, 3]  # both scoring paths
     (done,) = tiny_engine.run([Request(id="0", prompt=prompt, continuations=continuations)])
-    assert [x.is_greedy for x in done.loglikelihoods] == [True, False, True]
+    assert [x.is_greedy for x in done.loglikelihoods] == [True, False, True, False, True]
     assert done.loglikelihoods[0].logprob == pytest.approx(first.logprob, abs=1e-3)

@@ -63,7 +63,7 @@ def encode_options(
 ) -> list[tuple[list[int], int]]:
     """Each continuation after the prompt rendered once: (token ids, where it starts)."""
     if isinstance(prompt, Rendered):
-        return [rendered_pair(tokenizer, prompt, c) for c in continuations]
+        return rendered_pairs(tokenizer, prompt, continuations)
     context = render(tokenizer, prompt, chat=chat, preset=preset, template_kwargs=template_kwargs)
     return [
         encode_continuation(tokenizer, prompt, c, chat=chat, preset=preset, context=context)
@@ -120,25 +120,31 @@ def rendered_ids(tokenizer: Any, text: str, *, special: bool = True) -> list[int
     return list(tokenizer(text, add_special_tokens=special).input_ids)
 
 
-def rendered_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[int], int]:
-    """Token ids of context + continuation and where the continuation starts, split as lm-eval
-    splits them: the context's trailing whitespace moves to the continuation, the whole is
-    tokenised once and cut after as many tokens as the context alone has; an empty context is
-    the prefix token."""
+def rendered_pairs(
+    tokenizer: Any, context: str, continuations: Sequence[str]
+) -> list[tuple[list[int], int]]:
+    """Token ids of context + each continuation and where the continuation starts, split as
+    lm-eval splits them: the context's trailing whitespace moves to the continuation, the whole
+    is tokenised once and cut after as many tokens as the context alone has (tokenised once for
+    all continuations); an empty context is the prefix token."""
     spaces = len(context) - len(context.rstrip())
-    if spaces:
-        context, continuation = context[:-spaces], context[-spaces:] + continuation
+    context, moved = context[: len(context) - spaces], context[len(context) - spaces :]
     if context:
-        ids = rendered_ids(tokenizer, context + continuation)
         start = len(rendered_ids(tokenizer, context))
+        pairs = [(rendered_ids(tokenizer, context + moved + c), start) for c in continuations]
     else:
-        ids = rendered_ids(tokenizer, continuation, special=False)
-        if not ids or ids[0] != prefix_token(tokenizer):
-            ids = [prefix_token(tokenizer), *ids]
-        start = 1
-    if start >= len(ids):
-        raise ConfigError(
-            f"Cannot score continuation {continuation!r} after context {context[-60:]!r}: it "
-            "adds no token to the context; the task must give non-empty continuations."
-        )
-    return ids, start
+        pairs = [(_after_prefix(tokenizer, moved + c), 1) for c in continuations]
+    for (ids, start), continuation in zip(pairs, continuations, strict=True):
+        if start >= len(ids):
+            raise ConfigError(
+                f"Cannot score continuation {moved + continuation!r} after context "
+                f"{context[-60:]!r}: it adds no token to the context; the task must give "
+                "non-empty continuations."
+            )
+    return pairs
+
+
+def _after_prefix(tokenizer: Any, text: str) -> list[int]:
+    """`text` after the prefix token, as lm-eval scores a continuation of an empty context."""
+    ids = rendered_ids(tokenizer, text, special=False)
+    return ids if ids and ids[0] == prefix_token(tokenizer) else [prefix_token(tokenizer), *ids]

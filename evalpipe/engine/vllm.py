@@ -450,11 +450,13 @@ class VllmEngine(Engine):
 
         The context is tokenised alone and with each continuation; the continuation's tokens
         are those past the longest common prefix (a merge across the boundary, e.g. ":" + " A",
-        counts as continuation). One-token continuations of one context (option letters) are
-        read from a single decoding step of that context (`logprob_token_ids`, where this vLLM
-        has it): one prefill per question instead of one per option, and no output layer over
-        every prompt position as `prompt_logprobs` needs. Longer continuations use
-        `prompt_logprobs`."""
+        counts as continuation). A continuation of up to STEP_TOKENS tokens is read one token at
+        a time from single decoding steps (`logprob_token_ids`, where this vLLM has it), one step
+        per distinct prefix: options that share a prefix share its step, so four option letters
+        cost one prefill of their question (two where the context's trailing whitespace, as
+        lm-eval moves it, is the continuation's first token), and the prefix cache serves the
+        rest; no output layer runs over every prompt position as `prompt_logprobs` needs.
+        Longer continuations use `prompt_logprobs`. Nothing is detokenised."""
         from vllm import SamplingParams
 
         encoded = rendering.encode_options(
@@ -465,22 +467,29 @@ class VllmEngine(Engine):
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
         )
-        shared: dict[tuple[int, ...], list[int]] = {}  # context → options one token past it
-        if hasattr(SamplingParams(), "logprob_token_ids"):
-            for i, (ids, start) in enumerate(encoded):
-                if len(ids) - start == 1:
-                    shared.setdefault(tuple(ids[:start]), []).append(i)
+        stepwise = hasattr(SamplingParams(), "logprob_token_ids")
         scoring = _Scoring(encoded=encoded)
-        for n, (ids, members) in enumerate(shared.items()):
-            part = f"{request.id}{PART}s{n}"
-            wanted = sorted({encoded[i][0][-1] for i in members})
-            params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=wanted)
-            scoring.add(part, list(ids), params, members)
-        single = {i for members in shared.values() for i in members}
-        for i, (ids, _) in enumerate(encoded):
-            if i not in single:
-                params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-                scoring.add(f"{request.id}{PART}p{i}", ids, params, [i])
+        wanted: dict[tuple[int, ...], set[int]] = {}  # prefix → the tokens read after it
+        for i, (ids, start) in enumerate(encoded):
+            if stepwise and len(ids) - start <= STEP_TOKENS:
+                scoring.steps[i] = [(tuple(ids[:p]), ids[p]) for p in range(start, len(ids))]
+                for prefix, token in scoring.steps[i]:
+                    wanted.setdefault(prefix, set()).add(token)
+            else:
+                params = SamplingParams(
+                    max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False
+                )
+                scoring.add(f"{request.id}{PART}p{i}", ids, params, i)
+        for n, (prefix, tokens) in enumerate(wanted.items()):
+            ordered = sorted(tokens)
+            for k in range(0, len(ordered), MAX_STEP_TOKENS):
+                params = SamplingParams(
+                    max_tokens=1,
+                    temperature=0.0,
+                    logprob_token_ids=ordered[k : k + MAX_STEP_TOKENS],
+                    detokenize=False,
+                )
+                scoring.add(f"{request.id}{PART}s{n}.{k}", list(prefix), params, prefix)
         return scoring
 
     def _finish(self, out: Any) -> Completion | None:
@@ -502,24 +511,12 @@ class VllmEngine(Engine):
         scoring = self._scoring.get(rid)
         if scoring is None:  # aborted meanwhile
             return None
-        for i in scoring.parts.pop(out.request_id):
-            ids, start = scoring.encoded[i]
-            if out.prompt_logprobs is not None:
-                found = [out.prompt_logprobs[p][ids[p]] for p in range(start, len(ids))]
-                lps = [lp.logprob for lp in found]
-                greedy = all(lp.rank == 1 for lp in found)
-            else:  # one decoding step of the shared context, greedy: its token is the likeliest
-                lps = [out.outputs[0].logprobs[0][ids[-1]].logprob]
-                greedy = out.outputs[0].token_ids[0] == ids[-1]
-            scoring.found[i] = Loglikelihood.of(
-                lps, prompt_tokens=start, source="vLLM", is_greedy=greedy
-            )
+        scoring.read(out.request_id, out)
         if scoring.parts:
             return None
         del self._scoring[rid]
         self._pending.pop(rid, None)
-        found = scoring.found
-        return Completion(id=rid, loglikelihoods=tuple(found[i] for i in range(len(found))))
+        return Completion(id=rid, loglikelihoods=scoring.loglikelihoods())
 
     def _render(self, prompt: Prompt) -> tuple[str, list[int]]:
         return rendering.render(
@@ -613,19 +610,60 @@ class VllmEngine(Engine):
 PART = "\0"
 
 
+# Continuations of up to this many tokens are scored from decoding steps, one per token (two
+# covers an option letter after the context's trailing whitespace); longer ones read the
+# prompt's log-probabilities in one request instead of one request per token.
+STEP_TOKENS = 2
+# vLLM's bound on one request's logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS).
+MAX_STEP_TOKENS = 128
+
+
 @dataclass
 class _Scoring:
-    """An option-scoring request in flight: its encoded options and the vLLM parts answering
-    them."""
+    """An option-scoring request in flight: its encoded options, the vLLM parts answering them
+    (each a decoding step after a prefix, or one option's prompt log-probabilities), and what
+    came back."""
 
     encoded: list[tuple[list[int], int]]
     requests: dict[str, tuple[list[int], Any]] = field(default_factory=dict)
-    parts: dict[str, list[int]] = field(default_factory=dict)  # part id → option indices
+    parts: dict[str, tuple[int, ...] | int] = field(default_factory=dict)  # still in flight
+    steps: dict[int, list[tuple[tuple[int, ...], int]]] = field(default_factory=dict)
+    after: dict[tuple[tuple[int, ...], int], tuple[float, bool]] = field(default_factory=dict)
     found: dict[int, Loglikelihood] = field(default_factory=dict)
 
-    def add(self, part: str, ids: list[int], params: Any, members: list[int]) -> None:
+    def add(self, part: str, ids: list[int], params: Any, answers: tuple[int, ...] | int) -> None:
+        """A part: a step after the prefix `answers`, or option `answers`' prompt logprobs."""
         self.requests[part] = (ids, params)
-        self.parts[part] = members
+        self.parts[part] = answers
+
+    def read(self, part: str, out: Any) -> None:
+        answers = self.parts.pop(part)
+        if isinstance(answers, int):
+            ids, start = self.encoded[answers]
+            found = [out.prompt_logprobs[p][ids[p]] for p in range(start, len(ids))]
+            self.found[answers] = Loglikelihood.of(
+                [lp.logprob for lp in found],
+                prompt_tokens=start,
+                source="vLLM",
+                is_greedy=all(lp.rank == 1 for lp in found),
+            )
+            return
+        # One greedy decoding step: its token is the likeliest after the prefix.
+        [step], [sampled] = out.outputs[0].logprobs, out.outputs[0].token_ids
+        wanted = self.requests[part][1].logprob_token_ids
+        for token in wanted:
+            self.after[answers, token] = (step[token].logprob, sampled == token)
+
+    def loglikelihoods(self) -> tuple[Loglikelihood, ...]:
+        for i, steps in self.steps.items():
+            read = [self.after[step] for step in steps]
+            self.found[i] = Loglikelihood.of(
+                [logprob for logprob, _ in read],
+                prompt_tokens=self.encoded[i][1],
+                source="vLLM",
+                is_greedy=all(greedy for _, greedy in read),
+            )
+        return tuple(self.found[i] for i in range(len(self.encoded)))
 
 
 def _steps(choice: Any, top: int) -> tuple[TokenStep, ...]:

@@ -9,11 +9,12 @@ through lm-eval's own filters, `process_results` and, in results.py, its aggrega
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from evalpipe.core.errors import ConfigError, EngineError
@@ -103,9 +104,10 @@ class LmEvalTask:
     def samples(self, limit: int | None = None) -> list[Sample]:
         """One sample per document; `limit` keeps the first N, as lm-eval's --limit."""
         check_limit(limit)
-        built = self._build()
-        ids = sorted(built)[:limit] if limit is not None else sorted(built)
-        return [self._sample(doc_id, *built[doc_id]) for doc_id in ids]
+        with templates_compiled_once():
+            built = self._build()
+            ids = sorted(built)[:limit] if limit is not None else sorted(built)
+            return [self._sample(doc_id, *built[doc_id]) for doc_id in ids]
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         return self.score_many([(sample, texts)])[0]
@@ -135,7 +137,8 @@ class LmEvalTask:
         every = [instance for _, _, fresh in chunk for instance in fresh]
         for ensemble in self.lm_task._filters:
             ensemble.apply(every)
-        scored = [self._scored(doc, fresh) for _, doc, fresh in chunk]
+        with templates_compiled_once():
+            scored = [self._scored(doc, fresh) for _, doc, fresh in chunk]
         if self.reasoning_parser is None or self.output_type != GENERATE:
             return scored
         return [
@@ -236,6 +239,27 @@ class LmEvalTask:
             lls = [i.resps[0][0] for i in instances]
             extracted = (str(max(range(len(lls)), key=lls.__getitem__)),)
         return Scored(extracted=extracted, scores=scores)
+
+
+@contextlib.contextmanager
+def templates_compiled_once() -> Iterator[None]:
+    """lm-eval compiles a task's Jinja templates again for every document
+    (`utils.apply_template`: `env.from_string`, then render), most of the time its task building
+    takes; within this block each template is compiled once by the same environment, and the
+    texts are the same."""
+    from lm_eval import utils
+
+    original = utils.apply_template
+    compiled = functools.lru_cache(maxsize=256)(utils.env.from_string)
+
+    def apply_template(template: str, doc: dict[str, Any]) -> str:
+        return compiled(template).render(**doc)
+
+    utils.apply_template = apply_template
+    try:
+        yield
+    finally:
+        utils.apply_template = original
 
 
 def _sampling(task: str, kwargs: dict[str, Any], repeats: int) -> SamplingSettings:
