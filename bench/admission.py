@@ -83,6 +83,22 @@ def workload(prompts: int, cap: int, seed: int = 0) -> tuple[list[LengthTask], d
     return tasks, lengths
 
 
+def uniform_work(prompts: int, preset: str) -> tuple[list[LengthTask], dict[str, int], Any]:
+    """The uniform case: `prompts` short prompts in TASKS tasks, each forced to UNIFORM_TOKENS,
+    and a past run of `preset` predicting that same length for all (longest first then orders
+    them by prompt length)."""
+    from evalpipe.estimate.lengths import PastLengths
+
+    tasks, _ = workload(prompts, UNIFORM_TOKENS)
+    equal = PastLengths(
+        run="uniform",
+        preset=preset,
+        backend="vllm",
+        tasks={t.name: {s.id: UNIFORM_TOKENS for s in t.samples()} for t in tasks},
+    )
+    return tasks, {p: UNIFORM_TOKENS for t in tasks for p in t.prompts}, equal
+
+
 def past_lengths(lengths: dict[str, int], cap: int, seed: int = 1) -> dict[str, int]:
     """What a more verbose, disagreeing model answered: × 1.5 × log-normal noise."""
     rng = random.Random(seed)
@@ -217,14 +233,7 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> 
         short = raw(prompts[:batch], {p: probe // 4 for p in few})
         figures["step_s"][str(batch)] = (long - short) / (probe - probe // 4)
     if uniform:
-        short, _ = workload(args.uniform, UNIFORM_TOKENS)
-        flat = {p: UNIFORM_TOKENS for t in short for p in t.prompts}
-        equal = PastLengths(
-            run="uniform",
-            preset=preset.name,
-            backend="vllm",
-            tasks={t.name: {s.id: UNIFORM_TOKENS for s in t.samples()} for t in short},
-        )
+        short, flat, equal = uniform_work(args.uniform, preset.name)
         cases = {
             "uniform_raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
             "uniform_given": lambda: _evalpipe(engine, preset, short, flat, admission="given"),

@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 
-from admission import UNIFORM_NOISE, UNIFORM_TOKENS, _evalpipe, _open, workload
+from admission import UNIFORM_NOISE, UNIFORM_TOKENS, _evalpipe, _open, uniform_work
 from benchlib import QUICK_PRESET, VLLM_ENV, load_average, machine, parse_args
 
 PROMPTS = 200
@@ -35,19 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     os.environ.update(VLLM_ENV | {"VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib)})
     from evalpipe.catalog import models
-    from evalpipe.estimate.lengths import PastLengths
 
     models.prepare(args.preset)
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     preset, engine = _open(args.preset, args.seqs)
-    tasks, _ = workload(args.prompts, UNIFORM_TOKENS)
-    forced = {p: UNIFORM_TOKENS for t in tasks for p in t.prompts}
-    equal = PastLengths(
-        run="uniform",
-        preset=preset.name,
-        backend="vllm",
-        tasks={t.name: {s.id: UNIFORM_TOKENS for s in t.samples()} for t in tasks},
-    )
+    tasks, forced, equal = uniform_work(args.prompts, preset.name)
     sides = {
         "given": lambda: _evalpipe(engine, preset, tasks, forced, admission="given"),
         "longest": lambda: _evalpipe(
