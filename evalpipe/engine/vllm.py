@@ -454,7 +454,7 @@ class VllmEngine(Engine):
         a time from single decoding steps (`logprob_token_ids`, where this vLLM has it), one step
         per distinct prefix: options that share a prefix share its step, so four option letters
         cost one prefill of their question (two where the context's trailing whitespace, as
-        lm-eval moves it, is the continuation's first token), and the prefix cache serves the
+        lm-eval moves it, is the continuation's first token), and the prefix cache can serve the
         rest; no output layer runs over every prompt position as `prompt_logprobs` needs.
         Longer continuations use `prompt_logprobs`. Nothing is detokenised."""
         from vllm import SamplingParams
