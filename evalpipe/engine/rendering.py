@@ -146,5 +146,5 @@ def rendered_pairs(
 
 def _after_prefix(tokenizer: Any, text: str) -> list[int]:
     """`text` after the prefix token, as lm-eval scores a continuation of an empty context."""
-    ids = rendered_ids(tokenizer, text, special=False)
-    return ids if ids and ids[0] == prefix_token(tokenizer) else [prefix_token(tokenizer), *ids]
+    ids, prefix = rendered_ids(tokenizer, text, special=False), prefix_token(tokenizer)
+    return ids if ids and ids[0] == prefix else [prefix, *ids]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import importlib
 import os
@@ -467,7 +468,7 @@ class VllmEngine(Engine):
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
         )
-        stepwise = hasattr(SamplingParams(), "logprob_token_ids")
+        stepwise = _reads_chosen_logprobs()
         scoring = _Scoring(encoded=encoded)
         wanted: dict[tuple[int, ...], set[int]] = {}  # prefix → the tokens read after it
         for i, (ids, start) in enumerate(encoded):
@@ -616,6 +617,14 @@ PART = "\0"
 STEP_TOKENS = 2
 # vLLM's bound on one request's logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS).
 MAX_STEP_TOKENS = 128
+
+
+@functools.cache
+def _reads_chosen_logprobs() -> bool:
+    """Whether this vLLM returns the log-probabilities of chosen tokens (`logprob_token_ids`)."""
+    from vllm import SamplingParams
+
+    return hasattr(SamplingParams(), "logprob_token_ids")
 
 
 @dataclass
