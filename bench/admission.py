@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,20 @@ def _past_run(args: argparse.Namespace, out: Path) -> None:
     engine.close()
 
 
+def _preemption_counter(engine: Any) -> Callable[[], int]:
+    """How many times vLLM's scheduler has preempted a sequence in this engine so far (KV
+    cache full: the sequence's blocks are freed and it is computed again later)."""
+    scheduler = engine._scheduler()
+    preempt, count = scheduler._preempt_request, [0]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return preempt(*args, **kwargs)
+
+    scheduler._preempt_request = counted
+    return lambda: count[0]
+
+
 def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> dict[str, Any]:
     from vllm import SamplingParams
 
@@ -191,6 +205,7 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> 
     tasks, lengths = workload(args.prompts, args.max_tokens)
     preset, engine = _open(args.preset, seqs)
     llm = engine._llm
+    preemptions = _preemption_counter(engine)
     prompts = [p for t in tasks for p in t.prompts]  # the given order: task by task
 
     def raw(prompts: list[str], forced: dict[str, int]) -> float:
@@ -217,7 +232,9 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> 
     order = list(SIDES[rep % len(SIDES) :] + SIDES[: rep % len(SIDES)])
     figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "order": order}
     for side in order:
+        before = preemptions()
         figures[side] = sides[side]()
+        figures[side]["preemptions"] = preemptions() - before
     policies = {side: figures[side].get("policy") for side in SIDES}
     expected = {"raw": None, "predicted": "longest-first", "oracle": "longest-first",
                 "none": "given"}  # fmt: skip
@@ -274,14 +291,18 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
     for seqs in sorted({r["seqs"] for r in rows}):
         mine = [r for r in rows if r["seqs"] == seqs]
         print(f"\n## max_num_seqs {seqs}: {len(mine)} repetitions\n")
-        print("| side | median s | per-rep s | / raw (median of per-rep) | tail share |")
-        print("|---|---|---|---|---|")
+        print(
+            "| side | median s | per-rep s | / raw (median of per-rep) | tail share | "
+            "preemptions per rep |"
+        )
+        print("|---|---|---|---|---|---|")
         for side in SIDES:
             values = [r[side]["generate_s"] for r in mine]
             tails = [r[side].get("tail_share") for r in mine]
             tail = f"{median(tails):.2f}" if None not in tails and tails else "-"
+            counted = [r[side].get("preemptions", "?") for r in mine]  # older rows: not counted
             print(f"| {side} | {median(values):.1f} | {[round(v, 1) for v in values]} | "
-                  f"{_ratio(mine, side):.3f} | {tail} |")  # fmt: skip
+                  f"{_ratio(mine, side):.3f} | {tail} | {counted} |")  # fmt: skip
         target = TARGETS.get(seqs)
         if target is not None:
             ratio = _ratio(mine, "predicted")

@@ -5,17 +5,20 @@ the true lengths (oracle).
     python bench/admission_sim.py [--work .cache/bench-admission]   # checks + H100 figures
     python bench/admission_sim.py --quick                             # small sizes, seconds
 
-The model (pure, no engine): sequences enter in admission order while fewer than `slots` run
-and the KV cache can hold every running sequence at its final length (no preemption). Each
+The model (pure, no engine) follows vLLM's scheduler step by step: a waiting sequence enters,
+in admission order, while fewer than `slots` run and the KV cache has blocks for its prompt
+(and what it had generated, if it was preempted) beside the blocks the running ones hold. Each
 step makes one token of every running sequence and takes `step_s(batch, mean context)`; each
-admitted prompt adds its prefill (`prefill_s` per token). Between two finishes the batch is
-constant, so the model jumps from one finish to the next (exact for a step time linear in the
-context).
+admitted prompt adds its prefill (`prefill_s` per token). When a step's new tokens need more
+blocks than are free, the latest entered sequence is preempted: it frees its blocks, goes back
+to the head of the queue, and on re-entry computes its prompt and generated tokens again; no
+sequence enters in a step that preempted.
 
 Checked against the CPU: bench/admission.py's recorded workload (its lengths, its past run's
 predicted lengths, evalpipe's own admission order) with the CPU step time measured in the same
 repetitions (seconds per step at batch 1, 16 and max_num_seqs, a line over batch, scaled for
-context by the model's attention FLOPs); its predicted ratios against bench/admission.py's
+context by the model's attention FLOPs; a recomputed prompt token costs the line's slope) and
+vLLM's CPU blocks of 128 tokens; its predicted ratios against bench/admission.py's
 measured ones (target: within ±10 %). H100 figures use the GPU catalogue's roofline
 (evalpipe.estimate.throughput.roofline) on the planner's layout; the workloads' lengths are
 assumptions, printed with the figures.
@@ -29,7 +32,9 @@ import json
 import math
 import random
 import sys
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from admission import DEFAULT_KV_GIB, SIDES, kv_gib, past_lengths, workload
@@ -37,10 +42,32 @@ from benchlib import REPO, median, parse_args
 
 CHECK_TOLERANCE = 0.10
 CPU_PROMPT_TOKENS = 40  # the bench's chat-templated prompt, about
+# vLLM's KV cache blocks (tokens): the CPU backend's default (vllm/platforms/cpu.py), the GPU's.
+CPU_BLOCK, GPU_BLOCK = 128, 16
 # The sizes of bench/admission.py --quick, so a quick run of it can be checked.
 QUICK = {"prompts": 12, "max_tokens": 8, "aime_problems": 4, "mmlu_questions": 200}
 
 StepModel = Callable[[int, float], float]  # (batch, mean context tokens) → seconds
+
+
+@dataclass(frozen=True)
+class Walled:
+    seconds: float
+    preemptions: int
+
+
+@dataclass(eq=False)
+class _Seq:
+    prompt: int
+    length: int
+    done: int = 0  # tokens generated before it (last) entered
+    offset: int = 0  # its tokens after step t are offset + t (while it runs)
+    finish: int = 0  # the first step it no longer runs
+    running: bool = False
+
+    def blocks(self, step: int, block: int) -> int:
+        """Blocks it holds after `step`."""
+        return math.ceil((self.offset + step) / block)
 
 
 def simulate(
@@ -50,30 +77,57 @@ def simulate(
     step_s: StepModel,
     prefill_s: float = 0.0,
     kv_tokens: float = math.inf,
-) -> float:
-    """Seconds to decode `seqs` ((prompt tokens, completion tokens), in admission order)."""
-    running: list[tuple[int, int, int]] = []  # (finishes at step, prompt - start, held tokens)
-    queue = iter(seqs)
-    waiting = next(queue, None)
-    step, seconds, base, held = 0, 0.0, 0, 0
-    while waiting is not None or running:
-        while waiting is not None and len(running) < slots:
-            prompt, length = waiting
-            size = prompt + max(1, length)
-            if running and held + size > kv_tokens:
-                break  # first come, first served: it waits for room
-            heapq.heappush(running, (step + max(1, length), prompt - step, size))
-            base, held = base + prompt - step, held + size
-            seconds += prompt * prefill_s
-            waiting = next(queue, None)
-        finish = running[0][0]
-        batch, span = len(running), finish - step
-        seconds += span * step_s(batch, (base + batch * (step + span / 2)) / batch)
-        step = finish
-        while running and running[0][0] == step:
-            _, offset, size = heapq.heappop(running)
-            base, held = base - offset, held - size
-    return seconds
+    block: int = 1,
+) -> Walled:
+    """Seconds to decode `seqs` ((prompt tokens, completion tokens), in admission order), and
+    how many preemptions it took; the cache holds `kv_tokens` in blocks of `block` tokens."""
+    cap = kv_tokens / block
+    waiting = deque(_Seq(prompt, max(1, length)) for prompt, length in seqs)
+    entered: list[_Seq] = []  # in the order they (last) entered: the last is preempted first
+    finishes: list[tuple[int, int, _Seq]] = []  # (finish step, tie-break, seq)
+    phases: Counter[int] = Counter()  # running sequences by offset mod block
+    step = held = batch = offsets = preemptions = 0  # held: blocks after the last step
+    seconds = 0.0
+
+    def leave(seq: _Seq) -> None:
+        nonlocal held, batch, offsets
+        held -= seq.blocks(step - 1, block)
+        phases[seq.offset % block] -= 1
+        batch, offsets, seq.running = batch - 1, offsets - seq.offset, False
+
+    while waiting or batch:
+        # This step's token of every running sequence, with the blocks it opens; while they do
+        # not fit, the latest entered is preempted, and nothing enters in this step.
+        preempted = False
+        while batch > 1 and held + phases[(1 - step) % block] > cap:
+            victim = entered.pop()
+            if victim.running:
+                leave(victim)
+                victim.done = victim.offset + step - 1 - victim.prompt
+                waiting.appendleft(victim)
+                preemptions, preempted = preemptions + 1, True
+        held += phases[(1 - step) % block]
+        prefill = 0
+        while not preempted and waiting and batch < slots:
+            seq = waiting[0]
+            seq.offset = seq.prompt + seq.done + 1 - step
+            if batch and held + seq.blocks(step, block) > cap:
+                break  # it waits for room
+            waiting.popleft()
+            held += seq.blocks(step, block)
+            phases[seq.offset % block] += 1
+            batch, offsets, seq.running = batch + 1, offsets + seq.offset, True
+            seq.finish = step + seq.length - seq.done
+            entered.append(seq)
+            heapq.heappush(finishes, (seq.finish, id(seq), seq))
+            prefill += seq.prompt + seq.done
+        seconds += step_s(batch, offsets / batch + step) + prefill * prefill_s
+        step += 1
+        while finishes and finishes[0][0] == step:
+            seq = heapq.heappop(finishes)[2]
+            if seq.running and seq.finish == step:
+                leave(seq)
+    return Walled(seconds=seconds, preemptions=preemptions)
 
 
 def longest_first(keys: Sequence[float]) -> list[int]:
@@ -153,21 +207,26 @@ def cpu_check(args: argparse.Namespace) -> bool:
     # The simulator models the order alone; the runner's given order ("none") differs from the
     # raw call in more than the order (how requests reach vLLM), so both comparisons are shown.
     compared: dict[str, list[bool]] = {"raw": [], "none": []}
-    print("| max_num_seqs | side | simulated / given | measured / raw | off by | "
-          "measured / evalpipe's given order | off by |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| max_num_seqs | side | simulated / given | measured / raw | off by | "
+        "measured / evalpipe's given order | off by | preemptions, simulated / measured |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for seqs in sorted({r["seqs"] for r in rows}):
         mine = [r for r in rows if r["seqs"] == seqs]
         points = {int(b): median([r["step_s"][b] for r in mine if b in r["step_s"]])
                   for b in mine[0]["step_s"]}  # fmt: skip
         model = cpu_step_model(points, args.preset)
+        # A prompt token (a preempted sequence's recompute) costs what one more sequence adds
+        # to a step: the same weights' FLOPs per token, batched.
+        prefill_s = model(2, 0.0) - model(1, 0.0)
         simulated = {
             side: simulate([(CPU_PROMPT_TOKENS, true[k]) for k in order], slots=seqs,
-                           step_s=model, kv_tokens=kv)
+                           step_s=model, prefill_s=prefill_s, kv_tokens=kv, block=CPU_BLOCK)
             for side, order in orders.items()
         }  # fmt: skip
         for side in SIDES[1:]:
-            sim = simulated[side] / simulated["raw"]
+            sim = simulated[side].seconds / simulated["raw"].seconds
             cells = []
             for base in compared if side != "none" else ("raw",):
                 measured = median([r[side]["generate_s"] / r[base]["generate_s"] for r in mine])
@@ -175,11 +234,13 @@ def cpu_check(args: argparse.Namespace) -> bool:
                 compared[base].append(abs(off) <= CHECK_TOLERANCE)
                 cells.append(f"{measured:.3f} | {off:+.1%}")
             ok &= compared["raw"][-1]
+            counted = [r[side]["preemptions"] for r in mine if "preemptions" in r[side]]
             print(f"| {seqs} | {side} | {sim:.3f} | {' | '.join(cells)}"
-                  f"{' | – | –' if side == 'none' else ''} |")  # fmt: skip
+                  f"{' | – | –' if side == 'none' else ''} | {simulated[side].preemptions} / "
+                  f"{median(counted) if counted else '–'} |")  # fmt: skip
         measured_s = median([r["raw"]["generate_s"] for r in mine])
-        print(f"| {seqs} | (given, seconds) | {simulated['raw']:.1f} s simulated | "
-              f"{measured_s:.1f} s measured | | | |")  # fmt: skip
+        print(f"| {seqs} | (given, seconds) | {simulated['raw'].seconds:.1f} s simulated | "
+              f"{measured_s:.1f} s measured | | | | |")  # fmt: skip
     print(f"simulated ratios within ±{CHECK_TOLERANCE:.0%} of the measured: against the raw "
           f"call {sum(compared['raw'])} of {len(compared['raw'])}, against evalpipe's given "
           f"order {sum(compared['none'])} of {len(compared['none'])} "
@@ -213,7 +274,7 @@ def issue_check(args: argparse.Namespace) -> bool:
     print("|---|---|---|---|")
     for seqs, (given, longest) in ISSUE_28.items():
         walls = [simulate([(CPU_PROMPT_TOKENS, true[k]) for k in order], slots=seqs,
-                          step_s=step_s)
+                          step_s=step_s).seconds
                  for order in (list(range(len(true))), longest_first(true))]  # fmt: skip
         sim, measured = walls[1] / walls[0], median(longest) / median(given)
         off = sim / measured - 1
@@ -235,9 +296,11 @@ def h100_case(
     seqs: list[tuple[int, int]],
     group: int,
     predicted: list[float],
+    slots: int | None = None,
 ) -> None:
     """Given, predicted and oracle order of `seqs` (`group` sequences per request, admitted
-    together as vLLM fans out n) on the planner's H100 layout, roofline step times."""
+    together as vLLM fans out n) on the planner's H100 layout, roofline step times; `slots`:
+    max_num_seqs (default vLLM's)."""
     from evalpipe.catalog.registry import get_gpu, load_preset
     from evalpipe.estimate.throughput import roofline
     from evalpipe.planning.planner import plan
@@ -245,6 +308,7 @@ def h100_case(
     preset, gpu = load_preset(preset_name), get_gpu("h100-80gb")
     layout = plan(preset, gpu, tp=tp, max_model_len=max_model_len, read_model_config=False)
     rates = roofline(preset, gpu, layout)
+    slots = slots or rates.max_seqs
     requests = len(seqs) // group
     true = [sum(seqs[r * group + j][1] for j in range(group)) / group for r in range(requests)]
 
@@ -252,23 +316,28 @@ def h100_case(
         return [seqs[r * group + j] for r in keys for j in range(group)]
 
     walls = {
-        side: simulate(order(keys), slots=rates.max_seqs, step_s=rates.step_s,
-                       prefill_s=rates.prefill_s, kv_tokens=rates.kv_tokens)
+        side: simulate(order(keys), slots=slots, step_s=rates.step_s,
+                       prefill_s=rates.prefill_s, kv_tokens=rates.kv_tokens, block=GPU_BLOCK)
         for side, keys in (("given", list(range(requests))),
                            ("predicted", longest_first(predicted)),
                            ("oracle", longest_first(true)))
     }  # fmt: skip
     tokens = sum(n for _, n in seqs)
+    given = walls["given"].seconds
     print(f"| {name} | {preset_name} TP={layout.tensor_parallel_size} max_model_len "
-          f"{max_model_len}, ≤{rates.max_seqs} seqs, KV {rates.kv_tokens:,.0f} tokens | "
-          f"{tokens:,} | {walls['given']:.0f} s | {walls['predicted'] / walls['given']:.3f} | "
-          f"{walls['oracle'] / walls['given']:.3f} |")  # fmt: skip
+          f"{max_model_len}, ≤{slots} seqs, KV {rates.kv_tokens:,.0f} tokens | "
+          f"{tokens:,} | {given:.0f} s | {walls['predicted'].seconds / given:.3f} | "
+          f"{walls['oracle'].seconds / given:.3f} | "
+          f"{' / '.join(str(walls[s].preemptions) for s in walls)} |")  # fmt: skip
 
 
 def h100(args: argparse.Namespace) -> None:
     rng = random.Random(7)
-    print("\n| workload | H100 plan | tokens | given | predicted / given | oracle / given |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "\n| workload | H100 plan | tokens | given | predicted / given | oracle / given | "
+        "preemptions (given / predicted / oracle) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     # AIME-like: problems × n = 16 at a 32k budget; a problem's mean length log-normal
     # (median 9k), its completions around it (σ 0.35), cut at the budget. Predictions: a past
     # run of another preset, per problem, × 1.3 and noise σ 0.3.
@@ -288,6 +357,8 @@ def h100(args: argparse.Namespace) -> None:
         predicted.append(length * 1.2 * math.exp(rng.gauss(0, 0.5)))
     name = f"MMLU-Pro-like, {args.mmlu_questions:,} × n=1, 4k"
     h100_case(name, "llama3_1_8b", 1, 8192, seqs, 1, predicted)
+    for slots in (768, 512, 384):  # where fewer slots than the cache's typical fill pay
+        h100_case(name, "llama3_1_8b", 1, 8192, seqs, 1, predicted, slots)
 
 
 def main(argv: list[str] | None = None) -> int:
