@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from runner_support import ToyTask, preset
@@ -11,7 +13,7 @@ from runner_support import ToyTask, preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.base import EngineSettings, Room, SamplingSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.estimate.lengths import LengthModel, PastLengths, load_lengths
 from evalpipe.run.admission import admission_order
@@ -75,6 +77,54 @@ def test_longest_first_sorts_across_tasks_by_prediction_then_prompt_length() -> 
         RunOptions(backend="fake", admission="shortest")  # type: ignore[arg-type]
 
 
+def test_longest_first_records_whether_the_longest_samples_fit_the_kv_cache() -> None:
+    # story-1's past run recorded 80 completion and 13 prompt tokens; story-0 and story-2 have
+    # no recorded prompt, so their 36-character prompts count as 9 tokens (4 characters each).
+    runs = [
+        PastLengths(
+            run="a",
+            preset="p",
+            backend="vllm",
+            tasks={"story": {"story-0": 5, "story-1": 80, "story-2": 30}},
+            prompts={"story": {"story-1": 13}},
+        )
+    ]
+    model = LengthModel(runs, "p")
+    assert (model.prompt_tokens("story", "story-1"), model.prompt_tokens("story", "story-0")) == (
+        13,
+        None,
+    )
+    items = [Item(task=TASK, sample=s) for s in TASK.samples()[:3]]
+    # Two slots of blocks of 8: story-1 needs 13 + 80 = 93 tokens, 12 blocks (96); story-2
+    # 9 + 30 = 39, 5 blocks (40); 136 tokens in all.
+    for kv_tokens, fits in ((136, True), (135, False)):
+        _, record = admission_order(
+            items,
+            model,
+            None,
+            deterministic=False,
+            room=Room(slots=2, kv_tokens=kv_tokens, block=8),
+        )
+        assert record["cache"] == {
+            "slots": 2,
+            "kv_tokens": kv_tokens,
+            "block": 8,
+            "longest_need_tokens": 136,
+            "fits": fits,
+        }
+    # n sequences each hold the prompt and a completion; the given order checks nothing.
+    sampled = ToyTask(name="story", category="writing", size=3, sampling=SamplingSettings(n=4))
+    items = [Item(task=sampled, sample=s) for s in sampled.samples()]
+    _, record = admission_order(
+        items, model, None, deterministic=False, room=Room(slots=6, kv_tokens=10**6, block=8)
+    )
+    assert record["cache"]["longest_need_tokens"] == 4 * 96 + 2 * 40
+    _, record = admission_order(
+        items, model, "given", deterministic=False, room=Room(slots=6, kv_tokens=1)
+    )
+    assert record["cache"] is None
+
+
 def test_the_occupancy_record_splits_steps_at_half_the_slots() -> None:
     occupancy = Occupancy()
     occupancy.add(2.0, busy=8, total=8)
@@ -88,8 +138,26 @@ def test_the_occupancy_record_splits_steps_at_half_the_slots() -> None:
     assert ReplicaPool([]).slots() is None
 
 
-def _run(out: Path, admission: str | None, history: list[PastLengths]) -> FakeEngine:
-    engine = FakeEngine(preset(), EngineSettings(), script=SCRIPT, max_num_seqs=8, token_s=0.002)
+def test_replicas_room_is_their_slots_and_caches_together() -> None:
+    one, two = Room(slots=8, kv_tokens=1024, block=16), Room(slots=4, kv_tokens=512, block=16)
+    replicas = [SimpleNamespace(room=one), SimpleNamespace(room=two)]
+    assert ReplicaPool(replicas).room() == Room(slots=12, kv_tokens=1536, block=16)  # type: ignore[arg-type]
+    replicas.append(SimpleNamespace(room=None))  # an engine that cannot tell
+    assert ReplicaPool(replicas).room() is None  # type: ignore[arg-type]
+    assert ReplicaPool([]).room() is None
+
+
+def _run(
+    out: Path, admission: str | None, history: list[PastLengths], kv_tokens: int | None = None
+) -> FakeEngine:
+    engine = FakeEngine(
+        preset(),
+        EngineSettings(),
+        script=SCRIPT,
+        max_num_seqs=8,
+        token_s=0.002,
+        kv_tokens=kv_tokens,
+    )
     run_evaluation(
         lambda settings: engine,
         [TASK],
@@ -140,6 +208,31 @@ def test_longest_first_from_a_past_run_shortens_the_tail_and_changes_no_result(
     assert "Batch occupancy (generation)" in shown
     first_share = table.set_index("run_id").loc["first", "tail_share"]
     assert first_share == pytest.approx(summary.throughput.tail_share, abs=1e-3)
+
+
+def test_a_run_warns_when_its_longest_samples_outgrow_the_kv_cache(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _run(tmp_path / "results" / "first", "given", [])
+    history = load_lengths([tmp_path / "results"])
+    prompt = next(i for i in TASK.samples() if i.id == "story-23").prompt
+    assert history[0].prompts["story"]["story-23"] == len(prompt.split())  # the fake's tokens
+    for kv_tokens, fits in ((100, False), (10**6, True)):
+        caplog.clear()
+        out = tmp_path / f"kv{kv_tokens}"
+        with caplog.at_level(logging.WARNING, logger="evalpipe.run.runner"):
+            _run(out, None, history, kv_tokens=kv_tokens)
+        cache = json.loads((out / "manifest.json").read_text())["admission"]["cache"]
+        # The three long answers (60 words) and five short ones (4) fill the 8 slots.
+        assert (cache["slots"], cache["kv_tokens"], cache["fits"]) == (8, kv_tokens, fits)
+        assert cache["longest_need_tokens"] == 3 * (60 + 9) + 5 * (4 + 9)
+        warned = "Longest-first admission: the 8 longest predicted sequences need about 272"
+        assert (warned in caplog.text) is not fits
+    # An engine that cannot tell its cache (the default): nothing to check.
+    _run(tmp_path / "unknown", None, history)
+    manifest = json.loads((tmp_path / "unknown" / "manifest.json").read_text())
+    assert manifest["admission"]["policy"] == "longest-first"
+    assert manifest["admission"]["cache"] is None
 
 
 def test_the_command_line_predicts_from_past_runs_in_the_results_folder(

@@ -57,3 +57,42 @@ def test_the_step_time_sees_the_batch_and_its_mean_context() -> None:
 
     simulate([(10, 2), (20, 2)], slots=2, step_s=step_s, kv_tokens=math.inf)
     assert seen == [(2, 16.0), (2, 17.0)]  # the prompts and the tokens made so far, mean
+
+
+@pytest.mark.parametrize(
+    ("slots", "gib", "preempted"),
+    [(64, 1, False), (256, 1, True), (256, 4, False)],
+)
+def test_the_runners_cache_check_flags_the_bench_runs_that_preempted(
+    slots: int, gib: int, preempted: bool
+) -> None:
+    """On SmolLM2, bench/admission.py's workload in longest-first order from the predicted
+    lengths was preempted 35 times at 256 slots with a 1 GiB cache, and never at 64 slots with
+    1 GiB or at 256 with 4 GiB (BENCHMARKS.md §14): the check each longest-first run records
+    says as much, from the same predictions."""
+    from admission import past_lengths, workload
+
+    from evalpipe.engine.base import Room
+    from evalpipe.estimate.lengths import PastLengths
+    from evalpipe.run.admission import admission_order, length_model
+    from evalpipe.run.stream import Item
+
+    tasks, lengths = workload(1024, 512)
+    recorded = past_lengths(lengths, 512)
+    past = PastLengths(
+        run="past",
+        preset="tiny_random",
+        backend="vllm",
+        tasks={t.name: {s.id: recorded[s.prompt] for s in t.samples()} for t in tasks},
+        prompts={t.name: {s.id: 40 for s in t.samples()} for t in tasks},  # chat-templated
+    )
+    items = [Item(task=t, sample=s) for t in tasks for s in t.samples()]
+    kv_tokens = (gib << 30) // 23_040 // 128 * 128  # SmolLM2's bf16 bytes per token, in blocks
+    _, record = admission_order(
+        items,
+        length_model([past], "smollm2_135m", "vllm"),
+        "longest-first",
+        deterministic=False,
+        room=Room(slots=slots, kv_tokens=kv_tokens, block=128),
+    )
+    assert record["cache"]["fits"] is not preempted

@@ -201,6 +201,13 @@ def test_describe_reports_model_settings_versions_and_cpu_defaults(
     assert info["engine_kwargs"]["enforce_eager"] is True
     assert info["resolved"]["max_model_len"] == 1024
     assert info["resolved"]["kv_cache_tokens"] >= 32 * 1024
+    # What admission checks its longest samples against: vLLM's slots and cache, whole blocks.
+    room = tiny_engine.room()
+    config = tiny_engine._llm.llm_engine.vllm_config
+    assert room.block == config.cache_config.block_size
+    assert room.slots == info["resolved"]["max_num_seqs"] == config.scheduler_config.max_num_seqs
+    assert room.kv_tokens == info["resolved"]["kv_cache_tokens"]
+    assert room.kv_tokens % room.block == 0
     assert info["fallback_steps"] == [] and info["builds"] == 1
 
 

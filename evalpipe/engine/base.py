@@ -174,6 +174,23 @@ class Slots:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Room:
+    """What the engine can hold at once: its sequence slots (vLLM's max_num_seqs) and its KV
+    cache in tokens, allocated in blocks of `block` tokens. Replicas add up."""
+
+    slots: int
+    kv_tokens: int
+    block: int = 1
+
+    def __add__(self, other: Room) -> Room:
+        return Room(
+            slots=self.slots + other.slots,
+            kv_tokens=self.kv_tokens + other.kv_tokens,
+            block=max(self.block, other.block),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Completion:
     """A finished request: its generation, or one log-likelihood per continuation in order."""
 
@@ -228,6 +245,11 @@ class Engine(ABC):
     def slots(self) -> Slots | None:
         """The sequence slots busy during the last `step`; None where the engine cannot tell
         (a remote server, replicas in other processes)."""
+        return None
+
+    def room(self) -> Room | None:
+        """The slots and KV cache the loaded engine has; None where it cannot tell (a remote
+        server)."""
         return None
 
     # -- whole batches, for callers that want every answer at once -------------------------

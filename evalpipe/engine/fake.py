@@ -24,6 +24,7 @@ from evalpipe.engine.base import (
     Loglikelihood,
     Prompt,
     Request,
+    Room,
     SamplingSettings,
     SeenSampling,
     Slots,
@@ -78,7 +79,9 @@ class FakeEngine(Engine):
     every prompt text answered, in the order requests finished, so tests can check what a
     resumed run asked for; `sampling` holds the distinct settings it generated with. With
     `hang_after`, once that many requests were answered `step` blocks (sleeping in `sleep`)
-    until the engine is closed, then fails.
+    until the engine is closed, then fails. `kv_tokens` is the KV cache `room` reports (what
+    admission checks the longest samples against; the fake engine holds no cache and preempts
+    nothing).
     """
 
     backend = "fake"
@@ -95,6 +98,7 @@ class FakeEngine(Engine):
         sleep: Callable[[float], None] = time.sleep,
         hang_after: int | None = None,
         token_s: float | None = None,
+        kv_tokens: int | None = None,
     ) -> None:
         self.preset = preset
         self.settings = settings
@@ -103,6 +107,7 @@ class FakeEngine(Engine):
         self.hang_after = _env_hang_after() if hang_after is None else hang_after
         self.max_num_seqs = max_num_seqs
         self.token_s = token_s
+        self.kv_tokens = kv_tokens
         self.served: list[str] = []
         self.sampling = SeenSampling()
         self.closed = False
@@ -171,6 +176,13 @@ class FakeEngine(Engine):
 
     def slots(self) -> Slots:
         return Slots(busy=self._busy, total=self.max_num_seqs)
+
+    def room(self) -> Room | None:
+        """The slots, and the KV cache a test says it has (it holds no cache: nothing is
+        preempted)."""
+        if self.kv_tokens is None:
+            return None
+        return Room(slots=self.max_num_seqs, kv_tokens=self.kv_tokens)
 
     def in_flight(self) -> int:
         return len(self._waiting) + len(self._running)

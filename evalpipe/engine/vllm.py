@@ -33,6 +33,7 @@ from evalpipe.engine.base import (
     Loglikelihood,
     Prompt,
     Request,
+    Room,
     SamplingSettings,
     SeenSampling,
     Slots,
@@ -410,6 +411,15 @@ class VllmEngine(Engine):
         config = self._llm.llm_engine.vllm_config
         return Slots(busy=self._busy, total=int(config.scheduler_config.max_num_seqs))
 
+    def room(self) -> Room:
+        config = self._open_llm().llm_engine.vllm_config
+        cache = config.cache_config
+        return Room(
+            slots=int(config.scheduler_config.max_num_seqs),
+            kv_tokens=int(cache.num_gpu_blocks or 0) * int(cache.block_size),
+            block=int(cache.block_size),
+        )
+
     def in_flight(self) -> int:
         return len(self._pending)
 
@@ -561,12 +571,12 @@ class VllmEngine(Engine):
         resolved: dict[str, Any] = {}
         if self._llm is not None:
             config = self._llm.llm_engine.vllm_config
-            cache = config.cache_config
+            room = self.room()
             resolved = {
                 "max_model_len": config.model_config.max_model_len,
-                "max_num_seqs": config.scheduler_config.max_num_seqs,
-                "kv_cache_dtype": cache.cache_dtype,
-                "kv_cache_tokens": (cache.num_gpu_blocks or 0) * cache.block_size,
+                "max_num_seqs": room.slots,
+                "kv_cache_dtype": config.cache_config.cache_dtype,
+                "kv_cache_tokens": room.kv_tokens,
             }
         return {
             "backend": "vllm",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -27,12 +27,14 @@ BASES: tuple[Basis, ...] = ("sample", "task", "max_tokens")
 
 @dataclass(frozen=True, kw_only=True)
 class PastLengths:
-    """One past run (or shard): per task, per sample id, its completions' mean length in tokens."""
+    """One past run (or shard): per task, per sample id, its completions' mean length in tokens
+    (`tasks`) and its prompt's length in tokens (`prompts`, where recorded)."""
 
     run: str  # the run directory
     preset: str
     backend: str
     tasks: dict[str, dict[str, float]]
+    prompts: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +64,12 @@ class LengthModel:
             task: _mean(v for (_, t), vs in pooled.items() if t == task for v in vs)
             for _, task in pooled
         }
+        self._prompts = {
+            (task, sample_id): tokens
+            for run in past
+            for task, samples in run.prompts.items()
+            for sample_id, tokens in samples.items()
+        }
         self._by_sample: dict[tuple[str, str], list[float]] = {}
         for run in past:
             for task, samples in run.tasks.items():
@@ -84,6 +92,10 @@ class LengthModel:
             return Predicted(tokens=mean, basis="task")
         return Predicted(tokens=float(max_tokens), basis="max_tokens")
 
+    def prompt_tokens(self, task: str, sample_id: str) -> int | None:
+        """The sample's prompt length in tokens as a past run recorded it; None if none did."""
+        return self._prompts.get((task, sample_id))
+
 
 def _run_lengths(part: RunDir) -> PastLengths | None:
     try:
@@ -94,11 +106,13 @@ def _run_lengths(part: RunDir) -> PastLengths | None:
     except RunDirError:  # damaged or unreadable: a past run that cannot inform a prediction
         return None
     tasks: dict[str, dict[str, float]] = {}
+    prompts: dict[str, dict[str, int]] = {}
     for record in records:
         if record.option_logprobs or not record.completion_tokens:  # ranked, nothing generated
             continue
         counts = record.completion_tokens
         tasks.setdefault(record.task, {})[record.sample_id] = sum(counts) / len(counts)
+        prompts.setdefault(record.task, {})[record.sample_id] = record.prompt_tokens
     if not tasks:
         return None
     return PastLengths(
@@ -106,6 +120,7 @@ def _run_lengths(part: RunDir) -> PastLengths | None:
         preset=manifest.preset_name,
         backend=manifest.config.backend,
         tasks=tasks,
+        prompts=prompts,
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Completion, Engine, EngineSettings, Request
+from evalpipe.engine.base import Completion, Engine, EngineSettings, Request, Room
 
 # Seconds a pool waits for a replica's answer before it looks at the stop flag again.
 POLL_SECONDS = 0.5
@@ -67,7 +67,7 @@ def _serve(
     os.environ.update(env)
     try:
         engine = open_engine(backend, preset, settings)
-        conn.send(("ready", engine.describe(), engine.capacity))
+        conn.send(("ready", engine.describe(), engine.capacity, engine.room()))
         while True:
             messages = []
             if engine.in_flight():
@@ -102,6 +102,7 @@ class _Replica:
         self.process = process
         self.conn = conn
         self.capacity = 1
+        self.room: Room | None = None
         self.describe: dict[str, Any] = {}
         self.fallback_steps: list[str] = []
         self.in_flight: set[str] = set()
@@ -168,7 +169,7 @@ class ReplicaPool(Engine):
                 kind, *payload = replica.receive()
                 if kind != "ready":
                     raise EngineError(f"{replica.name} failed to load the model: {payload[0]}")
-                replica.describe, replica.capacity = payload
+                replica.describe, replica.capacity, replica.room = payload
         except BaseException:
             pool.close()
             raise
@@ -218,6 +219,13 @@ class ReplicaPool(Engine):
                     replica.send(("abort", None))
             replica.in_flight.clear()
         return ids
+
+    def room(self) -> Room | None:
+        """The replicas' slots and caches together (they take from one admission queue)."""
+        rooms = [r.room for r in self._replicas]
+        if not rooms or any(room is None for room in rooms):
+            return None
+        return sum(rooms[1:], start=rooms[0])  # type: ignore[arg-type]
 
     def describe(self) -> dict[str, Any]:
         return {

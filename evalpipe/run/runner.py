@@ -467,7 +467,9 @@ def _evaluate(
                 length_model(past, preset.name, options.backend),
                 options.admission,
                 deterministic=options.deterministic,
+                room=engine.room(),
             )
+            _warn_cache(run.manifest.admission)
             bar = progress(len(planned_keys), len(done))
             hooks = _RunHooks(run, engine, sampler, stop, bar, guard, len(done))
             with (
@@ -592,6 +594,22 @@ class _RunHooks(Hooks):
             self._run.note_engine(self._engine)
             self._run.save()
             self._saved = time.monotonic()
+
+
+def _warn_cache(admission: dict[str, Any]) -> None:
+    """Longest first whose first samples outgrow the KV cache: vLLM will preempt some."""
+    cache = admission.get("cache")
+    if cache is None or cache["fits"]:
+        return
+    log.warning(
+        "Longest-first admission: the %d longest predicted sequences need about %s KV cache "
+        "tokens at their full lengths and the cache holds %s, so vLLM will preempt and "
+        "recompute some of them. A larger cache, a lower max_num_seqs or --admission given "
+        "avoids it (docs/runner.md, Admission order).",
+        cache["slots"],
+        f"{cache['longest_need_tokens']:,}",
+        f"{cache['kv_tokens']:,}",
+    )
 
 
 def _stopping(stop: StopFlag | None) -> bool:
