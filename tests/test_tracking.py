@@ -292,11 +292,10 @@ def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(
     assert any(
         k.startswith("device/") and k.endswith("/util_pct") for h in history(offline) for k in h
     )
-    summary: dict = {}
-    for r in records:
-        if r.WhichOneof("record_type") == "summary":
-            summary |= _items(r.summary.update)
     expected = tracked_metrics(read_summary(RunDir(out)))
+    # W&B's service process can write the run's last records after finish() returned (seen
+    # under load): wait for them.
+    summary = wait_for(lambda: (s := wandb_summary(offline)).keys() >= expected.keys() and s)
     assert {k: summary[k] for k in expected} == pytest.approx(expected)
     config = {
         i.key: json.loads(i.value_json)
@@ -357,6 +356,14 @@ def _items(items) -> dict:
     return {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in items}
 
 
+def wandb_summary(offline: Path) -> dict:
+    summary: dict = {}
+    for r in wandb_records(offline):
+        if r.WhichOneof("record_type") == "summary":
+            summary |= _items(r.summary.update)
+    return summary
+
+
 def wandb_records(offline: Path) -> list:
     """The records of W&B's offline log (run-<id>.wandb): a LevelDB-style log of 32 KiB blocks,
     each record a 7-byte header (CRC, length, type: full/first/middle/last) and a chunk of a
@@ -381,6 +388,8 @@ def wandb_records(offline: Path) -> list:
         if kind == 0:
             pos += left
             continue
+        if pos + header + length > len(data):
+            break  # the writer is still on this record
         chunk += data[pos + header : pos + header + length]
         pos += header + length
         if kind in (1, 4):  # full, last
