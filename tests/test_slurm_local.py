@@ -463,20 +463,25 @@ def test_a_node_set_down_requeues_the_job_which_resumes(
     finally:
         _return_to_service(node)
     # Release the requeued job (held for BeginTime). Its relaunch on a node just returned can
-    # fail ("launch failed requeued held"); release it again then.
-    for _ in range(4):
-        time.sleep(3)  # see preempt(): a relaunch in the same second is refused
-        for argv in (["update", f"JobId={job.job_id}", "StartTime=now"], ["release", job.job_id]):
-            subprocess.run(["scontrol", *argv], capture_output=True, check=False)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            (task,) = local_slurm.states(job.job_id)
-            if task.state != "PENDING" or "held" in task.reason.lower():
+    # fail and leave it held again: "launch failed requeued held", or slurmd's "Duplicate
+    # jobid" while the first launch is still ending there, which also drains that node. So it
+    # is released again until it ends, and the node is returned to service for the tests after.
+    deadline = time.monotonic() + 240
+    try:
+        while True:
+            time.sleep(3)  # see preempt(): a relaunch in the same second is refused
+            release = ["update", f"JobId={job.job_id}", "StartTime=now"], ["release", job.job_id]
+            for argv in release:
+                subprocess.run(["scontrol", *argv], capture_output=True, check=False)
+            try:
+                status = job.wait(poll_s=1, timeout_s=30)
                 break
-            time.sleep(0.5)
-        if task.state != "PENDING":
-            break
-    status = job.wait(poll_s=1, timeout_s=240)
+            except SlurmError:  # not ended yet: held again, or still running
+                if time.monotonic() > deadline:
+                    raise
+                _return_to_service(node)  # a node drained by a failed relaunch
+    finally:
+        _return_to_service(node)
     assert status.ok, status
 
     manifest = json.loads((job.run_dir / "manifest.json").read_text())
