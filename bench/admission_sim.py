@@ -200,9 +200,9 @@ def cpu_check(args: argparse.Namespace) -> bool:
     past_run = work / "past" / f"{args.past_preset}-{args.prompts}-{args.max_tokens}"
     orders, true = cpu_orders(args, past_run)
     from evalpipe.catalog.registry import load_preset
+    from evalpipe.planning.memory import kv_bytes_per_token
 
-    arch = load_preset(args.preset).architecture
-    kv = (args.kv_gib << 30) / (2 * arch.layers * arch.kv_heads * arch.head_dim * 2)
+    kv = (args.kv_gib << 30) / kv_bytes_per_token(load_preset(args.preset).architecture, 2)
     ok = True
     # The simulator models the order alone; the runner's given order ("none") differs from the
     # raw call in more than the order (how requests reach vLLM), so both comparisons are shown.

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from admission_sim import simulate
+from admission_sim import CPU_BLOCK, simulate
 
 
 def one_second(batch: int, context: float) -> float:
@@ -72,8 +72,10 @@ def test_the_runners_cache_check_flags_the_bench_runs_that_preempted(
     says as much, from the same predictions."""
     from admission import past_lengths, workload
 
+    from evalpipe.catalog.registry import load_preset
     from evalpipe.engine.base import Room
     from evalpipe.estimate.lengths import PastLengths
+    from evalpipe.planning.memory import kv_bytes_per_token
     from evalpipe.run.admission import admission_order, length_model
     from evalpipe.run.stream import Item
 
@@ -87,12 +89,13 @@ def test_the_runners_cache_check_flags_the_bench_runs_that_preempted(
         prompts={t.name: {s.id: 40 for s in t.samples()} for t in tasks},  # chat-templated
     )
     items = [Item(task=t, sample=s) for t in tasks for s in t.samples()]
-    kv_tokens = (gib << 30) // 23_040 // 128 * 128  # SmolLM2's bf16 bytes per token, in blocks
+    per_token = kv_bytes_per_token(load_preset("smollm2_135m").architecture, 2)  # bf16
+    kv_tokens = (gib << 30) // per_token // CPU_BLOCK * CPU_BLOCK  # whole blocks
     _, record = admission_order(
         items,
         length_model([past], "smollm2_135m", "vllm"),
         "longest-first",
         deterministic=False,
-        room=Room(slots=slots, kv_tokens=kv_tokens, block=128),
+        room=Room(slots=slots, kv_tokens=kv_tokens, block=CPU_BLOCK),
     )
     assert record["cache"]["fits"] is not preempted

@@ -408,8 +408,7 @@ class VllmEngine(Engine):
     def slots(self) -> Slots | None:
         if self._llm is None or self._scheduler() is None:
             return None
-        config = self._llm.llm_engine.vllm_config
-        return Slots(busy=self._busy, total=int(config.scheduler_config.max_num_seqs))
+        return Slots(busy=self._busy, total=self.room().slots)
 
     def room(self) -> Room:
         config = self._open_llm().llm_engine.vllm_config

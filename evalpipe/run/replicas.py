@@ -222,10 +222,10 @@ class ReplicaPool(Engine):
 
     def room(self) -> Room | None:
         """The replicas' slots and caches together (they take from one admission queue)."""
-        rooms = [r.room for r in self._replicas]
-        if not rooms or any(room is None for room in rooms):
-            return None
-        return sum(rooms[1:], start=rooms[0])  # type: ignore[arg-type]
+        rooms = [r.room for r in self._replicas if r.room is not None]
+        if not rooms or len(rooms) < len(self._replicas):
+            return None  # none, or one that cannot tell
+        return sum(rooms[1:], start=rooms[0])
 
     def describe(self) -> dict[str, Any]:
         return {
