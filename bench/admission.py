@@ -11,14 +11,18 @@ the same tokens). The lengths are predicted from a past run of a DIFFERENT prese
 (`--past-preset`, run once for real into the work folder) whose recorded lengths are this
 workload's × 1.5 × log-normal noise (σ 0.35): a more verbose model that disagrees per sample.
 
-In one process per repetition and `max_num_seqs`, the same loaded engine runs, in a rotating
-order: raw, one `LLM.chat` over all prompts in the given order; evalpipe's runner with the past
-run (predicted, longest first); with the true lengths as the past (oracle); with no past run
-(no prediction: the given order). Ratios are each evalpipe generation phase over raw, per
-repetition, then the median. With the largest `max_num_seqs` the same process also runs
-`--uniform` short prompts (32 forced tokens each) raw, through evalpipe in the given order and
-longest first. Each repetition's figures are appended to `--work`/results.jsonl; a rerun adds
-repetitions until `--reps` are there (so the bench runs in chunks) and prints the table of all.
+Four sides per repetition and `max_num_seqs`: raw, one `LLM.chat` over all prompts in the given
+order; evalpipe's runner with the past run (predicted, longest first); with the true lengths as
+the past (oracle); with no past run (no prediction: the given order). Each side runs in a
+process of its own with its own engine (so `--kv-gib` is held four times), and the four take
+turns one engine step at a time (bench/lockstep.py): a slow spell of a shared machine falls on
+all of them alike, and each side's seconds are its own, its waits for turns left out. Ratios
+are each evalpipe generation phase over raw, per repetition, then the median. With the largest
+`max_num_seqs` the raw, none and predicted processes then run `--uniform` short prompts (32
+forced tokens each) raw, through evalpipe in the given order and longest first, also in turns,
+and the raw process times decode steps at a few batch sizes for the simulator. Each
+repetition's figures are appended to `--work`/results.jsonl; a rerun adds repetitions until
+`--reps` are there (so the bench runs in chunks) and prints the table of all.
 """
 
 from __future__ import annotations
@@ -31,7 +35,6 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,7 @@ from benchlib import (
     parse_args,
     verdict,
 )
+from lockstep import Turns, run_sides
 from stream import KeepOpen, LengthTask
 
 TARGETS = {64: 0.90, 256: 0.97}  # evalpipe predicted / raw, per max_num_seqs
@@ -54,6 +58,9 @@ UNIFORM_TOKENS = 32
 PROBE_TOKENS = 64
 UNIFORM_NOISE = 0.03  # "within noise": longest first / given on uniform work
 SIDES = ("raw", "predicted", "oracle", "none")
+# The uniform case's sides, run by the process of the main side named.
+UNIFORM_SIDES = {"raw": "uniform_raw", "none": "uniform_given", "predicted": "uniform_longest"}
+METHOD = "lockstep"  # results.jsonl rows measured this way (older rows: one engine, in turn)
 TASKS = 4
 DEFAULT_KV_GIB = int(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"])  # the bench environment's CPU KV cache
 QUICK = {
@@ -195,72 +202,87 @@ def _preemption_counter(engine: Any) -> Callable[[], int]:
 
 
 def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> dict[str, Any]:
-    from vllm import SamplingParams
-
-    from evalpipe.estimate.lengths import PastLengths, load_lengths
-
+    """One repetition: the four sides in lockstep, each in its own process and engine."""
     past_run = Path(args.past)
     if not (past_run / "summary.json").exists():
         _past_run(args, past_run)
+    spec = {"args": vars(args), "seqs": seqs, "uniform": uniform}
+    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD, "order": list(SIDES)}
+    for result in run_sides(_side, {side: spec for side in SIDES}).values():
+        figures |= result
+    policies = {side: figures[side].get("policy") for side in SIDES}
+    expected = {"raw": None, "predicted": "longest-first", "oracle": "longest-first",
+                "none": "given"}  # fmt: skip
+    if policies != expected:
+        raise RuntimeError(f"admission policies {policies}, expected {expected}")
+    return figures
+
+
+def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
+    """Side `name` of a repetition, in a process of its own (bench/lockstep.py): its own engine,
+    its steps taking turns with the other sides'; every time it reports is its own."""
+    from vllm import SamplingParams
+
+    from evalpipe.estimate.lengths import PastLengths, load_lengths
+    from evalpipe.run import stream as loop
+
+    args, seqs = argparse.Namespace(**spec["args"]), int(spec["seqs"])
     tasks, lengths = workload(args.prompts, args.max_tokens)
     preset, engine = _open(args.preset, seqs)
     llm = engine._llm
     preemptions = _preemption_counter(engine)
     prompts = [p for t in tasks for p in t.prompts]  # the given order: task by task
+    clock = turns.clock()
+    # The streaming loop's step times (generation phase, occupancy) count this side's own time.
+    loop.time = clock
 
     def raw(prompts: list[str], forced: dict[str, int]) -> float:
         params = [SamplingParams(max_tokens=forced[p], ignore_eos=True, temperature=0.0)
                   for p in prompts]  # fmt: skip
-        t0 = time.perf_counter()
+        t0 = clock.perf_counter()
         llm.chat([[{"role": "user", "content": p}] for p in prompts], params, use_tqdm=False)
-        return time.perf_counter() - t0
+        return clock.perf_counter() - t0
 
-    raw(prompts[:8], lengths)  # warm-up, every side after it
+    raw(prompts[:8], lengths)  # warm-up, before the turns begin
+    turns.attach(llm.llm_engine)
+    turns.take()  # from here on this side runs only in its turns
     oracle = PastLengths(
         run="oracle",
         preset=preset.name,
         backend="vllm",
         tasks={t.name: {s.id: lengths[s.prompt] for s in t.samples()} for t in tasks},
     )
-    past = load_lengths([past_run])
     sides = {
         "raw": lambda: {"generate_s": raw(prompts, lengths)},
-        "predicted": lambda: _evalpipe(engine, preset, tasks, lengths, past=past),
+        "predicted": lambda: _evalpipe(
+            engine, preset, tasks, lengths, past=load_lengths([Path(args.past)])
+        ),
         "oracle": lambda: _evalpipe(engine, preset, tasks, lengths, past=[oracle]),
         "none": lambda: _evalpipe(engine, preset, tasks, lengths),
     }
-    order = list(SIDES[rep % len(SIDES) :] + SIDES[: rep % len(SIDES)])
-    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "order": order}
-    for side in order:
-        before = preemptions()
-        figures[side] = sides[side]()
-        figures[side]["preemptions"] = preemptions() - before
-    policies = {side: figures[side].get("policy") for side in SIDES}
-    expected = {"raw": None, "predicted": "longest-first", "oracle": "longest-first",
-                "none": "given"}  # fmt: skip
-    if policies != expected:
-        raise RuntimeError(f"admission policies {policies}, expected {expected}")
-    # Seconds per decode step at a few batch sizes, for the simulator's CPU step model
-    # (bench/admission_sim.py): two forced lengths, so the prefill cancels out.
-    figures["step_s"] = {}
-    probe = min(PROBE_TOKENS, 2 * args.max_tokens)  # the quick mode's few tokens
-    for batch in sorted({1, 16, seqs}):
-        few = {p: probe for p in prompts[:batch]}
-        long = raw(prompts[:batch], few)
-        short = raw(prompts[:batch], {p: probe // 4 for p in few})
-        figures["step_s"][str(batch)] = (long - short) / (probe - probe // 4)
-    if uniform:
+    before = preemptions()
+    figures: dict[str, Any] = {name: sides[name]()}
+    figures[name]["preemptions"] = preemptions() - before
+    if spec["uniform"] and name in UNIFORM_SIDES:
         short, flat, equal = uniform_work(args.uniform, preset.name)
         cases = {
-            "uniform_raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
-            "uniform_given": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
-            "uniform_longest": lambda: _evalpipe(
+            "raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
+            "none": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
+            "predicted": lambda: _evalpipe(
                 engine, preset, short, flat, admission="longest-first", past=[equal]
             ),
         }
-        names = list(cases)
-        for name in names[rep % 3 :] + names[: rep % 3]:
-            figures[name] = cases[name]()
+        figures[UNIFORM_SIDES[name]] = cases[name]()
+    if name == "raw":
+        # Seconds per decode step at a few batch sizes, for the simulator's CPU step model
+        # (bench/admission_sim.py): two forced lengths, so the prefill cancels out.
+        figures["step_s"] = {}
+        probe = min(PROBE_TOKENS, 2 * args.max_tokens)  # the quick mode's few tokens
+        for batch in sorted({1, 16, seqs}):
+            few = {p: probe for p in prompts[:batch]}
+            long = raw(prompts[:batch], few)
+            short_s = raw(prompts[:batch], {p: probe // 4 for p in few})
+            figures["step_s"][str(batch)] = (long - short_s) / (probe - probe // 4)
     return figures
 
 
@@ -360,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = (
         [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     )
-    rows = [r for r in rows if r.get("prompts") == args.prompts and kv_gib(r) == args.kv_gib]
+    rows = [r for r in rows if r.get("prompts") == args.prompts and kv_gib(r) == args.kv_gib
+            and r.get("method") == METHOD]  # fmt: skip
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     seqs = [int(s) for s in args.seqs.split(",")]
     for n in seqs:

@@ -1,0 +1,145 @@
+"""Sides that take turns one engine step at a time, so a slow spell of the machine falls on
+every side alike.
+
+On a shared VM the same side of a comparison varies by a third between repetitions a few
+minutes apart, more than a reordering gains. Here each side runs in a process of its own with
+its own engine, and the processes take turns: a side runs until its next engine step ends and
+the side's following work is done, then waits for its next turn while the others run one step
+each. Only one side runs at any moment, so no side slows another; each side's time is its wall
+less the time it waited for turns. The sides then meet the machine's slow and fast spells in the
+same proportion, seconds apart, instead of minutes.
+
+    results = run_sides(side_function, {"raw": spec_a, "evalpipe": spec_b})
+
+`side_function(name, spec, turns)` runs in a fresh (spawned) process: it builds its engine,
+calls `turns.attach(llm_engine)` (every `llm_engine.step()` of that engine then waits for its
+turn), and returns a JSON-able result; `turns.clock()` measures the side's own time (its wall
+less its waits). The processes hold an engine each, so their memory adds up.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+READY, GO, RESULT, FAILED = "ready", "go", "result", "failed"
+# After its work, a process's idle OpenMP threads spin for a while before they sleep (libgomp's
+# default: about 10 ms here, with torch's 2 threads): the next side starts once they have
+# stopped, so no side computes beside another's spinning threads.
+GRACE_S = 0.03
+
+
+class Turns:
+    """A side's end of the turn-taking: wait for a turn before each engine step."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._waited = 0.0
+
+    def take(self) -> None:
+        """Wait until it is this side's turn."""
+        t0 = time.perf_counter()
+        self._conn.send((READY, None))
+        if self._conn.recv() != GO:
+            raise RuntimeError("lockstep: the coordinator sent something other than a turn")
+        self._waited += time.perf_counter() - t0
+
+    def waited(self) -> float:
+        return self._waited
+
+    def clock(self) -> SideClock:
+        """A clock that stands still while this side waits for its turn."""
+        return SideClock(self)
+
+    def attach(self, llm_engine: Any) -> None:
+        """Every `llm_engine.step()` waits for a turn first (the raw `LLM.chat` loop and
+        evalpipe's engine both step through it)."""
+        step = llm_engine.step
+
+        def stepped(*args: Any, **kwargs: Any) -> Any:
+            self.take()
+            return step(*args, **kwargs)
+
+        llm_engine.step = stepped
+
+
+class SideClock:
+    """`time`'s clocks less the time a side waited for turns: put in place of a module's `time`
+    (evalpipe's streaming loop times its engine steps with it), every duration it measures is
+    the side's own, as in a run alone."""
+
+    sleep = staticmethod(time.sleep)
+
+    def __init__(self, turns: Turns) -> None:
+        self._turns = turns
+
+    def monotonic(self) -> float:
+        return time.monotonic() - self._turns.waited()
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() - self._turns.waited()
+
+
+def _side(
+    function: Callable[[str, Any, Turns], Any], name: str, spec: Any, conn: Connection
+) -> None:
+    turns = Turns(conn)
+    try:
+        result = function(name, spec, turns)
+    except BaseException:
+        conn.send((FAILED, traceback.format_exc()))
+        raise
+    conn.send((RESULT, result))
+
+
+def run_sides(
+    function: Callable[[str, Any, Turns], Any], specs: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Run `function(name, spec, turns)` for every side in a spawned process of its own, the
+    sides taking turns (round robin, one at a time); each side's result by name."""
+    context = multiprocessing.get_context("spawn")  # no vLLM state is inherited
+    conns: dict[str, Connection] = {}
+    processes = []
+    for name, spec in specs.items():
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_side, args=(function, name, spec, theirs), daemon=True)
+        process.start()
+        theirs.close()
+        conns[name] = ours
+        processes.append(process)
+    results: dict[str, Any] = {}
+    try:
+        # Each side's next message: a request for a turn, or its result.
+        waiting = {name: _receive(name, conn) for name, conn in conns.items()}
+        while waiting:
+            for name in list(waiting):
+                kind, payload = waiting[name]
+                if kind == RESULT:
+                    results[name] = payload
+                    del waiting[name]
+                    continue
+                conns[name].send(GO)
+                waiting[name] = _receive(name, conns[name])  # after its step and what follows
+                time.sleep(GRACE_S)
+    except BaseException:
+        for process in processes:  # the others wait for turns that will not come
+            process.kill()
+        raise
+    finally:
+        for process in processes:
+            process.join(timeout=60)
+    return results
+
+
+def _receive(name: str, conn: Connection) -> tuple[str, Any]:
+    try:
+        kind, payload = conn.recv()
+    except EOFError:
+        raise RuntimeError(f"lockstep: side {name!r} ended without a result") from None
+    if kind == FAILED:
+        raise RuntimeError(f"lockstep: side {name!r} failed:\n{payload}")
+    return kind, payload

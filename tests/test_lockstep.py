@@ -1,0 +1,64 @@
+"""bench/lockstep.py: sides in processes of their own take turns one engine step at a time, never
+two at once, and each side's clock counts only its own time."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from lockstep import Turns, run_sides
+
+STEP_S = 0.1
+
+
+class SleepingEngine:
+    """An engine whose every step sleeps STEP_S: the time a side would spend computing."""
+
+    def step(self) -> float:
+        t0 = time.time()
+        time.sleep(STEP_S)
+        return t0
+
+
+def stepping_side(name: str, steps: int, turns: Turns) -> dict[str, Any]:
+    engine = SleepingEngine()
+    turns.attach(engine)
+    clock = turns.clock()
+    turns.take()
+    t0 = clock.monotonic()
+    spans = []
+    for _ in range(steps):
+        start = engine.step()
+        spans.append((start, time.time()))
+    return {"own_s": clock.monotonic() - t0, "spans": spans}
+
+
+def failing_side(name: str, steps: int, turns: Turns) -> dict[str, Any]:
+    if name == "bad":
+        turns.take()
+        raise ValueError(f"side {name} broke")
+    return stepping_side(name, steps, turns)
+
+
+def test_sides_step_one_at_a_time_and_count_only_their_own_time() -> None:
+    results = run_sides(stepping_side, {"a": 6, "b": 6, "c": 3})
+    spans = sorted(span for r in results.values() for span in r["spans"])
+    assert len(spans) == 15
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end  # no two sides' steps overlap
+    # a and b alternate: each waited for the others' steps, yet its own time is its 6 steps.
+    for name, steps in {"a": 6, "b": 6, "c": 3}.items():
+        assert steps * STEP_S <= results[name]["own_s"] < steps * STEP_S + 0.4
+    order = [name for span in spans for name, r in results.items() if span in r["spans"]]
+    assert order[:6] == ["a", "b", "c"] * 2  # round robin while all three step
+
+
+def test_a_failing_side_names_itself_and_its_error() -> None:
+    with pytest.raises(RuntimeError, match=r"side 'bad' failed:[\s\S]*side bad broke"):
+        run_sides(failing_side, {"good": 50, "bad": 1})
