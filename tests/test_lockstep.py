@@ -54,7 +54,7 @@ def test_sides_step_one_at_a_time_and_count_only_their_own_time() -> None:
         assert start >= end  # no two sides' steps overlap
     # a and b alternate: each waited for the others' steps, yet its own time is its 6 steps.
     for name, steps in {"a": 6, "b": 6, "c": 3}.items():
-        assert steps * STEP_S <= results[name]["own_s"] < steps * STEP_S + 0.4
+        assert steps * STEP_S <= results[name]["own_s"] < steps * STEP_S + 0.8
     order = [name for span in spans for name, r in results.items() if span in r["spans"]]
     assert order[:6] == ["a", "b", "c"] * 2  # round robin while all three step
 
