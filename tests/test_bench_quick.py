@@ -22,8 +22,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
-# Not benchmarks: the shared library, and the reference sides the scripts below start.
-HELPERS = {"benchlib", "raw_vllm", "lm_eval_launcher"}
+# Not benchmarks: the shared libraries (lockstep's own test: tests/test_lockstep.py), and the
+# reference sides the scripts below start.
+HELPERS = {"benchlib", "lockstep", "raw_vllm", "lm_eval_launcher"}
 NUMBER = r"[0-9]+(\.[0-9]+)?"
 
 
