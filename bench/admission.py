@@ -207,7 +207,7 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> 
     if not (past_run / "summary.json").exists():
         _past_run(args, past_run)
     spec = {"args": vars(args), "seqs": seqs, "uniform": uniform}
-    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD, "order": list(SIDES)}
+    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD}
     for result in run_sides(_side, {side: spec for side in SIDES}).values():
         figures |= result
     policies = {side: figures[side].get("policy") for side in SIDES}
