@@ -15,14 +15,15 @@ Four sides per repetition and `max_num_seqs`: raw, one `LLM.chat` over all promp
 order; evalpipe's runner with the past run (predicted, longest first); with the true lengths as
 the past (oracle); with no past run (no prediction: the given order). Each side runs in a
 process of its own with its own engine (so `--kv-gib` is held four times), and the four take
-turns one engine step at a time (bench/lockstep.py): a slow spell of a shared machine falls on
-all of them alike, and each side's seconds are its own, its waits for turns left out. Ratios
-are each evalpipe generation phase over raw, per repetition, then the median. With the largest
-`max_num_seqs` the raw, none and predicted processes then run `--uniform` short prompts (32
-forced tokens each) raw, through evalpipe in the given order and longest first, also in turns,
-and the raw process times decode steps at a few batch sizes for the simulator. Each
-repetition's figures are appended to `--work`/results.jsonl; a rerun adds repetitions until
-`--reps` are there (so the bench runs in chunks) and prints the table of all.
+turns of about a second of engine steps (bench/lockstep.py): a slow spell of a shared machine
+falls on all of them alike, and each side's seconds are its own, its waits for turns left out.
+Ratios are each evalpipe generation phase over raw, per repetition, then the median. After its
+side the raw process times decode steps at a few batch sizes for the simulator. With the largest
+`max_num_seqs`, repetitions of the uniform case follow: `--uniform` short prompts (32 forced
+tokens each) raw, through evalpipe in the given order and longest first, three sides in
+lockstep, started together. Each repetition's figures are appended to `--work`/results.jsonl; a
+rerun adds repetitions until `--reps` of each case are there (so the bench runs in chunks) and
+prints the table of all.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from benchlib import (
     parse_args,
     verdict,
 )
-from lockstep import Turns, run_sides
+from lockstep import QUANTUM_S, Turns, run_sides
 from stream import KeepOpen, LengthTask
 
 TARGETS = {64: 0.90, 256: 0.97}  # evalpipe predicted / raw, per max_num_seqs
@@ -58,9 +59,15 @@ UNIFORM_TOKENS = 32
 PROBE_TOKENS = 64
 UNIFORM_NOISE = 0.03  # "within noise": longest first / given on uniform work
 SIDES = ("raw", "predicted", "oracle", "none")
-# The uniform case's sides, run by the process of the main side named.
-UNIFORM_SIDES = {"raw": "uniform_raw", "none": "uniform_given", "predicted": "uniform_longest"}
-METHOD = "lockstep"  # results.jsonl rows measured this way (older rows: one engine, in turn)
+UNIFORM_SIDES = ("uniform_raw", "uniform_given", "uniform_longest")
+# Each side's admission policy in evalpipe's manifest (raw: not evalpipe).
+POLICIES = {
+    **{"raw": None, "predicted": "longest-first", "oracle": "longest-first", "none": "given"},
+    **{"uniform_raw": None, "uniform_given": "given", "uniform_longest": "longest-first"},
+}
+TAILED, UNIFORM = "tailed", "uniform"  # a repetition's case: its sides are SIDES, UNIFORM_SIDES
+# results.jsonl rows measured this way (older: one step a turn, or one engine and no turns)
+METHOD = f"lockstep {QUANTUM_S:g} s"
 TASKS = 4
 DEFAULT_KV_GIB = int(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"])  # the bench environment's CPU KV cache
 QUICK = {
@@ -201,18 +208,23 @@ def _preemption_counter(engine: Any) -> Callable[[], int]:
     return lambda: count[0]
 
 
-def _rep_child(args: argparse.Namespace, seqs: int, rep: int, uniform: bool) -> dict[str, Any]:
-    """One repetition: the four sides in lockstep, each in its own process and engine."""
+def case_of(row: dict[str, Any]) -> str:
+    """A row's case (rows from before the uniform case had its own repetitions: tailed)."""
+    return str(row.get("case", TAILED))
+
+
+def _rep_child(args: argparse.Namespace, seqs: int, rep: int, case: str) -> dict[str, Any]:
+    """One repetition of `case`: its sides in lockstep, each in its own process and engine."""
     past_run = Path(args.past)
-    if not (past_run / "summary.json").exists():
+    if case == TAILED and not (past_run / "summary.json").exists():
         _past_run(args, past_run)
-    spec = {"args": vars(args), "seqs": seqs, "uniform": uniform}
-    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD}
-    for result in run_sides(_side, {side: spec for side in SIDES}).values():
+    sides = SIDES if case == TAILED else UNIFORM_SIDES
+    spec = {"args": vars(args), "seqs": seqs}
+    figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD, "case": case}
+    for result in run_sides(_side, {side: spec for side in sides}).values():
         figures |= result
-    policies = {side: figures[side].get("policy") for side in SIDES}
-    expected = {"raw": None, "predicted": "longest-first", "oracle": "longest-first",
-                "none": "given"}  # fmt: skip
+    policies = {side: figures[side].get("policy") for side in sides}
+    expected = {side: POLICIES[side] for side in sides}
     if policies != expected:
         raise RuntimeError(f"admission policies {policies}, expected {expected}")
     return figures
@@ -252,6 +264,7 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         backend="vllm",
         tasks={t.name: {s.id: lengths[s.prompt] for s in t.samples()} for t in tasks},
     )
+    short, flat, equal = uniform_work(args.uniform, preset.name)
     sides = {
         "raw": lambda: {"generate_s": raw(prompts, lengths)},
         "predicted": lambda: _evalpipe(
@@ -259,20 +272,15 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         ),
         "oracle": lambda: _evalpipe(engine, preset, tasks, lengths, past=[oracle]),
         "none": lambda: _evalpipe(engine, preset, tasks, lengths),
+        "uniform_raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
+        "uniform_given": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
+        "uniform_longest": lambda: _evalpipe(
+            engine, preset, short, flat, admission="longest-first", past=[equal]
+        ),
     }
     before = preemptions()
     figures: dict[str, Any] = {name: sides[name]()}
     figures[name]["preemptions"] = preemptions() - before
-    if spec["uniform"] and name in UNIFORM_SIDES:
-        short, flat, equal = uniform_work(args.uniform, preset.name)
-        cases = {
-            "raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
-            "none": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
-            "predicted": lambda: _evalpipe(
-                engine, preset, short, flat, admission="longest-first", past=[equal]
-            ),
-        }
-        figures[UNIFORM_SIDES[name]] = cases[name]()
     if name == "raw":
         # Seconds per decode step at a few batch sizes, for the simulator's CPU step model
         # (bench/admission_sim.py): two forced lengths, so the prefill cancels out.
@@ -311,7 +319,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
           f"(median {median(counts):.0f}, max {max(counts)})")  # fmt: skip
     failed = False
     for seqs in sorted({r["seqs"] for r in rows}):
-        mine = [r for r in rows if r["seqs"] == seqs]
+        mine = [r for r in rows if r["seqs"] == seqs and case_of(r) == TAILED]
         print(f"\n## max_num_seqs {seqs}: {len(mine)} repetitions\n")
         print(
             "| side | median s | per-rep s | / raw (median of per-rep) | tail share | "
@@ -331,10 +339,11 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
             print(f"\nevalpipe predicted / raw at {seqs}: {ratio:.3f}× "
                   f"({verdict(ratio, target)} ≤ {target})")  # fmt: skip
             failed |= ratio > target and len(mine) >= 3
-        uniform = [r for r in mine if "uniform_raw" in r]
+        uniform = [r for r in rows if r["seqs"] == seqs and case_of(r) == UNIFORM]
         if uniform:
             longest = _ratio(uniform, "uniform_longest", "uniform_given")
-            print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens): given / raw "
+            print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens, {len(uniform)} "
+                  f"repetitions): given / raw "
                   f"{_ratio(uniform, 'uniform_given', 'uniform_raw'):.3f}×, longest first / "
                   f"raw {_ratio(uniform, 'uniform_longest', 'uniform_raw'):.3f}×, longest first "
                   f"/ given {longest:.3f}× "
@@ -347,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_rep":
         args = argparse.Namespace(**json.loads(argv[1]))
-        print(json.dumps(_rep_child(args, int(argv[2]), int(argv[3]), argv[4] == "1")))
+        print(json.dumps(_rep_child(args, int(argv[2]), int(argv[3]), argv[4])))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smollm2_135m")
@@ -387,17 +396,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     seqs = [int(s) for s in args.seqs.split(",")]
     for n in seqs:
-        for rep in range(sum(r["seqs"] == n for r in rows), args.reps):
-            uniform = "1" if n == max(seqs) and args.uniform else "0"
-            done = _child(["_rep", json.dumps(vars(args)), str(n), str(rep), uniform], args.kv_gib)
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            row |= {"prompts": args.prompts, "kv_gib": args.kv_gib}
-            row["load_average"] = load_average()
-            took = ", ".join(f"{k} {row[k]['generate_s']:.1f} s" for k in SIDES)
-            print(f"  max_num_seqs {n} rep {rep + 1}: {took}", file=sys.stderr, flush=True)
-            with results.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            rows.append(row)
+        cases = [TAILED] + ([UNIFORM] if n == max(seqs) and args.uniform else [])
+        for case in cases:
+            done_reps = sum(r["seqs"] == n and case_of(r) == case for r in rows)
+            for rep in range(done_reps, args.reps):
+                done = _child(["_rep", json.dumps(vars(args)), str(n), str(rep), case], args.kv_gib)
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                row |= {"prompts": args.prompts, "kv_gib": args.kv_gib}
+                row["load_average"] = load_average()
+                took = ", ".join(f"{k} {row[k]['generate_s']:.1f} s"
+                                 for k in (SIDES if case == TAILED else UNIFORM_SIDES))  # fmt: skip
+                print(f"  max_num_seqs {n} {case} rep {rep + 1}: {took}", file=sys.stderr,
+                      flush=True)  # fmt: skip
+                with results.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+                rows.append(row)
     status = report(args, [r for r in rows if r["seqs"] in seqs])
     print(f"# end: {load_average()}")
     return status

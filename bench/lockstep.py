@@ -1,20 +1,25 @@
-"""Sides that take turns one engine step at a time, so a slow spell of the machine falls on
-every side alike.
+"""Sides that take turns about a second of engine steps at a time, so a slow spell of the
+machine falls on every side alike.
 
 On a shared VM the same side of a comparison varies by a third between repetitions a few
 minutes apart, more than a reordering gains. Here each side runs in a process of its own with
-its own engine, and the processes take turns: a side runs until its next engine step ends and
-the side's following work is done, then waits for its next turn while the others run one step
-each. Only one side runs at any moment, so no side slows another; each side's time is its wall
-less the time it waited for turns. The sides then meet the machine's slow and fast spells in the
-same proportion, seconds apart, instead of minutes.
+its own engine, and the processes take turns: a side runs engine steps until its turn has lasted
+`quantum_s` (the step that crosses it ends the turn, with the side's work after it), then waits
+while the others take theirs. Only one side runs at any moment, so no side slows another; each
+side's time is its wall less the time it waited for turns. The sides then meet the machine's
+slow and fast spells in the same proportion, seconds apart, instead of minutes.
+
+A turn of many steps rather than one: a step that follows an idle gap runs slower here (about
+14 ms more at batch 1; BENCHMARKS §14), so with one step a turn every step would pay that, and a
+side that needs more, smaller steps (the given order's tail) would pay more. With turns of equal
+length every side pays it about equally often per second of its own.
 
     results = run_sides(side_function, {"raw": spec_a, "evalpipe": spec_b})
 
 `side_function(name, spec, turns)` runs in a fresh (spawned) process: it builds its engine,
-calls `turns.attach(llm_engine)` (every `llm_engine.step()` of that engine then waits for its
-turn), and returns a JSON-able result; `turns.clock()` measures the side's own time (its wall
-less its waits). The processes hold an engine each, so their memory adds up.
+calls `turns.attach(llm_engine)` (every `llm_engine.step()` of that engine then runs in the
+side's turns), and returns a JSON-able result; `turns.clock()` measures the side's own time
+(its wall less its waits). The processes hold an engine each, so their memory adds up.
 """
 
 from __future__ import annotations
@@ -31,22 +36,29 @@ READY, GO, RESULT, FAILED = "ready", "go", "result", "failed"
 # default: about 10 ms here, with torch's 2 threads): the next side starts once they have
 # stopped, so no side computes beside another's spinning threads.
 GRACE_S = 0.03
+QUANTUM_S = 1.0  # a turn's length: a few steps at a full batch, tens at batch 1
 
 
 class Turns:
     """A side's end of the turn-taking: wait for a turn before each engine step."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, quantum_s: float) -> None:
         self._conn = conn
+        self._quantum_s = quantum_s
         self._waited = 0.0
+        self._turn_began: float | None = None
 
     def take(self) -> None:
-        """Wait until it is this side's turn."""
+        """Go on if this side's turn has lasted less than the quantum, else end the turn and
+        wait for the next."""
         t0 = time.perf_counter()
+        if self._turn_began is not None and t0 - self._turn_began < self._quantum_s:
+            return
         self._conn.send((READY, None))
         if self._conn.recv() != GO:
             raise RuntimeError("lockstep: the coordinator sent something other than a turn")
-        self._waited += time.perf_counter() - t0
+        self._turn_began = time.perf_counter()
+        self._waited += self._turn_began - t0
 
     def waited(self) -> float:
         return self._waited
@@ -85,9 +97,13 @@ class SideClock:
 
 
 def _side(
-    function: Callable[[str, Any, Turns], Any], name: str, spec: Any, conn: Connection
+    function: Callable[[str, Any, Turns], Any],
+    name: str,
+    spec: Any,
+    conn: Connection,
+    quantum_s: float,
 ) -> None:
-    turns = Turns(conn)
+    turns = Turns(conn, quantum_s)
     try:
         result = function(name, spec, turns)
     except BaseException:
@@ -97,16 +113,20 @@ def _side(
 
 
 def run_sides(
-    function: Callable[[str, Any, Turns], Any], specs: Mapping[str, Any]
+    function: Callable[[str, Any, Turns], Any],
+    specs: Mapping[str, Any],
+    quantum_s: float = QUANTUM_S,
 ) -> dict[str, Any]:
     """Run `function(name, spec, turns)` for every side in a spawned process of its own, the
-    sides taking turns (round robin, one at a time); each side's result by name."""
+    sides taking turns of `quantum_s` (round robin, one at a time; 0: one engine step a turn);
+    each side's result by name."""
     context = multiprocessing.get_context("spawn")  # no vLLM state is inherited
     conns: dict[str, Connection] = {}
     processes = []
     for name, spec in specs.items():
         ours, theirs = context.Pipe()
-        process = context.Process(target=_side, args=(function, name, spec, theirs), daemon=True)
+        process = context.Process(target=_side, args=(function, name, spec, theirs, quantum_s),
+                                  daemon=True)  # fmt: skip
         process.start()
         theirs.close()
         conns[name] = ours

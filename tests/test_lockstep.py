@@ -1,5 +1,5 @@
-"""bench/lockstep.py: sides in processes of their own take turns one engine step at a time, never
-two at once, and each side's clock counts only its own time."""
+"""bench/lockstep.py: sides in processes of their own take turns (one engine step, or steps for a
+quantum of time), never two at once, and each side's clock counts only its own time."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def failing_side(name: str, steps: int, turns: Turns) -> dict[str, Any]:
 
 
 def test_sides_step_one_at_a_time_and_count_only_their_own_time() -> None:
-    results = run_sides(stepping_side, {"a": 6, "b": 6, "c": 3})
+    results = run_sides(stepping_side, {"a": 6, "b": 6, "c": 3}, quantum_s=0)
     spans = sorted(span for r in results.values() for span in r["spans"])
     assert len(spans) == 15
     for (_, end), (start, _) in itertools.pairwise(spans):
@@ -55,8 +55,25 @@ def test_sides_step_one_at_a_time_and_count_only_their_own_time() -> None:
     # a and b alternate: each waited for the others' steps, yet its own time is its 6 steps.
     for name, steps in {"a": 6, "b": 6, "c": 3}.items():
         assert steps * STEP_S <= results[name]["own_s"] < steps * STEP_S + 0.8
-    order = [name for span in spans for name, r in results.items() if span in r["spans"]]
-    assert order[:6] == ["a", "b", "c"] * 2  # round robin while all three step
+    assert order_of(results, spans)[:6] == ["a", "b", "c"] * 2  # round robin while all step
+
+
+def test_a_turn_runs_steps_until_it_has_lasted_the_quantum() -> None:
+    results = run_sides(stepping_side, {"a": 9, "b": 9}, quantum_s=2.5 * STEP_S)
+    spans = sorted(span for r in results.values() for span in r["spans"])
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert start >= end
+    turns = [len(list(run)) for _, run in itertools.groupby(order_of(results, spans))]
+    # The step that crosses 2.5 steps' time ends a turn: 3 steps, 2 where steps ran slow.
+    assert all(2 <= n <= 3 for n in turns[:-1]), turns
+    assert sum(turns) == 18
+    for name in "ab":
+        assert 9 * STEP_S <= results[name]["own_s"] < 9 * STEP_S + 0.8
+
+
+def order_of(results: dict[str, Any], spans: list[tuple[float, float]]) -> list[str]:
+    """Which side ran each step, in time order."""
+    return [name for span in spans for name, r in results.items() if span in r["spans"]]
 
 
 def test_a_failing_side_names_itself_and_its_error() -> None:
