@@ -19,11 +19,11 @@ turns of about a second of engine steps (bench/lockstep.py): a slow spell of a s
 falls on all of them alike, and each side's seconds are its own, its waits for turns left out.
 Ratios are each evalpipe generation phase over raw, per repetition, then the median. After its
 side the raw process times decode steps at a few batch sizes for the simulator. With the largest
-`max_num_seqs`, repetitions of the uniform case follow: `--uniform` short prompts (32 forced
+`max_num_seqs`, repetitions of the uniform case come first: `--uniform` short prompts (32 forced
 tokens each) raw, through evalpipe in the given order and longest first, three sides in
-lockstep, started together. Each repetition's figures are appended to `--work`/results.jsonl; a
-rerun adds repetitions until `--reps` of each case are there (so the bench runs in chunks) and
-prints the table of all.
+lockstep, started together, each running the work UNIFORM_ROUNDS times. Each repetition's
+figures are appended to `--work`/results.jsonl; a rerun adds repetitions until `--reps` of each
+case are there (so the bench runs in chunks) and prints the table of all.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ from stream import KeepOpen, LengthTask
 
 TARGETS = {64: 0.90, 256: 0.97}  # evalpipe predicted / raw, per max_num_seqs
 UNIFORM_TOKENS = 32
+# Runs of the uniform work per side and repetition (their seconds summed): one run takes about
+# ten seconds, the length of ten turns, so one run's figure moves by a tenth with where the turns
+# fall.
+UNIFORM_ROUNDS = 5
 PROBE_TOKENS = 64
 UNIFORM_NOISE = 0.03  # "within noise": longest first / given on uniform work
 SIDES = ("raw", "predicted", "oracle", "none")
@@ -213,13 +217,18 @@ def case_of(row: dict[str, Any]) -> str:
     return str(row.get("case", TAILED))
 
 
+def rounds(case: str) -> int:
+    """Runs of its work each side of a `case` repetition makes, its seconds their sum."""
+    return UNIFORM_ROUNDS if case == UNIFORM else 1
+
+
 def _rep_child(args: argparse.Namespace, seqs: int, rep: int, case: str) -> dict[str, Any]:
     """One repetition of `case`: its sides in lockstep, each in its own process and engine."""
     past_run = Path(args.past)
     if case == TAILED and not (past_run / "summary.json").exists():
         _past_run(args, past_run)
     sides = SIDES if case == TAILED else UNIFORM_SIDES
-    spec = {"args": vars(args), "seqs": seqs}
+    spec = {"args": vars(args), "seqs": seqs, "case": case}
     figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD, "case": case}
     for result in run_sides(_side, {side: spec for side in sides}).values():
         figures |= result
@@ -279,7 +288,9 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         ),
     }
     before = preemptions()
-    figures: dict[str, Any] = {name: sides[name]()}
+    runs = [sides[name]() for _ in range(rounds(spec["case"]))]
+    total = sum(run["generate_s"] for run in runs)
+    figures: dict[str, Any] = {"rounds": len(runs), name: runs[-1] | {"generate_s": total}}
     figures[name]["preemptions"] = preemptions() - before
     if name == "raw":
         # Seconds per decode step at a few batch sizes, for the simulator's CPU step model
@@ -342,8 +353,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
         uniform = [r for r in rows if r["seqs"] == seqs and case_of(r) == UNIFORM]
         if uniform:
             longest = _ratio(uniform, "uniform_longest", "uniform_given")
-            print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens, {len(uniform)} "
-                  f"repetitions): given / raw "
+            print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens, {UNIFORM_ROUNDS} "
+                  f"runs a side, {len(uniform)} repetitions): given / raw "
                   f"{_ratio(uniform, 'uniform_given', 'uniform_raw'):.3f}×, longest first / "
                   f"raw {_ratio(uniform, 'uniform_longest', 'uniform_raw'):.3f}×, longest first "
                   f"/ given {longest:.3f}× "
@@ -392,11 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     )
     rows = [r for r in rows if r.get("prompts") == args.prompts and kv_gib(r) == args.kv_gib
-            and r.get("method") == METHOD]  # fmt: skip
+            and r.get("method") == METHOD and r.get("rounds", 1) == rounds(case_of(r))]  # fmt: skip
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     seqs = [int(s) for s in args.seqs.split(",")]
     for n in seqs:
-        cases = [TAILED] + ([UNIFORM] if n == max(seqs) and args.uniform else [])
+        cases = ([UNIFORM] if n == max(seqs) and args.uniform else []) + [TAILED]  # short first
         for case in cases:
             done_reps = sum(r["seqs"] == n and case_of(r) == case for r in rows)
             for rep in range(done_reps, args.reps):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-READY, GO, RESULT, FAILED = "ready", "go", "result", "failed"
+READY, GO, RESULT, FAILED, EXIT = "ready", "go", "result", "failed", "exit"
 # After its work, a process's idle OpenMP threads spin for a while before they sleep (libgomp's
 # default: about 10 ms here, with torch's 2 threads): the next side starts once they have
 # stopped, so no side computes beside another's spinning threads.
@@ -110,6 +110,9 @@ def _side(
         conn.send((FAILED, traceback.format_exc()))
         raise
     conn.send((RESULT, result))
+    # A process's exit (its engine torn down, the interpreter finalised) takes CPU: it waits
+    # until every side has its result, so it never runs beside another side's turn.
+    conn.recv()
 
 
 def run_sides(
@@ -145,6 +148,8 @@ def run_sides(
                 conns[name].send(GO)
                 waiting[name] = _receive(name, conns[name])  # after its step and what follows
                 time.sleep(GRACE_S)
+        for conn in conns.values():
+            conn.send(EXIT)
     except BaseException:
         for process in processes:  # the others wait for turns that will not come
             process.kill()

@@ -3,6 +3,7 @@ quantum of time), never two at once, and each side's clock counts only its own t
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import sys
 import time
@@ -37,6 +38,13 @@ def stepping_side(name: str, steps: int, turns: Turns) -> dict[str, Any]:
         start = engine.step()
         spans.append((start, time.time()))
     return {"own_s": clock.monotonic() - t0, "spans": spans}
+
+
+def exit_noting_side(name: str, spec: tuple[int, str], turns: Turns) -> dict[str, Any]:
+    """A stepping side whose process notes the moment it exits."""
+    steps, note = spec
+    atexit.register(lambda: Path(note, name).write_text(str(time.time())))
+    return stepping_side(name, steps, turns)
 
 
 def failing_side(name: str, steps: int, turns: Turns) -> dict[str, Any]:
@@ -79,3 +87,10 @@ def order_of(results: dict[str, Any], spans: list[tuple[float, float]]) -> list[
 def test_a_failing_side_names_itself_and_its_error() -> None:
     with pytest.raises(RuntimeError, match=r"side 'bad' failed:[\s\S]*side bad broke"):
         run_sides(failing_side, {"good": 50, "bad": 1})
+
+
+def test_a_finished_side_exits_only_once_every_side_is_done(tmp_path: Path) -> None:
+    # A process's exit costs CPU (an engine torn down): it must not run beside another's turn.
+    results = run_sides(exit_noting_side, {"short": (1, str(tmp_path)), "long": (6, str(tmp_path))})
+    last_step_end = max(end for _, end in results["long"]["spans"])
+    assert float((tmp_path / "short").read_text()) >= last_step_end
