@@ -70,8 +70,8 @@ POLICIES = {
     **{"uniform_raw": None, "uniform_given": "given", "uniform_longest": "longest-first"},
 }
 TAILED, UNIFORM = "tailed", "uniform"  # a repetition's case: its sides are SIDES, UNIFORM_SIDES
-# results.jsonl rows measured this way (older: one step a turn, or one engine and no turns)
-METHOD = f"lockstep {QUANTUM_S:g} s"
+# results.jsonl rows measured this way (older: a fixed order, one step a turn, or one engine)
+METHOD = f"lockstep {QUANTUM_S:g} s, shuffled"
 TASKS = 4
 DEFAULT_KV_GIB = int(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"])  # the bench environment's CPU KV cache
 QUICK = {

@@ -25,6 +25,7 @@ side's turns), and returns a JSON-able result; `turns.clock()` measures the side
 from __future__ import annotations
 
 import multiprocessing
+import random
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -119,10 +120,16 @@ def run_sides(
     function: Callable[[str, Any, Turns], Any],
     specs: Mapping[str, Any],
     quantum_s: float = QUANTUM_S,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Run `function(name, spec, turns)` for every side in a spawned process of its own, the
-    sides taking turns of `quantum_s` (round robin, one at a time; 0: one engine step a turn);
-    each side's result by name."""
+    sides taking turns of `quantum_s` (one at a time; 0: one engine step a turn), every side
+    once a round, in an order shuffled each round; each side's result by name.
+
+    Why shuffled: what a side leaves running after its turn (its scoring thread, the kernel
+    writing back its files) runs in the next side's turn. In a fixed order each side always
+    follows the same one, and the side after the raw call (which writes nothing) would be
+    the only one never to pay for it."""
     context = multiprocessing.get_context("spawn")  # no vLLM state is inherited
     conns: dict[str, Connection] = {}
     processes = []
@@ -138,8 +145,9 @@ def run_sides(
     try:
         # Each side's next message: a request for a turn, or its result.
         waiting = {name: _receive(name, conn) for name, conn in conns.items()}
+        rounds = random.Random(seed)
         while waiting:
-            for name in list(waiting):
+            for name in rounds.sample(list(waiting), len(waiting)):
                 kind, payload = waiting[name]
                 if kind == RESULT:
                     results[name] = payload
