@@ -9,7 +9,7 @@ while the others take theirs. Only one side runs at any moment, so no side slows
 side's time is its wall less the time it waited for turns. The sides then meet the machine's
 slow and fast spells in the same proportion, seconds apart, instead of minutes.
 
-A turn of many steps rather than one: a step that follows an idle gap runs slower here (about
+A turn of many steps rather than one: a step that follows an idle gap runs slower here (up to
 14 ms more at batch 1; BENCHMARKS §14), so with one step a turn every step would pay that, and a
 side that needs more, smaller steps (the given order's tail) would pay more. With turns of equal
 length every side pays it about equally often per second of its own.
@@ -41,7 +41,8 @@ QUANTUM_S = 1.0  # a turn's length: a few steps at a full batch, tens at batch 1
 
 
 class Turns:
-    """A side's end of the turn-taking: wait for a turn before each engine step."""
+    """A side's end of the turn-taking: before an engine step, wait for a new turn once the
+    current one has lasted the quantum."""
 
     def __init__(self, conn: Connection, quantum_s: float) -> None:
         self._conn = conn
@@ -145,9 +146,9 @@ def run_sides(
     try:
         # Each side's next message: a request for a turn, or its result.
         waiting = {name: _receive(name, conn) for name, conn in conns.items()}
-        rounds = random.Random(seed)
+        shuffler = random.Random(seed)
         while waiting:
-            for name in rounds.sample(list(waiting), len(waiting)):
+            for name in shuffler.sample(list(waiting), len(waiting)):
                 kind, payload = waiting[name]
                 if kind == RESULT:
                     results[name] = payload
