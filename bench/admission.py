@@ -20,10 +20,11 @@ falls on all of them alike, and each side's seconds are its own, its waits for t
 Ratios are each evalpipe generation phase over raw, per repetition, then the median. After its
 side the raw process times decode steps at a few batch sizes for the simulator. With the largest
 `max_num_seqs`, repetitions of the uniform case come first: `--uniform` short prompts (32 forced
-tokens each) raw, through evalpipe in the given order and longest first, three sides in
-lockstep, started together, each running the work UNIFORM_ROUNDS times. Each repetition's
-figures are appended to `--work`/results.jsonl; a rerun adds repetitions until `--reps` of each
-case are there (so the bench runs in chunks) and prints the table of all.
+tokens each) raw, through evalpipe in the given order, in the given order again (the noise
+between identical sides) and longest first, four sides in lockstep, started together, each
+running the work UNIFORM_ROUNDS times. Each repetition's figures are appended to
+`--work`/results.jsonl; a rerun adds repetitions until `--reps` of each case are there
+(`--uniform-reps` of the uniform case; so the bench runs in chunks) and prints the table of all.
 """
 
 from __future__ import annotations
@@ -61,15 +62,19 @@ UNIFORM_TOKENS = 32
 # fall.
 UNIFORM_ROUNDS = 5
 PROBE_TOKENS = 64
-UNIFORM_NOISE = 0.03  # "within noise": longest first / given on uniform work
+# "Within noise" for longest first / given on uniform work: this, or as far as the given order
+# run twice (uniform_again / uniform_given) strays in the same repetitions, whichever is wider.
+UNIFORM_NOISE = 0.03
 SIDES = ("raw", "predicted", "oracle", "none")
-UNIFORM_SIDES = ("uniform_raw", "uniform_given", "uniform_longest")
+# uniform_again: the given order again, a side of its own, to measure what identical sides differ
+UNIFORM_SIDES = ("uniform_raw", "uniform_given", "uniform_again", "uniform_longest")
 # Each side's admission policy in evalpipe's manifest (raw: not evalpipe).
 POLICIES = {
     **{"raw": None, "predicted": "longest-first", "oracle": "longest-first", "none": "given"},
-    **{"uniform_raw": None, "uniform_given": "given", "uniform_longest": "longest-first"},
+    **{"uniform_raw": None, "uniform_given": "given", "uniform_again": "given"},
+    **{"uniform_longest": "longest-first"},
 }
-TAILED, UNIFORM = "tailed", "uniform"  # a repetition's case: its sides are SIDES, UNIFORM_SIDES
+TAILED, UNIFORM = "tailed", "uniform"  # a repetition's case
 # results.jsonl rows measured this way (older: a fixed order, one step a turn, or one engine)
 METHOD = f"lockstep {QUANTUM_S:g} s, shuffled"
 TASKS = 4
@@ -217,6 +222,10 @@ def case_of(row: dict[str, Any]) -> str:
     return str(row.get("case", TAILED))
 
 
+def sides_of(case: str) -> tuple[str, ...]:
+    return SIDES if case == TAILED else UNIFORM_SIDES
+
+
 def rounds(case: str) -> int:
     """Runs of its work each side of a `case` repetition makes, its seconds their sum."""
     return UNIFORM_ROUNDS if case == UNIFORM else 1
@@ -227,7 +236,7 @@ def _rep_child(args: argparse.Namespace, seqs: int, rep: int, case: str) -> dict
     past_run = Path(args.past)
     if case == TAILED and not (past_run / "summary.json").exists():
         _past_run(args, past_run)
-    sides = SIDES if case == TAILED else UNIFORM_SIDES
+    sides = sides_of(case)
     spec = {"args": vars(args), "seqs": seqs, "case": case}
     figures: dict[str, Any] = {"seqs": seqs, "rep": rep, "method": METHOD, "case": case}
     for result in run_sides(_side, {side: spec for side in sides}).values():
@@ -264,7 +273,7 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         llm.chat([[{"role": "user", "content": p}] for p in prompts], params, use_tqdm=False)
         return clock.perf_counter() - t0
 
-    raw(prompts[:8], lengths)  # warm-up, before the turns begin
+    raw(prompts[:8], {p: 8 for p in prompts})  # warm-up, before the turns begin: few tokens
     turns.attach(llm.llm_engine)
     turns.take()  # from here on this side runs only in its turns
     oracle = PastLengths(
@@ -283,6 +292,7 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         "none": lambda: _evalpipe(engine, preset, tasks, lengths),
         "uniform_raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
         "uniform_given": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
+        "uniform_again": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
         "uniform_longest": lambda: _evalpipe(
             engine, preset, short, flat, admission="longest-first", past=[equal]
         ),
@@ -352,15 +362,27 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
             failed |= ratio > target and len(mine) >= 3
         uniform = [r for r in rows if r["seqs"] == seqs and case_of(r) == UNIFORM]
         if uniform:
-            longest = _ratio(uniform, "uniform_longest", "uniform_given")
-            print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens, {UNIFORM_ROUNDS} "
-                  f"runs a side, {len(uniform)} repetitions): given / raw "
-                  f"{_ratio(uniform, 'uniform_given', 'uniform_raw'):.3f}×, longest first / "
-                  f"raw {_ratio(uniform, 'uniform_longest', 'uniform_raw'):.3f}×, longest first "
-                  f"/ given {longest:.3f}× "
-                  f"({'within' if abs(longest - 1) <= UNIFORM_NOISE else 'OUTSIDE'} "
-                  f"±{UNIFORM_NOISE:.0%})")  # fmt: skip
+            _uniform_report(args, uniform)
     return 1 if failed and not args.quick else 0
+
+
+def _per_rep(rows: list[dict[str, Any]], side: str, base: str) -> list[float]:
+    return [round(r[side]["generate_s"] / r[base]["generate_s"], 3) for r in rows]
+
+
+def _uniform_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """Longest first / given on uniform work, beside the given order run twice: the spread two
+    identical sides show in the same repetitions is the noise it is judged against."""
+    longest = _ratio(rows, "uniform_longest", "uniform_given")
+    again = _per_rep(rows, "uniform_again", "uniform_given")
+    noise = max(UNIFORM_NOISE, *(abs(a - 1) for a in again))
+    print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens, {UNIFORM_ROUNDS} runs a "
+          f"side, {len(rows)} repetitions): given / raw "
+          f"{_ratio(rows, 'uniform_given', 'uniform_raw'):.3f}×; longest first / given "
+          f"{longest:.3f}× {_per_rep(rows, 'uniform_longest', 'uniform_given')}; given again / "
+          f"given {median(again):.3f}× {again}: longest first "
+          f"{'within' if abs(longest - 1) <= noise else 'OUTSIDE'} the noise (±{noise:.1%}: "
+          f"the wider of ±{UNIFORM_NOISE:.0%} and given again's spread)")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -379,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seqs", default="64,256", help="max_num_seqs values, comma list")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--uniform", type=int, default=200, help="short uniform prompts")
+    parser.add_argument(
+        "--uniform-reps", type=int, default=None, help="repetitions of the uniform case (--reps)"
+    )
     parser.add_argument("--work", default=None, help="past run and results (default .cache/)")
     parser.add_argument(
         "--kv-gib",
@@ -387,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the CPU engine's KV cache, GiB (VLLM_CPU_KVCACHE_SPACE)",
     )
     args = parse_args(parser, QUICK, argv)
+    args.uniform_reps = args.reps if args.uniform_reps is None else args.uniform_reps
     work = Path(
         args.work or (tempfile.mkdtemp() if args.quick else REPO / ".cache" / "bench-admission")
     )
@@ -403,20 +429,21 @@ def main(argv: list[str] | None = None) -> int:
         [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
     )
     rows = [r for r in rows if r.get("prompts") == args.prompts and kv_gib(r) == args.kv_gib
-            and r.get("method") == METHOD and r.get("rounds", 1) == rounds(case_of(r))]  # fmt: skip
+            and r.get("method") == METHOD and r.get("rounds", 1) == rounds(case_of(r))
+            and all(side in r for side in sides_of(case_of(r)))]  # fmt: skip
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     seqs = [int(s) for s in args.seqs.split(",")]
     for n in seqs:
         cases = ([UNIFORM] if n == max(seqs) and args.uniform else []) + [TAILED]  # short first
         for case in cases:
             done_reps = sum(r["seqs"] == n and case_of(r) == case for r in rows)
-            for rep in range(done_reps, args.reps):
+            for rep in range(done_reps, args.reps if case == TAILED else args.uniform_reps):
                 done = _child(["_rep", json.dumps(vars(args)), str(n), str(rep), case], args.kv_gib)
                 row = json.loads(done.stdout.strip().splitlines()[-1])
                 row |= {"prompts": args.prompts, "kv_gib": args.kv_gib}
                 row["load_average"] = load_average()
                 took = ", ".join(f"{k} {row[k]['generate_s']:.1f} s"
-                                 for k in (SIDES if case == TAILED else UNIFORM_SIDES))  # fmt: skip
+                                 for k in sides_of(case))  # fmt: skip
                 print(f"  max_num_seqs {n} {case} rep {rep + 1}: {took}", file=sys.stderr,
                       flush=True)  # fmt: skip
                 with results.open("a") as f:

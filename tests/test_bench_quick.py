@@ -189,7 +189,8 @@ def test_agree_mcq_quick() -> None:
 @pytest.mark.bench
 def test_admission_quick(tiny_random_path: Path, tmp_path: Path) -> None:
     out = quick("admission.py", "--work", str(tmp_path))
-    figures(out, "| raw |", "| predicted |", "| oracle |", "| none |", "longest first / given")
+    figures(out, "| raw |", "| predicted |", "| oracle |", "| none |", "longest first / given",
+            "given again / given")  # fmt: skip
     # The simulator replays the same quick workload against the figures just measured.
     sim = quick("admission_sim.py", "--work", str(tmp_path))
     figures(sim, "| 4 | predicted |", "| AIME-like", "| MMLU-Pro-like")
