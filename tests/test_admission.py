@@ -129,8 +129,9 @@ def test_the_occupancy_record_splits_steps_at_half_the_slots() -> None:
     occupancy = Occupancy()
     occupancy.add(2.0, busy=8, total=8)
     occupancy.add(1.0, busy=4, total=8)  # half busy is not the tail
-    occupancy.add(1.0, busy=3, total=8)
+    occupancy.add(1.0, busy=3, total=8, preempted=2)
     assert occupancy.tail_share == 0.25
+    assert occupancy.preemptions == 2
     assert (occupancy.tail_tokens_per_s, occupancy.rest_tokens_per_s) == (3.0, 4.0)
     assert Occupancy.from_dict(occupancy.to_dict()) == occupancy
     assert Occupancy().summary() is None
@@ -200,12 +201,15 @@ def test_longest_first_from_a_past_run_shortens_the_tail_and_changes_no_result(
     assert manifest["occupancy"]["slots"] == 8
     text = format_summary(json.loads((second / "summary.json").read_text()))
     assert "of generation with < half of 8 sequence slots busy" in text
+    assert "; 0 preemptions (KV cache full)" in text  # the fake engine holds no cache
 
     from evalpipe.reports import aggregate, loading, tables
 
     table = aggregate.run_table(loading.load_runs([tmp_path / "results" / "first", second]))
     shown = tables.markdown(tables.occupancy(table))
     assert "Batch occupancy (generation)" in shown
+    assert "| rest tok/s | preemptions |" in shown
+    assert table.set_index("run_id").loc["second", "preemptions"] == 0
     first_share = table.set_index("run_id").loc["first", "tail_share"]
     assert first_share == pytest.approx(summary.throughput.tail_share, abs=1e-3)
 

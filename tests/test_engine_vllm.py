@@ -15,7 +15,7 @@ from neartie import EPSILON, assert_near_tie_equal, tokenizer_decode
 
 from evalpipe.catalog.registry import Preset, load_preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings, Generation, SamplingSettings
+from evalpipe.engine.base import EngineSettings, Generation, Request, SamplingSettings
 from evalpipe.engine.fallback import fp8_kv_cache_supported
 from evalpipe.engine.vllm import VllmEngine
 
@@ -261,8 +261,12 @@ def test_oom_ladder_recovers_when_the_kv_cache_cannot_hold_max_model_len(
     try:
         [gen] = engine.generate(["The capital of France is"], SamplingSettings(max_tokens=8))
         info = engine.describe()
+        preempted = _preemptions_of_two_that_each_fill_the_cache(engine)
     finally:
         engine.close()
+    # Two sequences that each grow to fill the whole cache cannot run side by side: vLLM
+    # preempts one (frees its cache, computes it again later), and the engine's slots count it.
+    assert preempted >= 1
     # Closing one in-process engine leaves the process's other engines working.
     [after] = tiny_engine.generate(["The capital of France is"], SamplingSettings(max_tokens=2))
     assert after.completion_tokens == (2,)
@@ -285,6 +289,23 @@ def test_oom_ladder_recovers_when_the_kv_cache_cannot_hold_max_model_len(
         tokenizer(tiny_random_path)("The capital of France is").input_ids
     )
     assert gen.completion_tokens == (8,)
+
+
+def _preemptions_of_two_that_each_fill_the_cache(engine: VllmEngine) -> int:
+    """Run two requests, each generating up to max_model_len, step by step; the preemptions
+    the engine's slots reported."""
+    room, length = engine.room(), int(engine.describe()["resolved"]["max_model_len"])
+    assert room.kv_tokens < 2 * length  # the two cannot both reach their full length at once
+    sampling = SamplingSettings(max_tokens=length - 16, ignore_eos=True)
+    engine.add([Request(id=str(i), prompt="Count to a thousand:", sampling=sampling)
+                for i in range(2)])  # fmt: skip
+    preempted, done = 0, 0
+    while done < 2:
+        done += len(engine.step())
+        slots = engine.slots()
+        assert slots is not None
+        preempted += slots.preempted
+    return preempted
 
 
 def test_oom_ladder_gives_up_with_the_planner_suggestion(

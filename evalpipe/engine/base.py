@@ -166,11 +166,14 @@ class Request:
 @dataclass(frozen=True, kw_only=True)
 class Slots:
     """The engine's sequence slots during its last step: how many held a sequence, of its cap
-    (vLLM's max_num_seqs). A decoding sequence makes one token per step, so `busy` is also the
-    step's generated tokens (prefill steps aside)."""
+    (vLLM's max_num_seqs), and how many sequences the step preempted (vLLM frees a running
+    sequence's KV cache when the cache is full, and computes it again later). A decoding
+    sequence makes one token per step, so `busy` is also the step's generated tokens (prefill
+    steps aside)."""
 
     busy: int
     total: int
+    preempted: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -293,6 +293,7 @@ class VllmEngine(Engine):
         self._scoring: dict[str, _Scoring] = {}  # option-scoring requests' parts in flight
         self._sampling = SeenSampling()
         self._busy = 0  # sequences in the last step
+        self._preempted = 0  # sequences the last step preempted
         self.builds = 0
         self.build_s = 0.0
 
@@ -379,6 +380,10 @@ class VllmEngine(Engine):
         and admit everything in flight again."""
         if not self._pending:
             return []
+        scheduler = self._scheduler()
+        # Only a running sequence can be preempted; vLLM counts it on the request itself.
+        running = list(scheduler.running) if scheduler is not None else []
+        before = sum(r.num_preemptions for r in running)
         try:
             outputs = self._open_llm().llm_engine.step()
         except EvalpipeError:
@@ -393,10 +398,10 @@ class VllmEngine(Engine):
                 completion = self._finish(out)
                 if completion is not None:
                     done.append(completion)
-        scheduler = self._scheduler()
         if scheduler is not None:  # those still running, and those that finished in the step
             finished = sum(len(out.outputs) for out in outputs if out.finished)
             self._busy = len(scheduler.running) + finished
+            self._preempted = sum(r.num_preemptions for r in running) - before
         return done
 
     def _scheduler(self) -> Any:
@@ -408,7 +413,7 @@ class VllmEngine(Engine):
     def slots(self) -> Slots | None:
         if self._llm is None or self._scheduler() is None:
             return None
-        return Slots(busy=self._busy, total=self.room().slots)
+        return Slots(busy=self._busy, total=self.room().slots, preempted=self._preempted)
 
     def room(self) -> Room:
         config = self._open_llm().llm_engine.vllm_config

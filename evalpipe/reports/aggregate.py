@@ -16,6 +16,7 @@ import pandas as pd
 from evalpipe.core.intervals import interval
 from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.reports.loading import RunSet
+from evalpipe.rundir.occupancy import SUMS
 
 By = Literal["category", "task", "subset"]
 
@@ -60,11 +61,13 @@ def costs(jobs: pd.DataFrame, devices: pd.DataFrame) -> pd.DataFrame:
     )
     out["tokens_per_s_per_gpu"] = out["tokens_per_s"] / out["gpus"].where(out["gpus"] > 0)
     # Batch occupancy: the share of generation wall with fewer than half the engine's slots
-    # busy, and the tokens/s of that tail against the rest (NaN where no job recorded it).
-    tail = by_run[["tail_s", "tail_tokens", "rest_s", "rest_tokens"]].sum(min_count=1)
+    # busy, and the tokens/s of that tail against the rest (NaN where no job recorded it); the
+    # sequences the engine preempted.
+    tail = by_run[list(SUMS)].sum(min_count=1)
     out["tail_share"] = tail["tail_s"] / (tail["tail_s"] + tail["rest_s"]).where(lambda s: s > 0)
     out["tail_tokens_per_s"] = tail["tail_tokens"] / tail["tail_s"].where(tail["tail_s"] > 0)
     out["rest_tokens_per_s"] = tail["rest_tokens"] / tail["rest_s"].where(tail["rest_s"] > 0)
+    out["preemptions"] = tail["preemptions"]
     return out.join(_device_costs(devices), how="left").assign(
         j_per_token=lambda f: (
             f["energy_j"] / f["generated_tokens"].where(f["generated_tokens"] > 0)

@@ -23,6 +23,7 @@ from evalpipe.monitor import DeviceSummary, device_summaries
 from evalpipe.reports.readers import METRICS_COLUMNS, read_metrics
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
+from evalpipe.rundir.occupancy import SUMS
 from evalpipe.rundir.results import SampleRecord, read_samples
 from evalpipe.rundir.submission import read_submission
 from evalpipe.rundir.summary import MetricSummary, Summary, read_summary
@@ -176,7 +177,7 @@ _COLUMNS = {
     ),
     "jobs": (
         "run", "shard", "wall_s", "generated_tokens", "prompt_tokens", "tokens_per_s",
-        "generate_s", "gpus", "tail_s", "tail_tokens", "rest_s", "rest_tokens",
+        "generate_s", "gpus", *SUMS,
     ),
     "devices": (
         "run", "shard", "host", "device", "name", "peak_memory_gib", "mean_util_pct", "energy_j",
@@ -197,7 +198,7 @@ _DTYPES = {
         "ci_high": float,
     },
     "jobs": {"wall_s": float, "generated_tokens": float, "tokens_per_s": float, "gpus": int}
-    | {name: float for name in ("tail_s", "tail_tokens", "rest_s", "rest_tokens")},
+    | {name: float for name in SUMS},
     "devices": {"device": str, "peak_memory_gib": float, "energy_j": float},
     "cut_offs": {"completions": int, "cut_off": int},
 }
@@ -400,9 +401,8 @@ def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings:
     jobs.add(
         run=run, shard=part.shard, wall_s=_number(throughput.wall_s), generated_tokens=tokens,
         prompt_tokens=_number(throughput.prompt_tokens), tokens_per_s=rate,
-        generate_s=generate_s, gpus=gpus, tail_s=_number(throughput.tail_s),
-        tail_tokens=_number(throughput.tail_tokens), rest_s=_number(throughput.rest_s),
-        rest_tokens=_number(throughput.rest_tokens),
+        generate_s=generate_s, gpus=gpus,
+        **{name: _number(getattr(throughput, name)) for name in SUMS},
     )  # fmt: skip
     # A run against a server (--backend openai) with no GPU here: the CPU readings are the
     # client's, not the model's, so the run shows as "remote" with nothing measured.

@@ -268,19 +268,22 @@ def occupancy(table: pd.DataFrame) -> list[Table]:
             f"{r['tail_share']:.0%}",
             number(r["tail_tokens_per_s"], 1),
             number(r["rest_tokens_per_s"], 1),
+            number(r["preemptions"], 0),
         )
         for _, r in shown.iterrows()
     )
     return [
         Table(
             title="Batch occupancy (generation)",
-            header=("preset", "run", "tail share", "tail tok/s", "rest tok/s"),
+            header=("preset", "run", "tail share", "tail tok/s", "rest tok/s", "preemptions"),
             rows=rows,
-            right=(False, False, True, True, True),
+            right=(False, False, True, True, True, True),
             notes=(
                 "Tail: engine steps with fewer than half of the engine's sequence slots busy; "
                 "tail share = their share of the generation wall. A large share with a low tail "
-                "rate is time lost to a few long completions (see --admission, docs/runner.md).",
+                "rate is time lost to a few long completions (see --admission, docs/runner.md). "
+                "Preemptions: sequences the engine set aside with its KV cache full, to compute "
+                "again later (a larger cache or a lower max_num_seqs avoids them).",
             ),
         )
     ]

@@ -572,7 +572,7 @@ class _RunHooks(Hooks):
         self._progress("an engine step finished")
 
     def occupied(self, seconds: float, slots: Slots) -> None:
-        self._run.manifest.occupancy.add(seconds, slots.busy, slots.total)
+        self._run.manifest.occupancy.add(seconds, slots.busy, slots.total, slots.preempted)
 
     def scored(self, category: str, seconds: float) -> None:
         self._run.add_time(phase("score", category), seconds)

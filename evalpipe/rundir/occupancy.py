@@ -3,13 +3,17 @@
 A step in which fewer than half of the engine's sequence slots held a sequence is the run's
 tail (long completions finishing with a nearly empty batch). The record keeps the seconds and
 tokens of tail steps and of the rest, summed over attempts, so the summary can say how much of
-the generation wall the tail took and how slowly it went.
+the generation wall the tail took and how slowly it went, and how many sequences the engine
+preempted (its KV cache full: their cache freed, their tokens computed again later).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+# The record's sums: a run's jobs (shards, replicas) add up to the run's.
+SUMS = ("tail_s", "tail_tokens", "rest_s", "rest_tokens", "preemptions")
 
 
 @dataclass(kw_only=True)
@@ -22,11 +26,13 @@ class Occupancy:
     tail_tokens: int = 0
     rest_s: float = 0.0
     rest_tokens: int = 0
+    preemptions: int = 0
 
-    def add(self, seconds: float, busy: int, total: int) -> None:
+    def add(self, seconds: float, busy: int, total: int, preempted: int = 0) -> None:
         """One engine step of `seconds` with `busy` of `total` slots holding a sequence (each
-        made one token)."""
+        made one token), in which `preempted` sequences were preempted."""
         self.slots = max(self.slots, total)
+        self.preemptions += preempted
         if 2 * busy < total:
             self.tail_s += seconds
             self.tail_tokens += busy
@@ -55,6 +61,7 @@ class Occupancy:
             "tail_tokens": self.tail_tokens,
             "rest_s": round(self.rest_s, 6),
             "rest_tokens": self.rest_tokens,
+            "preemptions": self.preemptions,
         }
 
     @classmethod
@@ -67,6 +74,7 @@ class Occupancy:
             tail_tokens=int(data.get("tail_tokens") or 0),
             rest_s=float(data.get("rest_s") or 0.0),
             rest_tokens=int(data.get("rest_tokens") or 0),
+            preemptions=int(data.get("preemptions") or 0),
         )
 
     def summary(self) -> dict[str, Any] | None:

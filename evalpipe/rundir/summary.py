@@ -23,7 +23,7 @@ from evalpipe.core.textable import format_table
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
-from evalpipe.rundir.occupancy import Occupancy
+from evalpipe.rundir.occupancy import SUMS, Occupancy
 from evalpipe.rundir.results import SampleRecord, read_json, write_json
 from evalpipe.rundir.timings import Timings
 
@@ -269,14 +269,17 @@ def format_summary(summary: Mapping[str, Any]) -> str:
 
 
 def _occupancy_line(occupancy: Mapping[str, Any] | None) -> str:
-    """'tail: 23% of generation with < half of 64 slots busy, 310 tok/s against 1,020'."""
+    """'tail: 23% of generation with < half of 64 slots busy, 310 tok/s against 1,020; 12
+    preemptions'."""
     if not occupancy:
         return ""
     rates = [occupancy.get("tail_tokens_per_s"), occupancy.get("rest_tokens_per_s")]
     speed = f", {rates[0]:,.0f} tok/s against {rates[1]:,.0f}" if None not in rates else ""
+    preempted = occupancy.get("preemptions")
+    preempted_text = "" if preempted is None else f"; {preempted:,} preemptions (KV cache full)"
     return (
         f"\ntail: {occupancy['tail_share']:.0%} of generation with < half of "
-        f"{occupancy['slots']} sequence slots busy{speed}"
+        f"{occupancy['slots']} sequence slots busy{speed}{preempted_text}"
     )
 
 
@@ -345,6 +348,7 @@ class Throughput:
     tail_tokens: float | None = None
     rest_s: float | None = None
     rest_tokens: float | None = None
+    preemptions: float | None = None  # sequences the engine preempted (its KV cache full)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -399,10 +403,7 @@ class Summary:
                 generated_tokens=_number(t.get("generated_tokens")),
                 tokens_per_s=_number(t.get("tokens_per_s")),
                 gpus=_int(t.get("gpus")),
-                **{
-                    name: _number(occupancy.get(name))
-                    for name in ("tail_share", "tail_s", "tail_tokens", "rest_s", "rest_tokens")
-                },
+                **{name: _number(occupancy.get(name)) for name in (*SUMS, "tail_share")},
             ),
             devices=[
                 DeviceSummary.from_dict(_object(d))
