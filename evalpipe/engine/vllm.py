@@ -384,6 +384,7 @@ class VllmEngine(Engine):
         # Only a running sequence can be preempted; vLLM counts it on the request itself.
         running = list(scheduler.running) if scheduler is not None else []
         before = sum(r.num_preemptions for r in running)
+        self._preempted = 0  # a step that rebuilds the engine reports none
         try:
             outputs = self._open_llm().llm_engine.step()
         except EvalpipeError:
