@@ -283,6 +283,10 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         tasks={t.name: {s.id: lengths[s.prompt] for s in t.samples()} for t in tasks},
     )
     short, flat, equal = uniform_work(args.uniform, preset.name)
+
+    def uniform_given() -> dict[str, Any]:
+        return _evalpipe(engine, preset, short, flat, admission="given")
+
     sides = {
         "raw": lambda: {"generate_s": raw(prompts, lengths)},
         "predicted": lambda: _evalpipe(
@@ -291,8 +295,8 @@ def _side(name: str, spec: dict[str, Any], turns: Turns) -> dict[str, Any]:
         "oracle": lambda: _evalpipe(engine, preset, tasks, lengths, past=[oracle]),
         "none": lambda: _evalpipe(engine, preset, tasks, lengths),
         "uniform_raw": lambda: {"generate_s": raw([p for t in short for p in t.prompts], flat)},
-        "uniform_given": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
-        "uniform_again": lambda: _evalpipe(engine, preset, short, flat, admission="given"),
+        "uniform_given": uniform_given,
+        "uniform_again": uniform_given,
         "uniform_longest": lambda: _evalpipe(
             engine, preset, short, flat, admission="longest-first", past=[equal]
         ),
@@ -329,8 +333,12 @@ def kv_gib(row: dict[str, Any]) -> int:
     return int(row.get("kv_gib", DEFAULT_KV_GIB))
 
 
+def _per_rep(rows: list[dict[str, Any]], side: str, base: str = "raw") -> list[float]:
+    return [r[side]["generate_s"] / r[base]["generate_s"] for r in rows]
+
+
 def _ratio(rows: list[dict[str, Any]], side: str, base: str = "raw") -> float:
-    return median([r[side]["generate_s"] / r[base]["generate_s"] for r in rows])
+    return median(_per_rep(rows, side, base))
 
 
 def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
@@ -366,21 +374,18 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> int:
     return 1 if failed and not args.quick else 0
 
 
-def _per_rep(rows: list[dict[str, Any]], side: str, base: str) -> list[float]:
-    return [round(r[side]["generate_s"] / r[base]["generate_s"], 3) for r in rows]
-
-
 def _uniform_report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     """Longest first / given on uniform work, beside the given order run twice: the spread two
     identical sides show in the same repetitions is the noise it is judged against."""
     longest = _ratio(rows, "uniform_longest", "uniform_given")
     again = _per_rep(rows, "uniform_again", "uniform_given")
     noise = max(UNIFORM_NOISE, *(abs(a - 1) for a in again))
+    longest_each = [round(x, 3) for x in _per_rep(rows, "uniform_longest", "uniform_given")]
     print(f"uniform ({args.uniform} prompts × {UNIFORM_TOKENS} tokens, {UNIFORM_ROUNDS} runs a "
           f"side, {len(rows)} repetitions): given / raw "
           f"{_ratio(rows, 'uniform_given', 'uniform_raw'):.3f}×; longest first / given "
-          f"{longest:.3f}× {_per_rep(rows, 'uniform_longest', 'uniform_given')}; given again / "
-          f"given {median(again):.3f}× {again}: longest first "
+          f"{longest:.3f}× {longest_each}; given again / given {median(again):.3f}× "
+          f"{[round(a, 3) for a in again]}: longest first "
           f"{'within' if abs(longest - 1) <= noise else 'OUTSIDE'} the noise (±{noise:.1%}: "
           f"the wider of ±{UNIFORM_NOISE:.0%} and given again's spread)")  # fmt: skip
 
