@@ -155,7 +155,7 @@ def _export(tracker: str, paths: list[str]) -> int:
     """Log each run to the tracker; 1 when the tracker failed for any (it said why)."""
     import logging
 
-    from evalpipe.reports.tracking import export_run
+    from evalpipe.run.trackdir import export_run
     from evalpipe.rundir.discover import find_run_dirs
 
     logging.basicConfig(format="evalpipe report: %(message)s", level=logging.WARNING)

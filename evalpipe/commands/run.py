@@ -456,7 +456,7 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
     work = [(t, select_samples(t, options)) for t in tasks if t.name in judged.gradings]
     tracking = None
     if given.track is not None:
-        from evalpipe.reports.tracking import end_judging, track_judging
+        from evalpipe.run.trackdir import end_judging, track_judging
 
         # The run's tracked run gains the judge's figures (at most the tracker's usual wait).
         tracking = track_judging(given.track, out, judge.definition())

@@ -1,4 +1,6 @@
-"""`evalpipe report --export wandb|mlflow`: log runs that exist already to a tracker, with the
+"""Tracking from what a run directory holds, beside the live tracking of run/tracking.py.
+
+`evalpipe report --export wandb|mlflow` logs runs that exist already to a tracker, with the
 same names a live `--track` run uses (evalpipe.rundir.tracked): for a run whose tracker failed,
 or one made before it was tracked. A run tracked by the same tracker before continues its
 tracked run; the run directory itself is left as it is (only its run writes the manifest).
@@ -6,7 +8,7 @@ A judged run's judging phase adds its judge's figures to the same tracked run.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +94,3 @@ def end_judging(tracking: Tracking, result: JudgeResult) -> None:
         )
     else:
         tracking.end({}, (), status="interrupted")
-
-
-def export_runs(tracker: str, run_dirs: Sequence[Path]) -> list[Tracking]:
-    return [export_run(tracker, path) for path in run_dirs]
