@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from evalpipe.core.errors import EngineError
-from evalpipe.engine.fallback import Context, Ladder, classify, ladder_quantization
+from evalpipe.engine.fallback import Context, Ladder, classify
+from evalpipe.planning.ladderlog import ladder_quantization
 
 KV_CAPACITY = ValueError(
     "To serve at least one request with the model's max seq len (32768), (4.00 GiB KV cache is "

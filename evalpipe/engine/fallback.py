@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from evalpipe.core.errors import EngineError
+from evalpipe.planning.ladderlog import undone, weight_step
 from evalpipe.planning.memory import WEIGHT_QUANT_STEPS, WeightQuantStep
 
 Kind = Literal["kv_capacity", "no_kv_memory", "startup_memory", "device_oom"]
@@ -42,12 +43,8 @@ _DEVICE_OOM = re.compile(
 )
 _OOM_TYPES = ("OutOfMemoryError", "MemoryError")
 
-# Weight-quantization steps say this in their record, so reports can mark such runs.
-WEIGHTS_MARK = "weights quantized on load by the OOM fallback"
-_QUANTIZED = re.compile(r"quantization \S+ → (\S+)")
 # Bits per weight of each format the ladder loads; a later step only ever lowers them.
 _LADDER_BITS = {s.kwargs["quantization"]: s.fmt.bits for s in WEIGHT_QUANT_STEPS}
-_UNDONE = re.compile("(" + "|".join(s.name for s in WEIGHT_QUANT_STEPS) + ") undone")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,20 +204,9 @@ def _weight_step(step: WeightQuantStep) -> StepFn:
         if not _helps(failure, ctx, _FREES_MEMORY):
             return None
         value = step.kwargs["quantization"]
-        return dict(step.kwargs), f"quantization {current or 'none'} → {value} ({WEIGHTS_MARK})"
+        return dict(step.kwargs), weight_step(current, value)
 
     return take
-
-
-def ladder_quantization(steps: Iterable[str]) -> str | None:
-    """The weight quantization the ladder left in place, read from a manifest's step records."""
-    applied: list[str] = []  # an undone step leaves the format before it in place
-    for record in steps:
-        if _UNDONE.match(record):
-            applied.pop()
-        elif found := _QUANTIZED.search(record):
-            applied.append(found.group(1))
-    return applied[-1] if applied else None
 
 
 # The order of the ladder: cheapest loss of throughput or fidelity first; the weight formats
@@ -324,7 +310,7 @@ class Ladder:
                 ) from exc
             name, before, failure = self._pending
             self.kwargs = before
-            self.steps.append(f"{name} undone: it failed with {summary(exc)}")
+            self.steps.append(undone(name, summary(exc)))
         if not self.enabled:
             raise EngineError(
                 f"Out of memory ({phase}) for {self.subject}: {failure.message} "
