@@ -48,7 +48,8 @@ from benchlib import (
     verdict,
 )
 
-from evalpipe.engine.base import EngineSettings, SamplingSettings  # light: no vLLM, no torch
+from evalpipe.engine.base import EngineSettings  # light: no vLLM, no torch
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored
 
 if TYPE_CHECKING:

@@ -75,7 +75,7 @@ class LengthTask:
     sampling: Any = field(default=None)
 
     def __post_init__(self) -> None:
-        from evalpipe.engine.base import SamplingSettings
+        from evalpipe.records.sampling import SamplingSettings
 
         sampling = SamplingSettings(max_tokens=self.max_tokens, ignore_eos=True)
         object.__setattr__(self, "sampling", sampling)

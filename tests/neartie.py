@@ -18,7 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.engine.base import Completion, Engine, Generation, Prompt, Request, TokenStep
+from evalpipe.engine.base import Engine
+from evalpipe.records.completion import Completion, Generation, TokenStep
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.request import Request
 
 # tiny_random's logits are ~1, where bf16 steps by 2^-8: its top-2 gaps come in steps of 0.004
 # (median 0.05, none above 0.3), and where a batch of 8 and a batch of 1 part here the gap is one

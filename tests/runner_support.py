@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.catalog.registry import Preset, load_preset
-from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.checkpoint import StopOnSignal
 from evalpipe.rundir.shard import Shard

@@ -13,9 +13,10 @@ from runner_support import ToyTask, preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings, Room, SamplingSettings
+from evalpipe.engine.base import EngineSettings, Room
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.estimate.lengths import LengthModel, PastLengths, load_lengths
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.admission import admission_order
 from evalpipe.run.replicas import ReplicaPool
 from evalpipe.run.runner import RunOptions, run_evaluation

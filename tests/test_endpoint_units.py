@@ -13,9 +13,9 @@ import pytest
 
 from evalpipe.catalog.registry import Endpoint, load_preset, with_endpoint
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import SamplingSettings
 from evalpipe.engine.endpoint import sampling_fields, split_tokens
 from evalpipe.engine.http import RetryPolicy, retry_after_seconds, server_detail
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.serve import wait_ready
 
 POLICY = RetryPolicy(max_retries=5, timeout_s=10, backoff_s=1.0, backoff_max_s=8.0)

@@ -16,7 +16,8 @@ from neartie import Decode, assert_near_tie_equal, tokenizer_decode
 from evalpipe.catalog.registry import load_preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
-from evalpipe.engine.base import Generation, SamplingSettings
+from evalpipe.records.completion import Generation
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.serve import free_port, served_name, server_argv, wait_ready
 from evalpipe.tasks import load_tasks
 

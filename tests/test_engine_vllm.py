@@ -15,9 +15,12 @@ from neartie import EPSILON, assert_near_tie_equal, tokenizer_decode
 
 from evalpipe.catalog.registry import Preset, load_preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings, Generation, Request, SamplingSettings
+from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fallback import fp8_kv_cache_supported
 from evalpipe.engine.vllm import VllmEngine
+from evalpipe.records.completion import Generation
+from evalpipe.records.request import Request
+from evalpipe.records.sampling import SamplingSettings
 
 pytestmark = pytest.mark.vllm
 
@@ -169,7 +172,7 @@ def test_the_presets_chat_template_kwargs_reach_the_template(
 
 
 def test_abort_drops_requests_in_flight(tiny_engine: VllmEngine) -> None:
-    from evalpipe.engine.base import Request
+    from evalpipe.records.request import Request
 
     long = SamplingSettings(max_tokens=512, ignore_eos=True)
     tiny_engine.add([Request(id=f"a{i}", prompt="Count.", sampling=long) for i in range(3)])

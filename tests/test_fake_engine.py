@@ -6,9 +6,10 @@ import pytest
 
 from evalpipe.catalog.registry import load_preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.factory import open_engine
 from evalpipe.engine.fake import DELAY_ENV, FakeEngine
+from evalpipe.records.sampling import SamplingSettings
 
 
 @pytest.fixture
@@ -96,7 +97,7 @@ def test_top_logprobs_give_each_generated_token_and_its_likeliest_alternatives(p
 
 @pytest.mark.parametrize("top", [-1, 21])
 def test_top_logprobs_out_of_range_or_for_scoring_are_refused(top: int) -> None:
-    from evalpipe.engine.base import Request
+    from evalpipe.records.request import Request
 
     with pytest.raises(ConfigError, match=f"top_logprobs={top} must be 0 to 20"):
         Request(id="r1", prompt="q", sampling=SamplingSettings(), top_logprobs=top)

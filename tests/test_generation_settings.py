@@ -13,7 +13,7 @@ from evalpipe.catalog import registry
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.rundir.results import read_json
 from evalpipe.tasks import load_task, load_tasks
 from evalpipe.tasks.config import load_task_config

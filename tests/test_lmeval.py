@@ -19,7 +19,7 @@ import pytest
 from lmeval_support import TASKS, lm_eval_env, use_lm_eval, write_tasks
 
 from evalpipe.core.errors import ConfigError, MissingDependencyError
-from evalpipe.engine.base import Completion, Generation, Loglikelihood
+from evalpipe.records.completion import Completion, Generation, Loglikelihood
 from evalpipe.tasks import load_tasks
 from evalpipe.tasks.lmeval import LmEvalTask
 from evalpipe.tasks.lmeval.results import lm_eval_results

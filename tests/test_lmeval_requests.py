@@ -120,7 +120,9 @@ def test_vllm_engine_reports_is_greedy_for_rendered_prompts(tiny_engine: Any) ->
     ones from prompt log-probabilities); a runner-up token, first or second, is not. The prompt
     is one whose three greedy steps lead their runners-up clearly: at a near-tie the two paths'
     kernels may rank the top two either way on another CPU."""
-    from evalpipe.engine.base import Rendered, Request, SamplingSettings
+    from evalpipe.records.prompt import Rendered
+    from evalpipe.records.request import Request
+    from evalpipe.records.sampling import SamplingSettings
 
     tokenizer = tiny_engine._open_llm().get_tokenizer()
     kept = SamplingSettings(max_tokens=3, temperature=0.0, skip_special_tokens=False)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings, SamplingSettings
+from evalpipe.engine.base import EngineSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.results import read_samples
 from evalpipe.tasks import load_tasks
@@ -76,7 +77,8 @@ def test_option_letters_read_from_one_step_equal_their_prompt_logprobs(either) -
 def test_letters_after_moved_whitespace_are_read_from_two_shared_steps(smollm2) -> None:
     """lm-eval's split: the context's trailing newline opens every option's continuation, so
     each letter is two tokens; the options share the newline's step and the letters' step."""
-    from evalpipe.engine.base import Rendered, Request
+    from evalpipe.records.prompt import Rendered
+    from evalpipe.records.request import Request
 
     prompt = Rendered("Which is a planet?\nA. Mars\nB. Paris\nC. Oak\nD. Rust\nAnswer:\n")
     letters = (" A", " B", " C", " D")

@@ -182,8 +182,9 @@ def test_smollm2_135m_prepared_from_gguf_knows_the_capital_of_france(
     """What the dequantised weights must get right on any CPU: kernels round differently (an
     Intel AMX and an AMD CPU give SmolLM2 different greedy answers), a margin of nats does not
     move. Its greedy text is only promised to repeat on the same engine and layout."""
-    from evalpipe.engine.base import EngineSettings, SamplingSettings
+    from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
+    from evalpipe.records.sampling import SamplingSettings
 
     path = models.prepare("smollm2_135m")
     assert path == model_cache / "models" / "smollm2_gguf"

@@ -11,8 +11,11 @@ import pytest
 from runner_support import ChatTask, preset
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import Completion, EngineSettings, Request, SamplingSettings
+from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine, prompt_text
+from evalpipe.records.completion import Completion
+from evalpipe.records.request import Request
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.stream import Item, run_stream
 from evalpipe.rundir.results import SampleRecord

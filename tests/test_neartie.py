@@ -9,8 +9,10 @@ import pytest
 from neartie import Recorder, assert_near_tie_equal, assert_records_near_tie_equal
 
 from evalpipe.catalog.registry import load_preset
-from evalpipe.engine.base import EngineSettings, Generation, SamplingSettings, TokenStep
+from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.records.completion import Generation, TokenStep
+from evalpipe.records.sampling import SamplingSettings
 
 # A made-up vocabulary: id → text (0 ends the sequence and decodes to nothing).
 PIECES = {0: "", 1: " 12", 2: " 7", 3: " 9", 4: " +", 5: "\n", 6: "\xe2", 7: "\x82\xac"}

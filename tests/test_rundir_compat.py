@@ -151,7 +151,7 @@ def test_reports_read_an_old_run() -> None:
 
 
 def test_fields_added_later_leave_old_fingerprints_alone() -> None:
-    from evalpipe.engine.base import SamplingSettings
+    from evalpipe.records.sampling import SamplingSettings
     from evalpipe.tasks import load_tasks
 
     (task,) = load_tasks(tasks=["arithmetic"])

@@ -18,11 +18,12 @@ from runner_support import SCRIPT, preset, toy_tasks
 
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import Completion, EngineSettings
+from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.monitor import Monitor
 from evalpipe.monitor.csvlog import new_rows
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
+from evalpipe.records.completion import Completion
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.trackers import BACKENDS, sync_argv
 from evalpipe.run.tracking import EXIT_WAIT_ENV, Tracking, exit_wait_s

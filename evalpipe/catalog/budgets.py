@@ -22,11 +22,8 @@ from evalpipe.catalog.registry import Preset
 from evalpipe.catalog.suites import expand
 from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX, is_judged
 from evalpipe.core.configio import read_yaml
+from evalpipe.records.sampling import DEFAULT_MAX_TOKENS, DEFAULT_N
 
-# A task file's sampling defaults (engine.base.SamplingSettings takes them from here, so a
-# suite read without the task code has the same ones).
-DEFAULT_MAX_TOKENS = 256
-DEFAULT_N = 1
 # Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt).
 TEMPLATE_TOKENS = 64
 # The prompt allowance of a task whose file records no prompt size: a zero-shot question

@@ -1,62 +1,20 @@
-"""The Engine interface every backend implements, and the values that cross it."""
+"""The Engine interface every backend implements, and the values only engines and their
+runner use (the requests and completions that cross it are evalpipe.records)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from evalpipe.catalog.budgets import DEFAULT_MAX_TOKENS, DEFAULT_N
-from evalpipe.core.configio import as_config
-from evalpipe.core.errors import ConfigError, EngineError
-
-# A prompt is plain text, or chat messages ({"role": ..., "content": ...}). A plain-text prompt
-# sent to a chat model becomes one user message.
-Prompt = str | list[dict[str, str]]
-
-
-class Rendered(str):
-    """A prompt its task has already rendered (lm-eval's few-shot context, with any chat
-    template applied): engines send it as it is, with no chat template, stripping or BOS of
-    their own, tokenised the way lm-eval's vLLM backend tokenises (engine/rendering.py). A `str`,
-    so sample records, fingerprints and the fake engine see its plain text."""
-
-    __slots__ = ()
-
-
-# describe()["device"] of an engine whose model runs on a server elsewhere: reports show the
-# run's device as this instead of the client's CPU readings.
-REMOTE_DEVICE = "remote"
-
-
-@dataclass(frozen=True, kw_only=True)
-class SamplingSettings:
-    """How to generate for one task (mirrors vLLM's SamplingParams)."""
-
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0  # sample from the k likeliest tokens; 0: all (vLLM's "off")
-    min_p: float = 0.0  # drop tokens below min_p × the likeliest token's probability; 0: off
-    n: int = DEFAULT_N
-    stop: tuple[str, ...] = ()
-    seed: int = 0
-    # Generate exactly max_tokens, past the end-of-sequence token (benchmarks, probes).
-    ignore_eos: bool = False
-    # Special tokens (<|im_start|>, …) left out of the text; lm-eval's vLLM backend keeps them.
-    skip_special_tokens: bool = True
-
-    # Added after the first run-directory schema (see configio.as_config).
-    LATER: ClassVar[tuple[str, ...]] = ("ignore_eos", "top_k", "min_p", "skip_special_tokens")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as a run's configuration records and fingerprints them."""
-        return as_config(self)
+from evalpipe.core.errors import EngineError
+from evalpipe.records.completion import Completion, Generation, Loglikelihood
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.request import Request
+from evalpipe.records.sampling import SamplingSettings
 
 
 class SeenSampling:
@@ -71,96 +29,6 @@ class SeenSampling:
 
     def to_list(self) -> list[dict[str, Any]]:
         return list(self._seen.values())
-
-
-@dataclass(frozen=True, kw_only=True)
-class TokenStep:
-    """One generated token and the likeliest tokens the model saw at its position."""
-
-    token: int  # the generated token's id
-    logprob: float  # its log-probability, natural log
-    top: tuple[tuple[int, float], ...]  # (token id, log-probability), likeliest first
-
-
-@dataclass(frozen=True, kw_only=True)
-class Generation:
-    """The n completions for one prompt and their token counts."""
-
-    texts: tuple[str, ...]
-    prompt_tokens: int
-    completion_tokens: tuple[int, ...]
-    # One tuple of steps per completion when the request asked for top_logprobs; else empty.
-    steps: tuple[tuple[TokenStep, ...], ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Loglikelihood:
-    """How likely the model finds a continuation of a prompt (nothing is generated)."""
-
-    logprob: float  # sum of the continuation tokens' log-probabilities, natural log
-    tokens: int  # continuation tokens
-    prompt_tokens: int  # tokens before the continuation (after any chat template)
-    # Whether every continuation token was the model's likeliest at its position (lm-eval's
-    # `is_greedy`, which its loglikelihood `acc` needs); None where the engine cannot tell.
-    is_greedy: bool | None = None
-
-    @classmethod
-    def of(
-        cls,
-        logprobs: Sequence[float],
-        *,
-        prompt_tokens: int,
-        source: str,
-        is_greedy: bool | None = None,
-    ) -> Loglikelihood:
-        """The continuation scored by the sum of its tokens' `logprobs` (from `source`)."""
-        total = math.fsum(logprobs)
-        if math.isnan(total):
-            raise EngineError(
-                f"{source} returned NaN log-probabilities; the model's weights or dtype are "
-                "broken for this input."
-            )
-        # A probability that underflowed to -inf is stored as the lowest finite float (JSON).
-        return cls(
-            logprob=max(total, -sys.float_info.max),
-            tokens=len(logprobs),
-            prompt_tokens=prompt_tokens,
-            is_greedy=is_greedy,
-        )
-
-
-# vLLM's default cap on log-probabilities per token (max_logprobs).
-MAX_TOP_LOGPROBS = 20
-
-
-@dataclass(frozen=True, kw_only=True)
-class Request:
-    """One unit of engine work: generate for `prompt` with `sampling`, or score each of
-    `continuations` after it (log p(continuation | prompt); a chat model's continuation starts
-    its reply, so leading whitespace is dropped for it)."""
-
-    id: str
-    prompt: Prompt
-    sampling: SamplingSettings | None = None
-    continuations: tuple[str, ...] = ()
-    # Also return each generated token with this many likeliest tokens at its position
-    # (Generation.steps): how tests tell a near-tie from a real difference between two runs.
-    # Not a sampling setting: it changes no text, so runs neither record nor fingerprint it.
-    top_logprobs: int = 0
-
-    def __post_init__(self) -> None:
-        if (self.sampling is None) == (not self.continuations):
-            raise ConfigError(
-                f"Request {self.id!r} must either generate (sampling) or score continuations, "
-                "not both or neither."
-            )
-        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS or (
-            self.top_logprobs and self.sampling is None
-        ):
-            raise ConfigError(
-                f"Request {self.id!r}: top_logprobs={self.top_logprobs!r} must be 0 to "
-                f"{MAX_TOP_LOGPROBS}, and only a generating request (sampling) can ask for them."
-            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,15 +59,6 @@ class Room:
             kv_tokens=self.kv_tokens + other.kv_tokens,
             block=max(self.block, other.block),
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Completion:
-    """A finished request: its generation, or one log-likelihood per continuation in order."""
-
-    id: str
-    generation: Generation | None = None
-    loglikelihoods: tuple[Loglikelihood, ...] = ()
 
 
 class Engine(ABC):

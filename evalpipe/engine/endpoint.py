@@ -28,18 +28,13 @@ from evalpipe.catalog import models
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
-from evalpipe.engine.base import (
-    REMOTE_DEVICE,
-    Completion,
-    Engine,
-    EngineSettings,
-    Generation,
-    Loglikelihood,
-    Prompt,
-    Request,
-    SamplingSettings,
-)
+from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.http import HttpStatusError, RetryPolicy, Tally, request_json
+from evalpipe.records.completion import Completion, Generation, Loglikelihood
+from evalpipe.records.device import REMOTE_DEVICE
+from evalpipe.records.prompt import Prompt, messages
+from evalpipe.records.request import Request
+from evalpipe.records.sampling import SamplingSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -306,7 +301,7 @@ class EndpointEngine(Engine):
             )
             return self._score(request.id, encoded)
         if self.api == "chat":
-            body: dict[str, Any] = {"messages": rendering.messages(request.prompt)}
+            body: dict[str, Any] = {"messages": messages(request.prompt)}
             if self.preset.chat_template_kwargs:
                 body["chat_template_kwargs"] = dict(self.preset.chat_template_kwargs)
         elif self.preset.chat:  # the completions API continues the template rendered here

@@ -16,20 +16,11 @@ from typing import Any
 from evalpipe import __version__
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import (
-    Completion,
-    Engine,
-    EngineSettings,
-    Generation,
-    Loglikelihood,
-    Prompt,
-    Request,
-    Room,
-    SamplingSettings,
-    SeenSampling,
-    Slots,
-    TokenStep,
-)
+from evalpipe.engine.base import Engine, EngineSettings, Room, SeenSampling, Slots
+from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.request import Request
+from evalpipe.records.sampling import SamplingSettings
 
 # Seconds each request takes when no delay is passed in: lets a SLURM job run with
 # `--backend fake` live long enough to be preempted in a test.

@@ -9,12 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import Prompt, Rendered
-
-
-def messages(prompt: Prompt) -> list[dict[str, str]]:
-    """Chat messages for a prompt: plain text becomes one user message."""
-    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+from evalpipe.records.prompt import Prompt, Rendered, messages
 
 
 def render(

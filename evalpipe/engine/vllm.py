@@ -25,20 +25,7 @@ from evalpipe.core import provenance
 from evalpipe.core.configio import suggest
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
-from evalpipe.engine.base import (
-    Completion,
-    Engine,
-    EngineSettings,
-    Generation,
-    Loglikelihood,
-    Prompt,
-    Request,
-    Room,
-    SamplingSettings,
-    SeenSampling,
-    Slots,
-    TokenStep,
-)
+from evalpipe.engine.base import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.engine.fallback import (
     Context,
     Ladder,
@@ -46,6 +33,10 @@ from evalpipe.engine.fallback import (
     fp8_kv_cache_supported,
     fp8_weights_supported,
 )
+from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.request import Request
+from evalpipe.records.sampling import SamplingSettings
 
 # LLM() arguments evalpipe fills from the preset's own keys or the run's options; setting them in
 # engine_kwargs too would be ambiguous, so it is refused with the key to use instead.

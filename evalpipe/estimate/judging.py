@@ -20,8 +20,6 @@ from typing import Any
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.span import Span, fmt_span
 from evalpipe.core.textable import format_table
-from evalpipe.engine.base import Prompt
-from evalpipe.engine.rendering import messages
 from evalpipe.estimate.cost import Estimate, generate_s
 from evalpipe.estimate.throughput import Rates
 from evalpipe.estimate.workmodel import (
@@ -31,6 +29,7 @@ from evalpipe.estimate.workmodel import (
     TokenCounter,
     bytes_to_tokens,
 )
+from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.judging import Grading
 

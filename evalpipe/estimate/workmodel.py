@@ -18,9 +18,8 @@ from evalpipe.catalog import modelconfig, models
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
-from evalpipe.engine.base import Prompt
-from evalpipe.engine.rendering import messages
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
+from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.task import ConfiguredTask
 

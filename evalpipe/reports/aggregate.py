@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from evalpipe.core.intervals import interval
-from evalpipe.engine.base import REMOTE_DEVICE
+from evalpipe.records.device import REMOTE_DEVICE
 from evalpipe.reports.loading import RunSet
 from evalpipe.rundir.occupancy import SUMS
 

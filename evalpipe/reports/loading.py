@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
-from evalpipe.engine.base import REMOTE_DEVICE
 from evalpipe.monitor import DeviceSummary, device_summaries
 from evalpipe.planning.ladderlog import ladder_quantization
+from evalpipe.records.device import REMOTE_DEVICE
 from evalpipe.reports.readers import METRICS_COLUMNS, read_metrics
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from evalpipe.core.span import fmt_seconds
-from evalpipe.engine.base import REMOTE_DEVICE
+from evalpipe.records.device import REMOTE_DEVICE
 from evalpipe.reports.compare import Comparison
 
 DASH = "—"  # not measured / not applicable

@@ -21,8 +21,9 @@ from typing import Any
 
 from evalpipe.catalog.registry import Preset, load_preset, with_endpoint
 from evalpipe.core.errors import RunDirError
-from evalpipe.engine.base import Engine, EngineSettings, SamplingSettings
+from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.localplan import plan_local
 from evalpipe.run.options import RunnerOptions
 from evalpipe.run.stream import WAIT, Hooks, Item, Wait, run_stream

@@ -21,7 +21,9 @@ from typing import Any
 
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Completion, Engine, EngineSettings, Request, Room
+from evalpipe.engine.base import Engine, EngineSettings, Room
+from evalpipe.records.completion import Completion
+from evalpipe.records.request import Request
 
 # Seconds a pool waits for a replica's answer before it looks at the stop flag again.
 POLL_SECONDS = 0.5

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.catalog.registry import Preset
-from evalpipe.engine.base import Engine, EngineSettings, SamplingSettings
+from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine
 from evalpipe.estimate.calibration import Calibration, DeviceMemory, Planned, ProbePoint
 from evalpipe.planning.memory import GIB, kv_bytes_per_token, kv_bytes_per_token_layer
 from evalpipe.planning.planner import Plan
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.rundir.layout import RunDir
 
 BATCHES = (1, 4, 16, 64)  # up to a batch that fills a prefill step of the CPU build (4096 tokens)

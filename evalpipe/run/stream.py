@@ -22,7 +22,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Completion, Engine, Generation, Request, Slots
+from evalpipe.engine.base import Engine, Slots
+from evalpipe.records.completion import Completion, Generation
+from evalpipe.records.request import Request
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
 from evalpipe.tasks.base import Sample, ScoresResponses, Task, conversation

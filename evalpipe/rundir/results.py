@@ -23,7 +23,7 @@ from typing import Any
 
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import DamagedFileError, RunDirError, StorageError
-from evalpipe.engine.base import Prompt
+from evalpipe.records.prompt import Prompt
 
 
 def new_run_dir(results: Path, name: str) -> Path:

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from evalpipe.core.errors import DatasetError
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, check_limit
 from evalpipe.tasks.judging import JudgeAsk, JudgedAnswers
 from evalpipe.tasks.pairwise import BASELINE_FIRST, MODEL_FIRST, model_outcome, read_verdict

@@ -8,7 +8,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import positive
-from evalpipe.engine.base import Completion, Prompt, SamplingSettings
+from evalpipe.records.completion import Completion
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.sampling import SamplingSettings
 
 
 def check_limit(limit: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evalpipe.catalog.budgets import TEMPLATE_TOKENS
-from evalpipe.engine.base import Prompt
+from evalpipe.records.prompt import Prompt
 from evalpipe.tasks.base import Sample, Task
 
 # Per further message, beyond the chat template's TEMPLATE_TOKENS. Generous on purpose: see

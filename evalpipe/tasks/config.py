@@ -10,7 +10,7 @@ from typing import ClassVar
 from evalpipe.catalog.registry import GENERATION_CONFIG_RULES
 from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.configio import build, read_yaml
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.window import DateWindow
 
 SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
@@ -327,23 +327,10 @@ class TaskConfig:
 
 
 def check_sampling(s: SamplingSettings, scorer: ScorerConfig) -> None:
-    """ValueError naming the first setting that does not fit (a task file's, or the settings a
-    model's generation_config.json gives the task)."""
-    if not isinstance(s.max_tokens, int) or s.max_tokens <= 0:
-        raise ValueError(f"sampling.max_tokens must be a positive integer, got {s.max_tokens!r}")
-    if not isinstance(s.n, int) or s.n <= 0:
-        raise ValueError(f"sampling.n must be a positive integer, got {s.n!r}")
-    if not isinstance(s.stop, tuple) or not all(isinstance(x, str) and x for x in s.stop):
-        raise ValueError(f"sampling.stop must be a list of non-empty strings, got {s.stop!r}")
-    if s.temperature < 0:
-        raise ValueError(f"sampling.temperature must be >= 0, got {s.temperature!r}")
-    if not 0 < s.top_p <= 1:
-        raise ValueError(f"sampling.top_p must be in (0, 1], got {s.top_p!r}")
-    # vLLM reads top_k -1 as 0 (all tokens); a model's generation_config.json may say either.
-    if not isinstance(s.top_k, int) or isinstance(s.top_k, bool) or s.top_k < -1:
-        raise ValueError(f"sampling.top_k must be 0 (off) or a positive integer, got {s.top_k!r}")
-    if not 0 <= s.min_p <= 1:
-        raise ValueError(f"sampling.min_p must be in [0, 1] (0: off), got {s.min_p!r}")
+    """ValueError naming the first setting that does not fit the task (a task file's, or the
+    settings a model's generation_config.json gives the task); each setting's own bounds are
+    checked by SamplingSettings itself."""
+    # A task's rule, not the record's: lm-eval asks for repeats at temperature 0 on purpose.
     if s.n > 1 and s.temperature == 0:
         raise ValueError(
             f"sampling.n = {s.n} with temperature 0 gives {s.n} identical completions; "

@@ -17,7 +17,7 @@ from typing import Any
 
 from evalpipe.catalog.registry import Preset
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.config import TaskConfig, check_sampling
 from evalpipe.tasks.task import ConfiguredTask
@@ -106,8 +106,8 @@ def effective_sampling(
         )
     # In the field's own type: top_k 20, not 20.0 (vLLM refuses a float top_k).
     applied = {k: type(getattr(own, k))(v) for k, v in differs.items() if k in APPLICABLE}
-    settings = dataclasses.replace(own, **applied)
     try:
+        settings = dataclasses.replace(own, **applied)
         check_sampling(settings, task.scorer)
     except ValueError as exc:
         raise ConfigError(

@@ -25,7 +25,7 @@ from typing import Any
 from evalpipe.catalog.taskfiles import ARENA_HARD, JUDGE_PREFIX, MTBENCH
 from evalpipe.core.configio import as_config, build, read_yaml
 from evalpipe.core.errors import ConfigError, DatasetError
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks import load_tasks
 from evalpipe.tasks.arenahard import Baseline, arena_hard
 from evalpipe.tasks.base import Sample, Task, check_limit

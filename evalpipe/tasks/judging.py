@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from evalpipe.core.errors import ConfigError, DatasetError
-from evalpipe.engine.base import Prompt, SamplingSettings
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored
 
 

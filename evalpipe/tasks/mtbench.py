@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core.errors import DatasetError, MissingDependencyError
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, check_limit
 from evalpipe.tasks.judging import JudgedAnswers, SingleGrading, read_judge_prompts
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import jinja2
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import Prompt
+from evalpipe.records.prompt import Prompt
 from evalpipe.tasks.config import PromptConfig
 from evalpipe.tasks.packaged import package_constant
 from evalpipe.tasks.records import Record

@@ -10,7 +10,7 @@ from typing import Any
 
 from evalpipe.core.configio import as_config, first_repeat
 from evalpipe.core.errors import ConfigError, DatasetError
-from evalpipe.engine.base import SamplingSettings
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import ShuffleConfig, TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows

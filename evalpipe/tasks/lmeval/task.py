@@ -18,7 +18,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Completion, Generation, Rendered, SamplingSettings
+from evalpipe.records.completion import Completion, Generation
+from evalpipe.records.prompt import Rendered
+from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
 from evalpipe.tasks.reasoning import Split, split
@@ -273,16 +275,22 @@ def _sampling(task: str, kwargs: dict[str, Any], repeats: int) -> SamplingSettin
         )
     until = kwargs.get("until") or []
     sample = bool(kwargs.get("do_sample", False))
-    return SamplingSettings(
-        max_tokens=int(kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)),
-        temperature=float(kwargs.get("temperature", 1.0 if sample else 0.0)) if sample else 0.0,
-        top_p=float(kwargs.get("top_p", 1.0)),
-        n=repeats,
-        stop=tuple([until] if isinstance(until, str) else until),
-        seed=int(kwargs.get("seed", 0)),
-        # lm-eval's vLLM backend decodes with special tokens kept: its filters see them.
-        skip_special_tokens=False,
-    )
+    try:
+        return SamplingSettings(
+            max_tokens=int(kwargs.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS)),
+            temperature=float(kwargs.get("temperature", 1.0 if sample else 0.0)) if sample else 0.0,
+            top_p=float(kwargs.get("top_p", 1.0)),
+            n=repeats,
+            stop=tuple([until] if isinstance(until, str) else until),
+            seed=int(kwargs.get("seed", 0)),
+            # lm-eval's vLLM backend decodes with special tokens kept: its filters see them.
+            skip_special_tokens=False,
+        )
+    except ValueError as exc:
+        raise ConfigError(
+            f"lm-eval task {task!r}: generation_kwargs {kwargs!r}: {exc}; fix them in a copy "
+            "of the task file (lm_eval:PATH.yaml)."
+        ) from None
 
 
 def _generation(texts: Sequence[str]) -> Generation:

@@ -1,0 +1,21 @@
+"""A prompt: plain text, chat messages, or text its task has already rendered."""
+
+from __future__ import annotations
+
+# Plain text, or chat messages ({"role": ..., "content": ...}). A plain-text prompt sent to a
+# chat model becomes one user message (`messages`).
+Prompt = str | list[dict[str, str]]
+
+
+class Rendered(str):
+    """A prompt its task has already rendered (lm-eval's few-shot context, with any chat
+    template applied): engines send it as it is, with no chat template, stripping or BOS of
+    their own, tokenised the way lm-eval's vLLM backend tokenises (engine/rendering.py). A `str`,
+    so sample records, fingerprints and the fake engine see its plain text."""
+
+    __slots__ = ()
+
+
+def messages(prompt: Prompt) -> list[dict[str, str]]:
+    """Chat messages for a prompt: plain text becomes one user message."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
