@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lmeval_support import TASKS, lm_eval_env, use_lm_eval, write_tasks
+from lmeval_support import (
+    TASKS,
+    lm_eval_env,
+    mean_of,
+    task_file,
+    use_lm_eval,
+    write_jsonl,
+    write_tasks,
+)
 
 from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
@@ -217,6 +225,16 @@ def test_unsupported_tasks_are_refused_before_anything_runs(tmp_path: Path) -> N
     )
     with pytest.raises(ConfigError, match="loglikelihood_rolling requests"):
         load_tasks(tasks=[f"lm_eval:{rolling}"])
+
+
+def test_generation_kwargs_out_of_bounds_are_refused_naming_the_task(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [{"question": "1 + 1?", "answer": "2"}])
+    task_file(tmp_path, "ep_bad_top_p", {"test": data}, output_type="generate_until",
+              doc_to_text="{{question}}", doc_to_target="{{answer}}",
+              generation_kwargs={"until": ["\n"], "top_p": 0.0},
+              metric_list=mean_of("exact_match"))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"'ep_bad_top_p'.*top_p must be in \(0, 1\], got 0.0"):
+        load_tasks(tasks=[f"lm_eval:{tmp_path}/ep_bad_top_p.yaml"])
 
 
 def test_without_lm_eval_one_message_names_the_extra(tmp_path: Path) -> None:
