@@ -74,7 +74,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
     args = parse_args(parser, {"limit": 2, "concurrency": "2", "preset": QUICK_PRESET})
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.run.serve import free_port, served_name, wait_ready
 
     models.prepare(args.preset)

@@ -141,7 +141,7 @@ def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> An
     from transformers import AutoTokenizer
 
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.tasks import load_tasks
     from evalpipe.tasks.lmeval import lm_eval_prompting
 

@@ -47,7 +47,7 @@ E2E_TARGET = 1.10
 def reference_spec(preset_name: str, task_name: str, limit: int) -> dict[str, Any]:
     """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
     SamplingParams its engine builds from the task's settings."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import engine_kwargs
     from evalpipe.tasks import load_tasks

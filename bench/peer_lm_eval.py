@@ -57,7 +57,7 @@ def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> No
     from transformers import AutoTokenizer
 
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(preset_name)

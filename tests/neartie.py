@@ -233,7 +233,7 @@ def record_run(
     Its own engine, built here and closed after: closing an in-process vLLM engine tears down
     vLLM's process-wide parallel groups, and a shared engine used after another engine closed
     would find them gone."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.run.runner import RunOptions, run_evaluation

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 from neartie import Recorder, assert_near_tie_equal, assert_records_near_tie_equal
 
-from evalpipe.catalog.registry import load_preset
+from evalpipe.catalog.preset import load_preset
 from evalpipe.engine.base import EngineSettings, Generation, SamplingSettings, TokenStep
 from evalpipe.engine.fake import FakeEngine
 

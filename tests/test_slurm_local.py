@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.preset import preset_names
 from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import Job, prepare, submit_prepared
@@ -331,7 +332,7 @@ def test_status_reads_the_queue_and_lists_logs(reference: Path) -> None:
 
 def test_every_preset_passes_sbatch_test_only(local_slurm: Slurm, tmp_path: Path) -> None:
     """All shipped presets fit the local profile (2 nodes × 4 fake H100s): SLURM accepts each."""
-    for name in registry.preset_names():
+    for name in preset_names():
         prepared = prepare(name, "local", JobOptions(), tmp_path / name)
         script = tmp_path / f"{name}.sbatch"
         script.write_text(prepared.script)
@@ -345,7 +346,7 @@ def test_an_impossible_request_is_refused_in_slurms_words(
 ) -> None:
     site = tmp_path / "bigger.yaml"
     site.write_text(
-        (registry.config_dir() / "clusters" / "local.yaml")
+        (config_dir() / "clusters" / "local.yaml")
         .read_text()
         .replace("max_nodes: 2", "max_nodes: 3")
         .replace("gpus_per_node: 4", "gpus_per_node: 1")

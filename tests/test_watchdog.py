@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runner_support import SCRIPT, lines, preset, toy_tasks
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.preset import load_preset
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings
@@ -55,16 +55,14 @@ def test_check_trips_only_after_the_phase_limit_without_progress() -> None:
 
 
 def test_default_limits_are_generous_for_loading_a_big_model_and_minutes_for_generating() -> None:
-    big = default_limits(registry.load_preset("falcon_180b"))
-    tiny = default_limits(registry.load_preset("tiny_random"))
-    llama = default_limits(registry.load_preset("llama3_3_70b"))
+    big = default_limits(load_preset("falcon_180b"))
+    tiny = default_limits(load_preset("tiny_random"))
+    llama = default_limits(load_preset("llama3_3_70b"))
     # docs/runner.md: 15 min, 28 min and 48 min (15 min + 6 s per GiB of bf16 weights).
     assert [round(d.load_s / 60) for d in (tiny, llama, big)] == [15, 28, 48]
     assert big.generate_s == tiny.generate_s == 600
-    assert stall_limits(registry.load_preset("tiny_random"), 0) is None
-    assert stall_limits(registry.load_preset("tiny_random"), 30) == StallLimits(
-        load_s=30, generate_s=30
-    )
+    assert stall_limits(load_preset("tiny_random"), 0) is None
+    assert stall_limits(load_preset("tiny_random"), 30) == StallLimits(load_s=30, generate_s=30)
     with pytest.raises(ConfigError, match=r"load_s=-1 must be a positive number of seconds"):
         StallLimits(load_s=-1, generate_s=5)
 

@@ -19,13 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.clusters import load_cluster
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.jobs import preflight
 
-    preset = registry.load_preset(args.preset)
+    preset = load_preset(args.preset)
     report = preflight.check(
         preset,
-        registry.load_cluster(args.cluster),
+        load_cluster(args.cluster),
         categories=args.categories,
         tasks=args.tasks,
     )

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.catalog.registry import TRACKERS
+from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.core.errors import ConfigError, RunDirError
 
 HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."

@@ -103,7 +103,7 @@ def runner_options(args: argparse.Namespace) -> RunnerOptions:
 
 def _endpoint_preset(options: RunnerOptions, preset):
     """The preset with the command line's endpoint options applied (--backend openai only)."""
-    from evalpipe.catalog.registry import with_endpoint
+    from evalpipe.catalog.preset import with_endpoint
 
     if options.backend != "openai":  # the record refuses endpoint options then
         return preset
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         return _sweep(args, presets)
     args.preset = presets[0]
     from evalpipe.catalog.models import find_model
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
@@ -424,7 +424,7 @@ def _split_gpus(given: RunnerOptions) -> list[str] | None:
     """Side by side on GPUs: this process keeps the model's share of the visible GPUs (its
     CUDA_VISIBLE_DEVICES narrowed before anything plans or loads); the judge's share comes
     back (None without GPUs: both processes share the CPU engine's cores)."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.run.localplan import visible_gpus
     from evalpipe.run.placement import beside_gpus
 

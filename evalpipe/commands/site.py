@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.gpus import load_gpus
     from evalpipe.core.errors import ConfigError
     from evalpipe.rundir.results import write_text
     from evalpipe.slurm import sitedetect
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     detected = sitedetect.detect(
         slurm.show("partition"),
         slurm.show("node"),
-        registry.load_gpus(),
+        load_gpus(),
         python=sys.executable,
         partition=args.partition,
         gres_type=args.gres_type,

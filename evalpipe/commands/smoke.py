@@ -54,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace, out: Path) -> int:
-    from evalpipe.catalog import models, registry
+    from evalpipe.catalog import models
+    from evalpipe.catalog.clusters import load_cluster
+    from evalpipe.catalog.gpus import get_gpu
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.estimate.calibration import table
@@ -63,9 +66,9 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 
     if args.cluster is None and args.gpu is None:
         raise ConfigError("evalpipe smoke --local needs --gpu NAME or --cluster C to plan for.")
-    cluster = registry.load_cluster(args.cluster) if args.cluster else None
-    gpu = registry.get_gpu(args.gpu or cluster.gpu)  # type: ignore[union-attr]
-    preset = registry.load_preset(args.preset)
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    gpu = get_gpu(args.gpu or cluster.gpu)  # type: ignore[union-attr]
+    preset = load_preset(args.preset)
     plan = planner.plan(
         preset,
         gpu,

@@ -18,8 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evalpipe.catalog import registry
-from evalpipe.catalog.registry import slurm_minutes
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.configpath import is_path
+from evalpipe.catalog.gpus import Gpu, get_gpu
+from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core.errors import ConfigError, EvalpipeError, RunDirError, SlurmError
 from evalpipe.jobs import preflight, render
 from evalpipe.jobs.executors import EXECUTORS
@@ -95,11 +98,11 @@ def prepare(
 
     The cost is estimated when `results` (the folders to calibrate on) is given or the options
     leave shards, replicas or the time limit to the estimate; then those are chosen first."""
-    loaded = registry.load_preset(preset)
-    site = registry.load_cluster(cluster)
-    gpu = registry.get_gpu(site.gpu)
+    loaded = load_preset(preset)
+    site = load_cluster(cluster)
+    gpu = get_gpu(site.gpu)
     # A preset given as a file must be found from the job's working directory too.
-    ref = str(Path(preset).expanduser().resolve()) if registry.is_path(preset) else preset
+    ref = str(Path(preset).expanduser().resolve()) if is_path(preset) else preset
 
     def spec_for(chosen: JobOptions) -> JobSpec:
         return make_jobspec(
@@ -127,9 +130,7 @@ def prepare(
     return dataclasses.replace(cost, spec=spec, script=render.render_job(spec), merge_script=merge)
 
 
-def _cost(
-    spec: JobSpec, gpu: registry.Gpu, options: JobOptions, results: Sequence[Path] | None
-) -> Prepared:
+def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] | None) -> Prepared:
     """The estimate (and choice) for a first spec; a Prepared whose scripts are filled later."""
     blank = Prepared(spec=spec, script="", merge_script=None)
     if results is None and not options.auto_chosen:
