@@ -24,7 +24,8 @@ from evalpipe.catalog.configpath import config_dir
 from evalpipe.catalog.preset import preset_names
 from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import Job, prepare, submit_prepared
+from evalpipe.jobs.jobstatus import Job
+from evalpipe.jobs.submit import prepare, submit_prepared
 from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import UNKNOWN, Slurm
 

@@ -22,7 +22,8 @@ from evalpipe.core.errors import (
     SlurmError,
 )
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import Job, submit, submit_sweep
+from evalpipe.jobs.jobstatus import Job
+from evalpipe.jobs.submit import submit, submit_sweep
 from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
 

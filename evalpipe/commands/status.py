@@ -57,7 +57,7 @@ def _run_dirs(root: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.textable import format_table
-    from evalpipe.jobs.submit import Job
+    from evalpipe.jobs.jobstatus import Job
     from evalpipe.rundir.layout import RunDir
     from evalpipe.slurm.client import Slurm
 
