@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe.rundir.aggregation import metric_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.rundir.runconfig import RunConfig
-from evalpipe.rundir.summary import metric_stats
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.run.merge import merge_run
-    from evalpipe.rundir.summary import format_summary
+    from evalpipe.rundir.summarytext import format_summary
 
     result = merge_run(args.run_dir, allow_incomplete=args.allow_incomplete)
     print(format_summary(result.summary))

@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.rundir.checkpoint import StopOnSignal
     from evalpipe.rundir.layout import MANIFEST, RunDir
     from evalpipe.rundir.results import new_run_dir
-    from evalpipe.rundir.summary import format_summary
+    from evalpipe.rundir.summarytext import format_summary
     from evalpipe.tasks import load_tasks
     from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.generation import with_generation_config
