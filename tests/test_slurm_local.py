@@ -627,7 +627,10 @@ def test_a_hung_engine_ends_with_the_stall_status_and_diagnostics_after_one_requ
     fails with 124: well under a minute, against a 30-minute time limit."""
     started = time.monotonic()
     env = job_env(EVALPIPE_FAKE_HANG_AFTER="8")
-    job = submit_fake(tmp_path, "hung", "--limit", "6", "--stall-timeout", "5", env=env)
+    cluster = site_profile(tmp_path, "hung_engine")  # the fake engine hangs in the job
+    job = submit_fake(
+        tmp_path, "hung", "--limit", "6", "--stall-timeout", "5", env=env, cluster=cluster
+    )
     wait_for_state(job, "PENDING", "BeginTime", timeout_s=120)  # requeued after the first stall
     time.sleep(2)  # see preempt(): not within the second of the requeue
     subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)

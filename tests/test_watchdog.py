@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hung_engine import HungEngine
 from runner_support import SCRIPT, lines, preset, toy_tasks
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings
-from evalpipe.engine.fake import FakeEngine
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.watchdog import Stall, StallLimits, Watchdog, default_limits, stall_limits
 from evalpipe.rundir.results import read_json
@@ -69,7 +69,7 @@ def test_default_limits_are_generous_for_loading_a_big_model_and_minutes_for_gen
 
 def test_a_hung_engine_ends_the_run_with_diagnostics_within_the_bound(tmp_path: Path) -> None:
     clock = FakeClock()
-    engine = FakeEngine(
+    engine = HungEngine(
         preset(), EngineSettings(), script=SCRIPT, clock=clock.now, sleep=clock.sleep, hang_after=5
     )
     limits = StallLimits(load_s=100, generate_s=30)
@@ -118,7 +118,7 @@ def test_a_hung_engine_ends_the_run_with_diagnostics_within_the_bound(tmp_path: 
         text = report.read_text()
         assert "during generate (limit 30 s" in text
         assert "Python stacks of every thread (faulthandler)" in text
-        assert "in step\n" in text and "fake.py" in text  # the hung engine's frame
+        assert "in step\n" in text and "hung_engine.py" in text  # the hung engine's frame
         assert "ray status" not in text  # no Ray in this run
         summary = read_json(out / "summary.json")
         # Every request the engine finished is kept, also those scored while it hung.
