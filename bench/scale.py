@@ -66,14 +66,14 @@ PENDING = 250  # samples left for the resumed run to generate
 
 def _fitting_pairs() -> list[tuple[str, str]]:
     """Every shipped (preset, cluster) pair whose plan fits the cluster's nodes."""
-    from evalpipe.catalog.clusters import cluster_names
+    from evalpipe.catalog.configpath import names
     from evalpipe.catalog.preset import preset_names
     from evalpipe.core.errors import EvalpipeError
     from evalpipe.jobs import submit
     from evalpipe.jobs.jobspec import JobOptions
 
     pairs = []
-    for cluster in cluster_names():
+    for cluster in names("clusters"):
         for preset in preset_names():
             try:
                 submit.prepare(preset, cluster, JobOptions(), Path("/nonexistent/run"))

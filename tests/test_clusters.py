@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog.clusters import cluster_names, load_cluster
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.configpath import names
 from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core.errors import ConfigError, UnknownNameError
 
@@ -26,7 +27,7 @@ memory_per_node_gib: 512
 
 
 def test_shipped_profiles_load() -> None:
-    assert set(cluster_names()) >= {"local", "example-h100-site", "gh200"}
+    assert set(names("clusters")) >= {"local", "example-h100-site", "gh200"}
     local = load_cluster("local")
     assert (local.partition, local.gpu, local.gres_name) == ("local", "h100-80gb", "h100")
     assert (local.gpus_per_node, local.max_nodes) == (4, 2)

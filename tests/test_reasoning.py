@@ -130,9 +130,11 @@ def test_presets_and_loader_carry_the_parser() -> None:
 def test_report_shows_cut_offs_inside_the_reasoning_per_task(tmp_path, capsys) -> None:
     """A run whose completions carry reasoning (as the runner records them for a reasoning
     preset): `evalpipe report` counts, per task, those cut off inside it."""
+    from synthetic_runs import append_samples
+
     from evalpipe.cli import main
     from evalpipe.rundir.layout import RunDir
-    from evalpipe.rundir.results import append_samples, read_samples
+    from evalpipe.rundir.results import read_samples
 
     out = tmp_path / "run"
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",

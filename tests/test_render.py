@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 import evalpipe
-from evalpipe.catalog.clusters import cluster_names
-from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.configpath import config_dir, names
 from evalpipe.catalog.preset import preset_names
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, DoesNotFitError
@@ -115,7 +114,7 @@ def test_local_slurm_script_is_shellcheck_clean() -> None:
 
 def test_every_preset_renders_shellcheck_clean_on_every_cluster(tmp_path: Path) -> None:
     paths = []
-    for cluster in cluster_names():
+    for cluster in names("clusters"):
         for preset in preset_names():
             for shards in (1, 3):
                 options = JobOptions(shards=shards, run=RunnerOptions(limit=2))

@@ -7,7 +7,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from evalpipe.catalog.configpath import names, resolve
+from evalpipe.catalog.configpath import resolve
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.slurmtime import check_signal_seconds, slurm_minutes
 from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
@@ -161,10 +161,6 @@ class Cluster:
                 raise ValueError(f"env {key} must be text or a number, got {value!r}")
         paths = (self.cache_dir, self.hf_cache, self.scratch_dir)
         _one_line(where, "path", tuple(p for p in paths if p is not None))
-
-
-def cluster_names() -> list[str]:
-    return names("clusters")
 
 
 def load_cluster(name_or_path: str) -> Cluster:

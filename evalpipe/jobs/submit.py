@@ -348,23 +348,3 @@ def submit(
     run_dir = out or default_out([preset])
     prepared = prepare(preset, cluster, options or JobOptions(), run_dir)
     return submit_prepared(prepared, slurm=slurm, executor=executor, run_checks=run_checks)
-
-
-def submit_sweep(
-    presets: Sequence[str],
-    cluster: str,
-    *,
-    options: JobOptions | None = None,
-    out: Path | None = None,
-    slurm: SlurmClient | None = None,
-    executor: str = "sbatch",
-    run_checks: bool = True,
-) -> list[Job]:
-    """One job per preset, each sized by the planner, under one sweep directory."""
-    if len(presets) < 2:
-        raise ConfigError("A sweep needs two or more presets; use submit() for one.")
-    sweep_dir = out or default_out(presets)
-    prepared = prepare_all(presets, cluster, options or JobOptions(), sweep_dir)
-    return submit_all(
-        prepared, sweep_dir=sweep_dir, slurm=slurm, executor=executor, run_checks=run_checks
-    )
