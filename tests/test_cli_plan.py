@@ -258,3 +258,33 @@ def test_login_node_commands_import_no_heavy_library(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{status} []", done.stderr
+
+
+def test_every_command_module_is_a_verb_and_only_the_verb_that_runs_is_loaded(
+    tmp_path: Path,
+) -> None:
+    """`evalpipe --help` lists every verb from evalpipe.commands.VERBS; `evalpipe render`
+    imports render's module alone and builds no other verb's flags."""
+    from evalpipe.commands import VERBS
+
+    modules = {p.stem for p in (ROOT / "evalpipe" / "commands").glob("[!_]*.py")}
+    assert set(VERBS) == modules
+    probe = (
+        "import sys, contextlib, io\n"
+        "from evalpipe.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['render', '--preset', 'tiny_random', '--cluster', 'local'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('evalpipe.commands.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['evalpipe.commands._options', 'evalpipe.commands.render']"
+    listed = evalpipe("--help").stdout
+    assert all(f"    {verb}" in listed for verb in VERBS)

@@ -8,9 +8,6 @@ from evalpipe.commands._options import add_cluster_argument
 from evalpipe.core.options import add_options
 from evalpipe.run.options import SELECTION, RunnerOptions
 
-HELP = "Check that a preset's weights, shards, chat template and datasets are ready for a cluster."
-ORDER = 45
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")

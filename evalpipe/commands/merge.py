@@ -6,9 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "Merge RUN_DIR/shards/*/ (one per array task) into RUN_DIR and write its summary."
-ORDER = 45
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")

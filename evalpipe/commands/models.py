@@ -11,9 +11,6 @@ from evalpipe.catalog import models
 from evalpipe.catalog.preset import Preset, load_preset, preset_names
 from evalpipe.core.textable import format_table
 
-HELP = "Prepare models without a hub (`models prepare NAME`) and list where each preset's is."
-ORDER = 15
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

@@ -25,9 +25,6 @@ if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
     from evalpipe.estimate.judging import PhasesEstimate
 
-HELP = "Plan GPUs, tensor/pipeline parallel layout and memory for a preset on a GPU type."
-ORDER = 20
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")

@@ -8,9 +8,6 @@ import json
 from evalpipe.catalog.preset import load_preset, preset_names
 from evalpipe.core.textable import format_table
 
-HELP = "List the model presets with their size, dtype and default layout."
-ORDER = 10
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")

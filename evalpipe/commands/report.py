@@ -9,8 +9,6 @@ from pathlib import Path
 from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.core.errors import ConfigError, RunDirError
 
-HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
-ORDER = 60
 FORMATS = ("md", "csv", "json", "html", "xlsx")
 
 

@@ -23,9 +23,6 @@ from evalpipe.run.options import (
     RunnerOptions,
 )
 
-HELP = "Run an evaluation locally or inside a job: load the model once, run the tasks, checkpoint."
-ORDER = 40
-
 
 def _shard(text: str) -> object:
     from evalpipe.core.errors import ConfigError

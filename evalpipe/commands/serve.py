@@ -10,9 +10,6 @@ import sys
 from evalpipe.core.options import add_options, positive_int
 from evalpipe.run.options import EXECUTOR, LAYOUT, RunnerOptions
 
-HELP = "Serve a preset with vLLM's OpenAI-compatible server (its planned layout and settings)."
-ORDER = 42
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")

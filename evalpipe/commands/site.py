@@ -6,9 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "Describe this SLURM site: `site detect` writes a cluster profile from what SLURM states."
-ORDER = 45
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

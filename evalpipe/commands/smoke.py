@@ -12,9 +12,6 @@ from evalpipe.commands._options import seconds
 from evalpipe.core.options import add_options, from_args, positive_int
 from evalpipe.run.options import ENGINE, EXECUTOR, LAYOUT, RunnerOptions
 
-HELP = "Load a preset on its planned layout, answer a prompt, and calibrate the planner."
-ORDER = 57
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")

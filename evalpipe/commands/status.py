@@ -6,9 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = "Show the SLURM state of a submitted run or sweep, its progress and its log files."
-ORDER = 60
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

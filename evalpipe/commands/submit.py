@@ -12,9 +12,6 @@ from evalpipe.core.options import names
 from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.rundir.layout import RunDir
 
-HELP = "Size, render, validate (sbatch --test-only) and submit presets as SLURM jobs."
-ORDER = 55
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
