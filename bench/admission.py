@@ -148,7 +148,7 @@ class Forced(KeepOpen):
 
 
 def _open(preset_name: str, seqs: int | None) -> tuple[Any, Any]:
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
 

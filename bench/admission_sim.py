@@ -141,7 +141,7 @@ def longest_first(keys: Sequence[float]) -> list[int]:
 def cpu_step_model(points: dict[int, float], preset_name: str) -> StepModel:
     """A line over batch through the measured seconds per step (probe context ~50 tokens),
     each sequence's share scaled by its attention FLOPs at the context."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
 
     arch = load_preset(preset_name).architecture
     dense = 2 * arch.params_b * 1e9
@@ -199,7 +199,7 @@ def cpu_check(args: argparse.Namespace) -> bool:
         return True
     past_run = work / "past" / f"{args.past_preset}-{args.prompts}-{args.max_tokens}"
     orders, true = cpu_orders(args, past_run)
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.planning.memory import kv_bytes_per_token
 
     kv = (args.kv_gib << 30) / kv_bytes_per_token(load_preset(args.preset).architecture, 2)
@@ -301,7 +301,8 @@ def h100_case(
     """Given, predicted and oracle order of `seqs` (`group` sequences per request, admitted
     together as vLLM fans out n) on the planner's H100 layout, roofline step times; `slots`:
     max_num_seqs (default vLLM's)."""
-    from evalpipe.catalog.registry import get_gpu, load_preset
+    from evalpipe.catalog.gpus import get_gpu
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.estimate.throughput import roofline
     from evalpipe.planning.planner import plan
 

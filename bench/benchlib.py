@@ -16,7 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -226,3 +226,35 @@ def evalpipe_run(
         summary=json.loads((out / "summary.json").read_text()),
         engine=manifest.get("engine") or {},
     )
+
+
+def reference_run(
+    preset: str, task: str, limit: int | None, out: Path, vllm_env: Mapping[str, str]
+) -> Any:
+    """evalpipe's run of `task` on vLLM in this process, every token's top-2 log-probabilities
+    recorded (neartie.record_run): the reference the near-tie rule reads. `vllm_env`: the
+    variables the timed sides ran with, set here too so the engine is built alike. Untimed: a
+    script records it after its timed sides, and only where their texts differ."""
+    from neartie import record_run, tokenizer_decode
+
+    from evalpipe.catalog import models
+    from evalpipe.catalog.preset import load_preset
+    from evalpipe.tasks import load_tasks
+
+    os.environ.update(vllm_env)
+    decode = tokenizer_decode(models.model_source(load_preset(preset)))
+    return record_run(preset, load_tasks(tasks=(task,)), out, limit=limit, decode=decode)
+
+
+def near_ties(
+    prompts: Mapping[str, Any], sides: Mapping[str, Mapping[str, Sequence[str]]], reference: Any
+) -> dict[str, Any]:
+    """Each side's completions (by sample id) against the reference run's under the near-tie
+    rule: a neartie.Tally per side. `prompts`: each sample's prompt, as samples.jsonl has it."""
+    from neartie import prompt_key, tally
+
+    def compared(completions: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, Any, Any]]:
+        for sample_id, texts in completions.items():
+            yield sample_id, reference.generations[prompt_key(prompts[sample_id])], texts
+
+    return {name: tally(compared(texts), reference.decode) for name, texts in sides.items()}

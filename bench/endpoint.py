@@ -14,7 +14,9 @@ echo request per option) at the first concurrency. A side's figure is the `gener
 time its manifest records (the streaming loop's wall from first admission to last answer;
 model load and process start excluded) and its generated tokens per second. The load average
 is printed beside every side: the machine is shared. Answers equal to the in-process run's are
-counted too (greedy SmolLM2 on the CPU depends on the batch, so some differ). --quick skips the
+counted too (greedy SmolLM2 on the CPU depends on the batch, so some differ); where generated
+texts differ, a reference run in this process records evalpipe's top-2 log-probabilities and
+each side is compared with it under the near-tie rule (tests/neartie.py). --quick skips the
 second in-process side (the same code as the first).
 """
 
@@ -29,7 +31,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import QUICK_PRESET, REPO, child_env, load_average, machine, parse_args
+from benchlib import (
+    QUICK_PRESET,
+    REPO,
+    child_env,
+    load_average,
+    machine,
+    near_ties,
+    parse_args,
+    reference_run,
+)
 
 # part → (task, category, extra `evalpipe run` options)
 PARTS = {
@@ -50,6 +61,7 @@ def run_side(preset: str, part: str, limit: int, out: Path, *extra: str) -> dict
     manifest = json.loads((out / "manifest.json").read_text())
     summary = json.loads((out / "summary.json").read_text())
     generate_s = manifest["timings"][f"generate:{category}"]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     tokens = summary["throughput"]["generated_tokens"]
     return {
         "generate_s": round(generate_s, 2),
@@ -58,10 +70,8 @@ def run_side(preset: str, part: str, limit: int, out: Path, *extra: str) -> dict
         "tok_per_s": round(tokens / generate_s, 1),
         "process_s": round(time.perf_counter() - start, 1),
         "load": load_average(),
-        "completions": {
-            json.loads(line)["sample_id"]: json.loads(line)["completions"]
-            for line in (out / "samples.jsonl").read_text().splitlines()
-        },
+        "completions": {s["sample_id"]: s["completions"] for s in samples},
+        "prompts": {s["sample_id"]: s["prompt"] for s in samples},
     }
 
 
@@ -74,7 +84,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
     args = parse_args(parser, {"limit": 2, "concurrency": "2", "preset": QUICK_PRESET})
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.run.serve import free_port, served_name, wait_ready
 
     models.prepare(args.preset)
@@ -131,9 +141,20 @@ def main() -> int:
         server.wait(timeout=60)
         log.close()
     reference = sides["in-process"]["completions"]
+    prompts = sides["in-process"]["prompts"]
+    texts = {name: side.pop("completions") for name, side in sides.items()}
+    # Untimed, after every side, and only where generated texts differ.
+    differ = args.part == "generation" and any(t != reference for t in texts.values())
+    tallies: dict[str, Any] = {}
+    if differ:
+        task = PARTS[args.part][0]
+        recorded = reference_run(args.preset, task, args.limit, folder / "reference", {})
+        tallies = near_ties(prompts, texts, recorded)
     for name, side in sides.items():
-        completions = side.pop("completions")
-        side["same_as_in_process"] = sum(completions[k] == reference[k] for k in reference)
+        side.pop("prompts")
+        side["same_as_in_process"] = sum(texts[name][k] == reference[k] for k in reference)
+        if name in tallies:
+            side["near_tie_rule"] = tallies[name].lines()[0]
         print(json.dumps({"side": name, **side}), flush=True)
     print(json.dumps({"load_end": load_average(), "files": str(folder)}), flush=True)
     return 0

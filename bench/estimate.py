@@ -35,7 +35,8 @@ from benchlib import (
     timed_run,
 )
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.gpus import get_gpu
+from evalpipe.catalog.preset import load_preset
 from evalpipe.estimate.predict import Selection, predictor
 from evalpipe.planning import planner
 
@@ -86,8 +87,8 @@ def main() -> int:
         target = pilots / name.replace(" ", "-")
         if selection.mc_method is None and not (target / "summary.json").exists():
             timed_run(_run_argv(args, selection, target, args.pilot), env=env)
-    preset = registry.load_preset(args.preset)
-    gpu = registry.get_gpu(DEVICE)
+    preset = load_preset(args.preset)
+    gpu = get_gpu(DEVICE)
     plan = planner.plan(preset, gpu, gpus_per_node=1)
     rows = []
     for name, selection in mixes.items():

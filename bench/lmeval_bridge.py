@@ -43,6 +43,7 @@ from benchlib import (
     load_average,
     machine,
     median,
+    near_ties,
     parse_args,
     timed_run,
     verdict,
@@ -141,7 +142,7 @@ def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> An
     from transformers import AutoTokenizer
 
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.tasks import load_tasks
     from evalpipe.tasks.lmeval import lm_eval_prompting
 
@@ -162,26 +163,6 @@ def task_samples(run: EvalpipeRun, task: str) -> list[dict[str, Any]]:
     return [s for s in run.samples if s["task"] == task]
 
 
-def near_ties(texts: dict[int, str], ours: EvalpipeRun, reference: Any) -> list[str]:
-    """How `texts` (a side's completions by document) stand against the reference run."""
-    from neartie import assert_near_tie_equal, prompt_key
-
-    equal, tied, beyond = 0, 0, []
-    for sample in task_samples(ours, TASK):
-        doc = int(sample["sample_id"])
-        generation = reference.generations[prompt_key(sample["prompt"])]
-        if texts[doc] == generation.texts[0]:
-            equal += 1
-            continue
-        try:
-            assert_near_tie_equal(generation, [texts[doc]], reference.decode, what=f"doc {doc}")
-            tied += 1
-        except AssertionError as exc:
-            beyond.append(str(exc))
-    return [f"{equal} equal, {tied} part at a near-tie, {len(beyond)} part elsewhere",
-            *(f"    {line[:300]}" for line in beyond[:2])]  # fmt: skip
-
-
 def compare(
     peer: dict[str, Any], ours: EvalpipeRun, results: dict[str, Any], reference: Any
 ) -> list[str]:
@@ -195,11 +176,15 @@ def compare(
     same = {doc for doc, text in theirs.items() if text == mine[doc]["completions"][0]}
     lines = [f"completions: {len(same)}/{len(rows)} identical"]
     if len(same) < len(rows):
-        recorded = reference()
         lines.append("near-tie rule against evalpipe's reference run (top-2 log-probabilities):")
-        lines += ["  lm-eval's:  " + line for line in near_ties(theirs, ours, recorded)]
-        timed = {doc: s["completions"][0] for doc, s in mine.items()}
-        lines += ["  evalpipe's: " + line for line in near_ties(timed, ours, recorded)]
+        samples = {s["sample_id"]: s for s in task_samples(ours, TASK)}
+        sides = {
+            "lm-eval's:  ": {sid: [theirs[int(sid)]] for sid in samples},
+            "evalpipe's: ": {sid: s["completions"] for sid, s in samples.items()},
+        }
+        prompts = {sid: s["prompt"] for sid, s in samples.items()}
+        for name, found in near_ties(prompts, sides, reference()).items():
+            lines += ["  " + name + line for line in found.lines()]
     for name in FILTERS:
         scored = [r for r in peer_samples if r["filter"] == name and r["doc_id"] in same]
         alike = sum(

@@ -67,7 +67,7 @@ def main() -> int:
         os.environ.setdefault(key, value)
 
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.tasks import load_tasks

@@ -10,7 +10,11 @@ Real vLLM on this machine's CPU, preset smollm2_135m (prepare it once with
 runs in its own process; the sides alternate (evalpipe first in odd repetitions, the raw script
 first in even ones) and the ratios are medians of the per-repetition ratios. The raw script gets
 exactly the LLM() arguments evalpipe's engine builds (checked against the run's manifest), and
-the completions of both sides are compared text for text and token count for token count.
+the completions of both sides are compared text for text and token count for token count. Where
+texts differ, a reference run in this process records evalpipe's top-2 log-probabilities, and
+each side's texts must equal the reference's modulo near-ties (tests/neartie.py): another
+process batches and sums in another order, and where the model's two likeliest tokens are nearly
+tied (`6 * 3` against `6 x 3`) that can pick the other one.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from benchlib import (
     load_average,
     machine,
     median,
+    near_ties,
     parse_args,
+    reference_run,
     timed_run,
     verdict,
 )
@@ -47,7 +53,7 @@ E2E_TARGET = 1.10
 def reference_spec(preset_name: str, task_name: str, limit: int) -> dict[str, Any]:
     """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
     SamplingParams its engine builds from the task's settings."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import engine_kwargs
     from evalpipe.tasks import load_tasks
@@ -151,10 +157,26 @@ def main() -> int:
             },
             args.reps,
         )
+        same_text, same_tokens, diffs = compare(spec, raws[0], ours[0])
+        n = len(spec["prompts"])
+        sides = {
+            "raw": dict(zip(spec["sample_ids"], raws[0]["texts"], strict=True)),
+            "evalpipe": {s["sample_id"]: s["completions"] for s in ours[0].samples},
+        }
+        # Untimed, after the timed sides, and only where texts differ.
+        tallies = (
+            near_ties(
+                {s["sample_id"]: s["prompt"] for s in ours[0].samples},
+                sides,
+                reference_run(
+                    args.preset, args.task, args.limit, Path(tmp) / "reference", VLLM_ENV
+                ),
+            )
+            if same_text < n
+            else {}
+        )
 
     mismatched = [r for r in ours if r.engine.get("engine_kwargs") != spec["llm"]]
-    same_text, same_tokens, diffs = compare(spec, raws[0], ours[0])
-    n = len(spec["prompts"])
 
     raw_tokens = sum(c[0] for c in raws[0]["completion_tokens"])
     our_tokens = ours[0].generated_tokens
@@ -204,6 +226,10 @@ def main() -> int:
     )
     for diff in diffs:
         print(f"  differs: {diff}")
+    if tallies:
+        print("near-tie rule against evalpipe's reference run (top-2 log-probabilities):")
+    for name, found in tallies.items():
+        print("\n".join(f"  {name}: {line}" for line in found.lines()))
     print()
     for name, pairs, target in (
         ("generation phase", gen, GENERATE_TARGET),
@@ -216,7 +242,8 @@ def main() -> int:
         ratio = paired_ratio(pairs)
         print(f"target {name} ≤ {target}×: {ratio:.3f}×, {verdict(ratio, target)}")
     print(f"at end: {load_average()}")
-    return 0 if same_text == n and not mismatched else 1
+    texts_agree = all(found.agrees for found in tallies.values())
+    return 0 if texts_agree and not mismatched else 1
 
 
 if __name__ == "__main__":

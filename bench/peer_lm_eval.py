@@ -11,7 +11,9 @@ samples are written to a local JSONL, each with the exact prompt text evalpipe's
 temporary folder reads it: generate_until with the task's stop strings and max tokens, greedy,
 and GSM8K's two answer filters (strict "#### N", flexible last number). Both sides use the LLM()
 arguments evalpipe's engine records in its manifest and the same vLLM environment; each runs in its
-own process, alternating.
+own process, alternating. Where completions differ, a reference run in this process records
+evalpipe's top-2 log-probabilities and each side is compared with it under the near-tie rule
+(tests/neartie.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,9 @@ from benchlib import (
     load_average,
     machine,
     median,
+    near_ties,
     parse_args,
+    reference_run,
     timed_run,
     verdict,
 )
@@ -57,7 +62,7 @@ def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> No
     from transformers import AutoTokenizer
 
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(preset_name)
@@ -115,9 +120,11 @@ def lm_eval_run(folder: Path, out: Path, engine: dict[str, Any], env: dict[str, 
     }
 
 
-def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
+def compare(peer: dict[str, Any], ours: EvalpipeRun, reference: Callable[[], Any]) -> list[str]:
     """Lines saying how the two sides' completions and scores agree, sample by sample: the
-    completions once, the scores per lm-eval filter against evalpipe's accuracy."""
+    completions once (where they differ, each side against `reference()`, evalpipe's run with
+    its top-2 log-probabilities, under the near-tie rule), the scores per lm-eval filter
+    against evalpipe's accuracy."""
     by_id = {s["sample_id"]: s for s in ours.samples}
     by_filter: dict[str, list[dict[str, Any]]] = {}
     for row in peer["samples"]:
@@ -134,6 +141,15 @@ def compare(peer: dict[str, Any], ours: EvalpipeRun) -> list[str]:
         for r in rows
         if r["doc"]["id"] not in identical
     ][:2]
+    if len(identical) < n:
+        sides = {
+            "lm-eval's": {r["doc"]["id"]: [r["resps"][0][0]] for r in rows},
+            "evalpipe's": {r["doc"]["id"]: by_id[r["doc"]["id"]]["completions"] for r in rows},
+        }
+        lines.append("near-tie rule against evalpipe's reference run (top-2 log-probabilities):")
+        prompts = {s["sample_id"]: s["prompt"] for s in ours.samples}
+        for name, found in near_ties(prompts, sides, reference()).items():
+            lines += [f"  {name}: {line}" for line in found.lines()]
     for name in FILTERS:
         agree = 0
         disagreements = []
@@ -198,6 +214,18 @@ def main() -> int:
             print(f"lm-eval's side SKIPPED: {LM_EVAL_MISSING}")
             del sides["lm-eval"]
         interleave(sides, args.reps)
+        # Untimed, after the timed sides: the near-tie reference is recorded where texts differ.
+        agreement = (
+            compare(
+                peers[0],
+                ours[0],
+                lambda: reference_run(
+                    args.preset, args.task, args.limit, folder / "reference", VLLM_ENV
+                ),
+            )
+            if peers
+            else []
+        )
 
     def cell(timings: list[Timing]) -> str:
         return (
@@ -228,7 +256,7 @@ def main() -> int:
         f"wall-time ratio evalpipe / lm-eval: {ratio:.3f} (per repetition "
         f"{', '.join(f'{r:.3f}' for r in ratios)})"
     )
-    for line in compare(peers[0], ours[0]):
+    for line in agreement:
         print(line)
     print(
         f"\ntarget evalpipe ≤ {TARGET}× lm-eval's wall time: {ratio:.3f}×, {verdict(ratio, TARGET)}"

@@ -142,7 +142,7 @@ def model_questions(limit: int | None, preset: str) -> dict[str, list[Question]]
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.tasks import load_tasks

@@ -67,14 +67,15 @@ PENDING = 250  # samples left for the resumed run to generate
 
 def _fitting_pairs() -> list[tuple[str, str]]:
     """Every shipped (preset, cluster) pair whose plan fits the cluster's nodes."""
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.configpath import names
+    from evalpipe.catalog.preset import preset_names
     from evalpipe.core.errors import EvalpipeError
     from evalpipe.jobs import submit
     from evalpipe.jobs.jobspec import JobOptions
 
     pairs = []
-    for cluster in registry.cluster_names():
-        for preset in registry.preset_names():
+    for cluster in names("clusters"):
+        for preset in preset_names():
             try:
                 submit.prepare(preset, cluster, JobOptions(), Path("/nonexistent/run"))
             except EvalpipeError:
@@ -85,7 +86,9 @@ def _fitting_pairs() -> list[tuple[str, str]]:
 
 def child_plan_render(n: int, preloaded: bool) -> dict:
     t0 = time.perf_counter()
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.clusters import load_cluster
+    from evalpipe.catalog.gpus import load_gpus
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.jobs import render, submit
     from evalpipe.jobs.jobspec import JobOptions, make_jobspec
 
@@ -95,9 +98,9 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
     run_dirs = [f"/scratch/evalpipe/results/job-{i:05d}" for i in range(n)]
     t1, c1 = time.perf_counter(), time.process_time()
     if preloaded:
-        presets = {p: registry.load_preset(p) for p in {p for p, _, _ in jobs}}
-        clusters = {c: registry.load_cluster(c) for c in {c for _, c, _ in jobs}}
-        gpus = registry.load_gpus()
+        presets = {p: load_preset(p) for p in {p for p, _, _ in jobs}}
+        clusters = {c: load_cluster(c) for c in {c for _, c, _ in jobs}}
+        gpus = load_gpus()
         for (preset, cluster, shards), run_dir in zip(jobs, run_dirs, strict=True):
             site = clusters[cluster]
             spec = make_jobspec(
@@ -164,7 +167,7 @@ class StopAfterServed:
 
 
 def _run(out: Path, n_samples: int, stop_after: int | None) -> str:
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.fake import FakeEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
 

@@ -128,7 +128,7 @@ class KeepOpen:
 def _drain_child(preset_name: str, prompts: int, cap: int, order: list[str]) -> dict[str, float]:
     from vllm import SamplingParams
 
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
@@ -210,7 +210,7 @@ def drain(args: argparse.Namespace) -> int:
 
 
 def _stop_child(out: str, prompts: int, backend: str) -> int:
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.factory import open_engine
     from evalpipe.run.runner import RunOptions, run_evaluation
     from evalpipe.rundir.checkpoint import StopOnSignal
@@ -300,7 +300,7 @@ def stop(args: argparse.Namespace) -> int:
 
 def _dispatch(replicas: int, samples: int, delay: float) -> float:
     """Seconds to stream `samples` through `replicas` fake-engine processes (8 seqs each)."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.run.replicas import ReplicaPool
     from evalpipe.run.runner import RunOptions, run_evaluation
@@ -327,7 +327,7 @@ def _dispatch(replicas: int, samples: int, delay: float) -> float:
 def _cpu_replicas_child(
     preset_name: str, backend: str, replicas: int, prompts: int, cap: int
 ) -> float:
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
     from evalpipe.run.replicas import ReplicaPool, core_slices

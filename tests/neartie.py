@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,43 @@ def assert_near_tie_equal(
         )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tally:
+    """One side's completions against the reference's under the near-tie rule: what a benchmark
+    reports and fails on, where a test would assert."""
+
+    equal: int = 0
+    tied: int = 0  # part from the reference at a near-tie
+    beyond: tuple[str, ...] = ()  # why each of the others is no near-tie
+
+    @property
+    def agrees(self) -> bool:
+        return not self.beyond
+
+    def lines(self, shown: int = 2) -> list[str]:
+        """'E equal, T part at a near-tie, B part elsewhere', then the first reasons."""
+        return [f"{self.equal} equal, {self.tied} part at a near-tie, "
+                f"{len(self.beyond)} part elsewhere",
+                *(f"    {why[:300]}" for why in self.beyond[:shown])]  # fmt: skip
+
+
+def tally(compared: Iterable[tuple[str, Generation, Sequence[str]]], decode: Decode) -> Tally:
+    """Each (label, the reference's generation, the other side's completions of that prompt):
+    equal, parting at a near-tie (assert_near_tie_equal), or parting elsewhere."""
+    equal, tied, beyond = 0, 0, []
+    for label, generation, texts in compared:
+        if list(texts) == list(generation.texts):
+            equal += 1
+            continue
+        try:
+            assert_near_tie_equal(generation, texts, decode, what=label)
+        except AssertionError as exc:
+            beyond.append(str(exc))
+        else:
+            tied += 1
+    return Tally(equal=equal, tied=tied, beyond=tuple(beyond))
+
+
 def prompt_key(prompt: Prompt) -> str:
     """A prompt as a dictionary key, as samples.jsonl records it."""
     return json.dumps(prompt, sort_keys=True)
@@ -236,7 +273,7 @@ def record_run(
     Its own engine, built here and closed after: closing an in-process vLLM engine tears down
     vLLM's process-wide parallel groups, and a shared engine used after another engine closed
     would find them gone."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.run.runner import RunOptions, run_evaluation

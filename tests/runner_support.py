@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import Preset, load_preset
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.records.sampling import SamplingSettings

@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe.rundir.aggregation import metric_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.results import SampleLog, SampleRecord
 from evalpipe.rundir.runconfig import RunConfig
-from evalpipe.rundir.summary import metric_stats
+
+
+def append_samples(path: Path, records: Sequence[SampleRecord]) -> None:
+    """Append records to a sample log as the runner does, durable before returning."""
+    with SampleLog(path, fsync_samples=1) as log:
+        log.append(records)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,7 +24,8 @@ from evalpipe.run.stream import Item
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.occupancy import Occupancy
 from evalpipe.rundir.results import read_json
-from evalpipe.rundir.summary import format_summary, read_summary
+from evalpipe.rundir.summary import read_summary
+from evalpipe.rundir.summarytext import format_summary
 
 LONG = " ".join(["word"] * 60)  # 60 decoding steps on the token-stepped fake engine
 TASK = ToyTask(name="story", category="writing", size=24)

@@ -72,7 +72,7 @@ def test_the_runners_cache_check_flags_the_bench_runs_that_preempted(
     says as much, from the same predictions."""
     from admission import past_lengths, workload
 
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import Room
     from evalpipe.estimate.lengths import PastLengths
     from evalpipe.planning.memory import kv_bytes_per_token

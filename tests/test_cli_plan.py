@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.gpus import load_gpus
+from evalpipe.catalog.preset import preset_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN_KEYS = {
@@ -157,7 +158,7 @@ def test_all_gpus_table_has_one_row_per_catalogue_gpu() -> None:
     assert lines[0] == "falcon_180b (tiiuae/falcon-180B-chat), max_model_len 2048"
     rows = {line.split()[0]: line.split() for line in lines[3:]}
     # The cpu entry is there to calibrate estimates on this machine, not to run models.
-    assert set(rows) == {name for name, gpu in registry.load_gpus().items() if gpu.is_gpu}
+    assert set(rows) == {name for name, gpu in load_gpus().items() if gpu.is_gpu}
     assert "cpu" not in rows
     assert rows["a100-40gb"][2:6] == ["8×2", "1", "16", "2"]
     assert rows["h200-141gb"][2:6] == ["4×1", "2", "8", "1"]  # two copies fill the node
@@ -177,7 +178,7 @@ def test_presets_json_lists_every_preset() -> None:
     done = evalpipe("presets", "--json")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    assert [r["name"] for r in rows] == registry.preset_names()
+    assert [r["name"] for r in rows] == preset_names()
     oss = next(r for r in rows if r["name"] == "gpt_oss_20b")
     assert (oss["quantization"], oss["params_b"]) == ("mxfp4", 20.91)
 
@@ -257,3 +258,33 @@ def test_login_node_commands_import_no_heavy_library(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"{status} []", done.stderr
+
+
+def test_every_command_module_is_a_verb_and_only_the_verb_that_runs_is_loaded(
+    tmp_path: Path,
+) -> None:
+    """`evalpipe --help` lists every verb from evalpipe.commands.VERBS; `evalpipe render`
+    imports render's module alone and builds no other verb's flags."""
+    from evalpipe.commands import VERBS
+
+    modules = {p.stem for p in (ROOT / "evalpipe" / "commands").glob("[!_]*.py")}
+    assert set(VERBS) == modules
+    probe = (
+        "import sys, contextlib, io\n"
+        "from evalpipe.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['render', '--preset', 'tiny_random', '--cluster', 'local'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('evalpipe.commands.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['evalpipe.commands._options', 'evalpipe.commands.render']"
+    listed = evalpipe("--help").stdout
+    assert all(f"    {verb}" in listed for verb in VERBS)

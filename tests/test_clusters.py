@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.configpath import names
+from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core.errors import ConfigError, UnknownNameError
 
 
@@ -25,19 +27,19 @@ memory_per_node_gib: 512
 
 
 def test_shipped_profiles_load() -> None:
-    assert set(registry.cluster_names()) >= {"local", "example-h100-site", "gh200"}
-    local = registry.load_cluster("local")
+    assert set(names("clusters")) >= {"local", "example-h100-site", "gh200"}
+    local = load_cluster("local")
     assert (local.partition, local.gpu, local.gres_name) == ("local", "h100-80gb", "h100")
     assert (local.gpus_per_node, local.max_nodes) == (4, 2)
     assert local.env["VLLM_CPU_KVCACHE_SPACE"] == 1
-    gh200 = registry.load_cluster("gh200")
+    gh200 = load_cluster("gh200")
     assert (gh200.gpu, gh200.gpus_per_node, gh200.gpu_request) == ("gh200-96gb", 1, "gpus-per-node")
 
 
 def test_local_profile_matches_the_local_slurm_script() -> None:
     """local.yaml describes what scripts/local-slurm.sh declares per node."""
     script = (Path(__file__).parent.parent / "scripts" / "local-slurm.sh").read_text()
-    local = registry.load_cluster("local")
+    local = load_cluster("local")
     assert f"NODE_CPUS=${{EVALPIPE_SLURM_NODE_CPUS:-{local.cpus_per_node}}}" in script
     assert (
         f"NODE_MEM_MB=${{EVALPIPE_SLURM_NODE_MEM_MB:-{local.memory_per_node_gib * 1024}}}" in script
@@ -48,24 +50,24 @@ def test_local_profile_matches_the_local_slurm_script() -> None:
 
 
 def test_a_profile_path_works_and_its_stem_is_the_name(tmp_path: Path) -> None:
-    cluster = registry.load_cluster(write(tmp_path, MINIMAL, "mysite.yaml"))
+    cluster = load_cluster(write(tmp_path, MINIMAL, "mysite.yaml"))
     assert cluster.name == "mysite"
     assert cluster.time_limit == "04:00:00" and cluster.gpu_request == "gres"
 
 
 def test_unknown_cluster_name_suggests() -> None:
     with pytest.raises(UnknownNameError, match=r"Did you mean 'local'\?"):
-        registry.load_cluster("locl")
+        load_cluster("locl")
 
 
 def test_unknown_key_is_refused_with_suggestion(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown key 'partiton'.*Did you mean 'partition'"):
-        registry.load_cluster(write(tmp_path, MINIMAL + "partiton: gpu\n"))
+        load_cluster(write(tmp_path, MINIMAL + "partiton: gpu\n"))
 
 
 def test_unknown_gpu_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnknownNameError, match="Unknown GPU 'h100'"):
-        registry.load_cluster(write(tmp_path, MINIMAL.replace("h100-80gb", "h100")))
+        load_cluster(write(tmp_path, MINIMAL.replace("h100-80gb", "h100")))
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,7 @@ def test_unknown_gpu_is_refused(tmp_path: Path) -> None:
 )
 def test_bad_values_are_refused(tmp_path: Path, extra: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        registry.load_cluster(write(tmp_path, MINIMAL + extra))
+        load_cluster(write(tmp_path, MINIMAL + extra))
 
 
 @pytest.mark.parametrize(
@@ -105,4 +107,4 @@ def test_bad_values_are_refused(tmp_path: Path, extra: str, message: str) -> Non
     ],
 )
 def test_slurm_time_forms(text: str, minutes: int) -> None:
-    assert registry.slurm_minutes(text) == minutes
+    assert slurm_minutes(text) == minutes

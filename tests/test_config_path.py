@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import find_file, shipped_dir
+from evalpipe.catalog.gpus import load_gpus
+from evalpipe.catalog.preset import load_preset, preset_names
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks import load_tasks, task_names
@@ -41,8 +43,8 @@ def user_folder(tmp_path: Path, name: str = "mine") -> Path:
 
 
 def test_shipped_folders_are_the_checkouts_top_level_ones() -> None:
-    assert registry.shipped_dir("configs") == ROOT / "configs"
-    assert registry.shipped_dir("slurm_templates") == ROOT / "slurm_templates"
+    assert shipped_dir("configs") == ROOT / "configs"
+    assert shipped_dir("slurm_templates") == ROOT / "slurm_templates"
 
 
 def test_user_folders_come_first_and_add_to_the_shipped(
@@ -50,11 +52,11 @@ def test_user_folders_come_first_and_add_to_the_shipped(
 ) -> None:
     mine = user_folder(tmp_path)
     monkeypatch.setenv("EVALPIPE_CONFIG_PATH", f"{mine}{os.pathsep}{tmp_path / 'mine'}")
-    names = registry.preset_names()
+    names = preset_names()
     assert "my_model" in names and "falcon_40b" in names and names.count("tiny_random") == 1
-    assert registry.load_preset("my_model").model == "me/m"
-    assert registry.load_preset("tiny_random").description == "my own tiny_random"
-    gpus = registry.load_gpus()
+    assert load_preset("my_model").model == "me/m"
+    assert load_preset("tiny_random").description == "my own tiny_random"
+    gpus = load_gpus()
     assert gpus["x9-12gb"].memory_gib == 12  # added
     assert gpus["a100-40gb"].memory_gib == 39.5  # replaced whole
     assert gpus["a100-40gb"].device_name == ""
@@ -68,14 +70,14 @@ def test_the_first_user_folder_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     first, second = user_folder(tmp_path, "first"), user_folder(tmp_path, "second")
     (first / "gpus.yaml").write_text("x9-12gb: {memory_gib: 11, bandwidth_gbs: 1, fp8: false}\n")
     monkeypatch.setenv("EVALPIPE_CONFIG_PATH", f"{first}{os.pathsep}{second}")
-    assert registry.load_gpus()["x9-12gb"].memory_gib == 11
-    assert registry.find_file("presets", "my_model") == first / "presets" / "my_model.yaml"
+    assert load_gpus()["x9-12gb"].memory_gib == 11
+    assert find_file("presets", "my_model") == first / "presets" / "my_model.yaml"
 
 
 def test_a_missing_user_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALPIPE_CONFIG_PATH", str(tmp_path / "typo"))
     with pytest.raises(ConfigError, match=r"EVALPIPE_CONFIG_PATH names '.*typo', which is not"):
-        registry.preset_names()
+        preset_names()
 
 
 def test_config_dir_still_replaces_the_shipped_folder(
@@ -84,14 +86,14 @@ def test_config_dir_still_replaces_the_shipped_folder(
     mine = user_folder(tmp_path)
     monkeypatch.setenv("EVALPIPE_CONFIG_DIR", str(mine))
     monkeypatch.delenv("EVALPIPE_CONFIG_PATH", raising=False)
-    assert registry.preset_names() == ["my_model", "tiny_random"]
-    assert "h100-80gb" not in registry.load_gpus()
+    assert preset_names() == ["my_model", "tiny_random"]
+    assert "h100-80gb" not in load_gpus()
     # User folders come before a replaced configs/ folder too.
     other = tmp_path / "other" / "presets"
     other.mkdir(parents=True)
     (other / "my_model.yaml").write_text((mine / "presets" / "tiny_random.yaml").read_text())
     monkeypatch.setenv("EVALPIPE_CONFIG_PATH", str(tmp_path / "other"))
-    assert registry.load_preset("my_model").model == "tiny-random-llama"
+    assert load_preset("my_model").model == "tiny-random-llama"
 
 
 def test_cli_plans_and_lists_a_user_preset(

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from endpoint_support import FaultServer, answer
 
-from evalpipe.catalog.registry import load_preset
+from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 
@@ -201,7 +201,7 @@ def test_endpoint_options_need_the_openai_backend(
 
 
 def test_a_key_in_the_url_is_refused() -> None:
-    from evalpipe.catalog.registry import with_endpoint
+    from evalpipe.catalog.preset import with_endpoint
     from evalpipe.core.errors import ConfigError
 
     for url in ("http://me:sk-1@host:8000/v1", "http://host:8000/v1?key=sk-1"):

@@ -11,7 +11,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from evalpipe.catalog.registry import Endpoint, load_preset, with_endpoint
+from evalpipe.catalog.preset import Endpoint, load_preset, with_endpoint
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.endpoint import sampling_fields, split_tokens
 from evalpipe.engine.http import RetryPolicy, retry_after_seconds, server_detail

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from neartie import Decode, assert_near_tie_equal, tokenizer_decode
 
-from evalpipe.catalog.registry import load_preset
+from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.records.completion import Generation

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from neartie import EPSILON, assert_near_tie_equal, tokenizer_decode
 
-from evalpipe.catalog.registry import Preset, load_preset
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fallback import fp8_kv_cache_supported

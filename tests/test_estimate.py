@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.gpus import Gpu, get_gpu, load_gpus
+from evalpipe.catalog.preset import load_preset
 from evalpipe.core.errors import DoesNotFitError, EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.autosize import Limit, choose, slurm_time
@@ -25,11 +27,11 @@ from evalpipe.rundir.results import SampleRecord, write_samples
 from evalpipe.rundir.timings import Timings
 from evalpipe.tasks import load_task
 
-H100 = registry.get_gpu("h100-80gb")
+H100 = get_gpu("h100-80gb")
 
 
-def _plan(name: str, gpu: registry.Gpu = H100, gpus: int = 8) -> tuple:
-    preset = registry.load_preset(name)
+def _plan(name: str, gpu: Gpu = H100, gpus: int = 8) -> tuple:
+    preset = load_preset(name)
     return preset, planner.plan(preset, gpu, gpus_per_node=gpus, read_model_config=False)
 
 
@@ -66,21 +68,19 @@ def test_roofline_splits_weights_and_flops_over_tensor_parallel_ranks() -> None:
 
 
 def test_devices_without_figures_need_a_calibration() -> None:
-    cpu = registry.get_gpu("cpu")
+    cpu = get_gpu("cpu")
     preset, plan = _plan("smollm2_135m", gpu=cpu, gpus=1)
     with pytest.raises(EstimateError, match="evalpipe smoke --local --gpu cpu"):
         roofline(preset, cpu, plan)
 
 
 def test_a_cpu_entry_is_never_offered_as_a_larger_gpu() -> None:
-    big_host = registry.Gpu(
-        name="bighost", kind="cpu", memory_gib=2000, bandwidth_gbs=50, fp8=False
-    )
-    gpus = [*registry.load_gpus().values(), big_host]
-    preset = registry.load_preset("llama3_3_70b")
+    big_host = Gpu(name="bighost", kind="cpu", memory_gib=2000, bandwidth_gbs=50, fp8=False)
+    gpus = [*load_gpus().values(), big_host]
+    preset = load_preset("llama3_3_70b")
     with pytest.raises(DoesNotFitError) as caught:
         planner.plan(
-            preset, registry.get_gpu("rtx3090-24gb"), gpus_per_node=2, max_nodes=1,
+            preset, get_gpu("rtx3090-24gb"), gpus_per_node=2, max_nodes=1,
             alternatives=gpus, read_model_config=False,
         )  # fmt: skip
     message = str(caught.value)
@@ -90,9 +90,9 @@ def test_a_cpu_entry_is_never_offered_as_a_larger_gpu() -> None:
 
 def test_gpu_entries_check_their_throughput_figures() -> None:
     with pytest.raises(ValueError, match="fp8_tflops needs fp8: true"):
-        registry.Gpu(name="x", memory_gib=10, bandwidth_gbs=100, fp8=False, fp8_tflops=10)
+        Gpu(name="x", memory_gib=10, bandwidth_gbs=100, fp8=False, fp8_tflops=10)
     with pytest.raises(ValueError, match="power_w must be a positive number"):
-        registry.Gpu(name="x", memory_gib=10, bandwidth_gbs=100, fp8=False, power_w=0)
+        Gpu(name="x", memory_gib=10, bandwidth_gbs=100, fp8=False, power_w=0)
 
 
 def _calibration(fixed: float, per_seq: float) -> Calibration:
@@ -111,7 +111,7 @@ def _calibration(fixed: float, per_seq: float) -> Calibration:
 
 
 def test_smoke_probe_fits_a_step_time_line_and_the_engines_kv_capacity() -> None:
-    cpu = registry.get_gpu("cpu")
+    cpu = get_gpu("cpu")
     preset, plan = _plan("smollm2_135m", gpu=cpu, gpus=1)
     rates = from_smoke(_calibration(0.02, 0.003), preset, cpu, plan)
     assert (rates.fixed_s, rates.seq_s) == (pytest.approx(0.02), pytest.approx(0.003))
@@ -136,7 +136,7 @@ def test_generation_spreads_over_replicas_and_ranked_options_decode_one_token() 
 
 
 def test_hub_tasks_are_counted_from_the_rows_their_file_records() -> None:
-    preset = registry.load_preset("llama3_3_70b")
+    preset = load_preset("llama3_3_70b")
     gsm8k = task_work(load_task("gsm8k"), preset, limit=None, history=[], counter=None)
     assert gsm8k.samples == 1319 and not gsm8k.ranked
     # 2118 bytes at 4 bytes a token, plus the chat markup.
@@ -150,10 +150,10 @@ def test_hub_tasks_are_counted_from_the_rows_their_file_records() -> None:
 
 def test_a_hub_task_without_recorded_rows_says_how_to_count_it(tmp_path: Path) -> None:
     copy = tmp_path / "mygsm.yaml"
-    text = (Path(registry.config_dir()) / "tasks" / "gsm8k.yaml").read_text()
+    text = (Path(config_dir()) / "tasks" / "gsm8k.yaml").read_text()
     copy.write_text("\n".join(line for line in text.splitlines() if "rows:" not in line))
     with pytest.raises(EstimateError, match="records no `rows:`"):
-        task_work(load_task(str(copy)), registry.load_preset("llama3_3_70b"), limit=None,
+        task_work(load_task(str(copy)), load_preset("llama3_3_70b"), limit=None,
                   history=[], counter=None)  # fmt: skip
 
 
@@ -251,7 +251,7 @@ def test_history_reads_finished_runs_of_the_results_folder(tmp_path: Path) -> No
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic"]
     assert main([*argv, "--limit", "3", "--out", str(tmp_path / "a")]) == 0
     (tmp_path / "b").mkdir()  # a run that never wrote a manifest calibrates nothing
-    jobs = load_history([tmp_path, tmp_path / "missing"], registry.load_gpus())
+    jobs = load_history([tmp_path, tmp_path / "missing"], load_gpus())
     assert [j.path.name for j in jobs] == ["a"]
     (job,) = jobs
     assert (job.preset, job.backend, job.layout, job.attempts) == (
@@ -264,7 +264,7 @@ def test_history_reads_finished_runs_of_the_results_folder(tmp_path: Path) -> No
     assert (task.task, task.samples, task.completions) == ("arithmetic", 3, 3)
     assert task.generated_tokens > 0 and job.wall_s > 0
     # The fake engine's answers say nothing about the model's lengths.
-    preset = registry.load_preset("tiny_random")
+    preset = load_preset("tiny_random")
     work = task_work(load_task("arithmetic"), preset, limit=3, history=jobs, counter=None)
     assert "no past run of the task" in work.sources[1]
 
@@ -287,7 +287,7 @@ def test_past_runs_give_the_scoring_time_of_a_code_task(tmp_path: Path) -> None:
     assert records["mbpp"].score_s == pytest.approx(2.0)
     assert records["arithmetic"].score_s == 0.0  # no score:math recorded
 
-    preset = registry.load_preset("smollm2_135m")
+    preset = load_preset("smollm2_135m")
     job = dataclasses.replace(_past(preset="smollm2_135m"), tasks=(records["humaneval"],))
     work = task_work(load_task("humaneval"), preset, limit=60, history=[job], counter=None)
     assert work.score_s.mid == pytest.approx(2.0)
@@ -307,7 +307,7 @@ def test_the_long_context_probe_separates_attention_from_the_per_sequence_cost()
         return ProbePoint(batch=batch, prompt_tokens=prompt * batch, completion_tokens=32 * batch,
                           prefill_tok_s=4000.0, decode_tok_s=batch / step)  # fmt: skip
 
-    cpu = registry.get_gpu("cpu")
+    cpu = get_gpu("cpu")
     preset, plan = _plan("smollm2_135m", gpu=cpu, gpus=1)
     short = tuple(point(b, 60) for b in (1, 4, 16, 64))
     cal = dataclasses.replace(_calibration(0.02, 0.003), probe=(*short, point(16, 480)))

@@ -123,11 +123,11 @@ def test_render_prints_the_reasoning_of_an_automatic_choice(tmp_path: Path) -> N
 
 
 def test_prompts_are_counted_with_the_models_own_tokenizer(tiny_random_path: Path) -> None:
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.estimate.workmodel import task_work, token_counter
     from evalpipe.tasks import load_task
 
-    preset = registry.load_preset("tiny_random")
+    preset = load_preset("tiny_random")
     counter = token_counter(preset)
     assert counter is not None and counter.where == str(tiny_random_path)
     work = task_work(load_task("arithmetic"), preset, limit=10, history=[], counter=counter)

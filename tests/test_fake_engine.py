@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evalpipe.catalog.registry import load_preset
+from evalpipe.catalog.preset import load_preset
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.factory import open_engine

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
@@ -36,7 +37,7 @@ def model_dir(tmp_path: Path) -> Path:
 
 
 def _gsm8k(**changes):
-    task = load_task_config(registry.config_dir() / "tasks" / "gsm8k.yaml")
+    task = load_task_config(config_dir() / "tasks" / "gsm8k.yaml")
     return dataclasses.replace(task, **changes)
 
 
@@ -45,7 +46,7 @@ def _wanted(model_dir: Path) -> dict[str, float]:
 
 
 def test_task_rule_keeps_the_task_settings_and_names_the_model_s(model_dir: Path) -> None:
-    preset = registry.load_preset("qwen3_32b")
+    preset = load_preset("qwen3_32b")
     assert preset.generation_config == "task"  # the default
     task = _gsm8k()
     settings, note = effective_sampling(preset, task, _wanted(model_dir))
@@ -59,7 +60,7 @@ def test_task_rule_keeps_the_task_settings_and_names_the_model_s(model_dir: Path
 def test_model_rule_takes_the_model_s_sampling_and_says_what_it_cannot_apply(
     model_dir: Path,
 ) -> None:
-    preset = dataclasses.replace(registry.load_preset("qwen3_32b"), generation_config="model")
+    preset = dataclasses.replace(load_preset("qwen3_32b"), generation_config="model")
     settings, note = effective_sampling(preset, _gsm8k(), _wanted(model_dir))
     assert settings == dataclasses.replace(_gsm8k().sampling, temperature=0.6, top_p=0.95, top_k=20)
     assert isinstance(settings.top_k, int)  # vLLM refuses top_k=20.0
@@ -77,17 +78,17 @@ def test_model_rule_takes_the_model_s_sampling_and_says_what_it_cannot_apply(
 
 
 def test_a_task_rule_overrides_its_preset(model_dir: Path) -> None:
-    preset = dataclasses.replace(registry.load_preset("qwen3_32b"), generation_config="model")
+    preset = dataclasses.replace(load_preset("qwen3_32b"), generation_config="model")
     task = _gsm8k(generation_config="task")
     settings, _ = effective_sampling(preset, task, _wanted(model_dir))
     assert settings.temperature == 0.0
-    preset = registry.load_preset("qwen3_32b")
+    preset = load_preset("qwen3_32b")
     settings, _ = effective_sampling(preset, _gsm8k(generation_config="model"), _wanted(model_dir))
     assert settings.temperature == 0.6
 
 
 def test_no_note_when_the_model_recommends_nothing_or_the_same(tmp_path: Path) -> None:
-    preset = registry.load_preset("tiny_random")
+    preset = load_preset("tiny_random")
     (tmp_path / "generation_config.json").write_text('{"bos_token_id": 1, "eos_token_id": 2}')
     assert _wanted(tmp_path) == {}
     (tmp_path / "generation_config.json").write_text('{"temperature": 0.0, "top_p": 1.0}')
@@ -98,7 +99,7 @@ def test_no_note_when_the_model_recommends_nothing_or_the_same(tmp_path: Path) -
 
 
 def test_model_rule_refuses_settings_the_task_cannot_run_with(tmp_path: Path) -> None:
-    preset = dataclasses.replace(registry.load_preset("tiny_random"), generation_config="model")
+    preset = dataclasses.replace(load_preset("tiny_random"), generation_config="model")
     task = _gsm8k(sampling=SamplingSettings(temperature=0.8, n=4))
     with pytest.raises(ConfigError, match="n = 4 with temperature 0 gives 4 identical"):
         effective_sampling(preset, task, {"temperature": 0.0})
@@ -110,11 +111,11 @@ def test_bad_rule_values_are_refused() -> None:
     with pytest.raises(ValueError, match="generation_config 'both' is not one of task, model"):
         _gsm8k(generation_config="both")
     with pytest.raises(ValueError, match="generation_config 'hf'"):
-        dataclasses.replace(registry.load_preset("tiny_random"), generation_config="hf")
+        dataclasses.replace(load_preset("tiny_random"), generation_config="hf")
 
 
 def test_tasks_get_their_effective_settings_and_one_line_each(model_dir: Path) -> None:
-    preset = dataclasses.replace(registry.load_preset("qwen3_32b"), generation_config="model")
+    preset = dataclasses.replace(load_preset("qwen3_32b"), generation_config="model")
     arithmetic, ordering = load_task("arithmetic"), load_task("ordering")
     [ranked] = load_tasks(tasks=["ordering"], mc_method="logprobs")
     tasks, notes = with_generation_config(preset, [arithmetic, ranked], str(model_dir))
@@ -141,7 +142,7 @@ generation_config: {rule}
 def write_run_inputs(folder: Path, model: Path) -> tuple[Path, str]:
     """A preset for the model folder `model`, and two task files: `follows` takes the model's
     settings (generation_config: model), `keeps` its own temperature 0.2."""
-    shipped = (registry.config_dir() / "presets" / "tiny_random.yaml").read_text()
+    shipped = (config_dir() / "presets" / "tiny_random.yaml").read_text()
     preset = folder / "local_tiny.yaml"
     preset.write_text(
         shipped.replace("model: tiny-random-llama", f"model: {model}").replace(

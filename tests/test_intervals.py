@@ -7,7 +7,7 @@ from scipy.stats import binomtest
 
 from evalpipe.core.intervals import bootstrap_mean, interval, wilson
 from evalpipe.reports.tables import score_cell
-from evalpipe.rundir.summary import metric_stats
+from evalpipe.rundir.aggregation import metric_stats
 
 
 @pytest.mark.parametrize(

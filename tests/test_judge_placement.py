@@ -13,7 +13,8 @@ import pytest
 from judge_support import TASK, answer, judge, verdicts
 from runner_support import preset
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.gpus import get_gpu
+from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core.errors import DoesNotFitError
 from evalpipe.engine.base import EngineSettings
@@ -29,13 +30,13 @@ from evalpipe.run.options import RunnerOptions
 from evalpipe.run.placement import beside_gpus, split_gpus
 from evalpipe.rundir.results import SampleTail
 
-H100 = registry.get_gpu("h100-80gb")
+H100 = get_gpu("h100-80gb")
 WORK = [(TASK, TASK.samples())]
 JUDGED = Path(__file__).parent / "fixtures" / "judged" / "capitals.yaml"
 
 
 def plan(name: str, **kw: object) -> planner.Plan:
-    return planner.plan(registry.load_preset(name), H100, gpus_per_node=8, **kw)
+    return planner.plan(load_preset(name), H100, gpus_per_node=8, **kw)
 
 
 def test_the_planner_places_the_judge_and_says_why() -> None:
@@ -66,7 +67,7 @@ def test_side_by_side_that_does_not_fit_is_refused_saying_why() -> None:
     need = big.gpus_per_node + judge_plan.gpus_per_node
     if need <= 8:  # both 70B-class layouts on one node of 4 instead
         big, judge_plan = (
-            planner.plan(registry.load_preset(n), H100, gpus_per_node=4)
+            planner.plan(load_preset(n), H100, gpus_per_node=4)
             for n in ("llama3_3_70b", "qwen2_5_72b")
         )
         nodes = 4
@@ -105,7 +106,7 @@ def test_gpus_split_between_model_and_judge_from_the_visible_ones(monkeypatch) -
     nvml = FakeNvml([FakeGpu(uuid=fake_uuid(i)) for i in range(4)])
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1,2")
     gpus = visible_gpus(nvml)
-    judge_preset = registry.load_preset("llama3_1_8b")
+    judge_preset = load_preset("llama3_1_8b")
     assert beside_gpus(gpus, judge_preset, tp=None, pp=None, replicas=None) == (["3", "1"], ["2"])
     # A job's layout for the model: the judge gets what follows it.
     assert beside_gpus(gpus, judge_preset, tp=1, pp=1, replicas=1) == (["3"], ["1"])
@@ -275,7 +276,7 @@ def test_a_judge_prompt_is_its_template_plus_the_answers_it_quotes() -> None:
     answers = TaskWork(task=task.name, category="judged", samples=2, completions=1,
                        prompt_tokens=Span.exact(10.0), generated_tokens=Span(5.0, 20.0, 24.0),
                        max_tokens=24, score_s=Span.exact(0.0), sources=())  # fmt: skip
-    work = judge_work(task, task.grading(), answers, registry.load_preset("tiny_random"),
+    work = judge_work(task, task.grading(), answers, load_preset("tiny_random"),
                       limit=None, max_tokens=64, counter=words)  # fmt: skip
     template = [
         sum(len(m["content"].split()) for m in ask.prompt)

@@ -272,7 +272,7 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 def _evaluate(folder: Path, out: Path, shard: Any = None) -> Path:
     """All the tasks on the fake engine in this process, as `run` does."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.fake import FakeEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
     from evalpipe.tasks.lmeval import lm_eval_prompting

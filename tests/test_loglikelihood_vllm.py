@@ -147,7 +147,7 @@ class KeepOpen:
 
 
 def test_multiple_choice_by_logprobs_runs_end_to_end(smollm2, tmp_path: Path) -> None:
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
 
     [ordering] = load_tasks(tasks=["ordering"], mc_method="logprobs")
     out = tmp_path / "run"

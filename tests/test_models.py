@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evalpipe.catalog import models
-from evalpipe.catalog.registry import load_preset
+from evalpipe.catalog.preset import load_preset
 from evalpipe.core.errors import ConfigError, UnknownNameError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -155,7 +155,7 @@ def test_a_missing_vllm_names_the_extra_to_install() -> None:
         "import sys; sys.modules['vllm'] = None\n"  # as on a machine without vLLM
         "from evalpipe.engine.base import EngineSettings\n"
         "from evalpipe.engine.factory import open_engine\n"
-        "from evalpipe.catalog.registry import load_preset\n"
+        "from evalpipe.catalog.preset import load_preset\n"
         "open_engine('vllm', load_preset('tiny_random'), EngineSettings())\n"
     )
     result = subprocess.run(

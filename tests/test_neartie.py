@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from neartie import Recorder, assert_near_tie_equal, assert_records_near_tie_equal
+from neartie import Recorder, assert_near_tie_equal, assert_records_near_tie_equal, tally
 
-from evalpipe.catalog.registry import load_preset
+from evalpipe.catalog.preset import load_preset
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.records.completion import Generation, TokenStep
@@ -118,3 +118,42 @@ def test_the_recorder_asks_for_top_2_and_keeps_each_generation_by_prompt() -> No
     assert [len(s.top) for s in recorded.steps[0]] == [2] * recorded.completion_tokens[0]
     recorder.close()
     assert not engine.closed  # the runner may not close a shared engine
+
+
+def test_a_tally_counts_equal_texts_near_ties_and_divergences_with_the_reason() -> None:
+    """What a benchmark reports where a test would assert: 174 identical of 200 is no failure
+    when the rest part at near-ties (`6 * 3` against `6 x 3`)."""
+    found = tally(
+        [("a", REF, [" 12 + 7"]), ("b", REF, [" 12 + 9 + 9"]), ("c", REF, [" 12 7 +"])], decode
+    )
+    assert (found.equal, found.tied, len(found.beyond)) == (1, 1, 1)
+    assert not found.agrees
+    assert "c: the completions part at token 1 (after ' 12')" in found.beyond[0]
+    assert found.lines()[0] == "1 equal, 1 part at a near-tie, 1 part elsewhere"
+    assert tally([("a", REF, [" 12 + 9"])], decode).agrees
+
+
+def test_the_benches_tally_each_side_by_sample_against_the_reference_run() -> None:
+    """bench/benchlib.near_ties, which overhead_vllm and peer_lm_eval use, on made-up runs."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from benchlib import near_ties
+    from neartie import prompt_key
+
+    prompts = {"s0": [{"role": "user", "content": "12 + 7?"}], "s1": "12 + 8?"}
+    other = reference(step(1, 2, 0.5), step(0, 5, 0.3))  # " 12", then the end
+    reference_run = SimpleNamespace(
+        generations={prompt_key(prompts["s0"]): REF, prompt_key(prompts["s1"]): other},
+        decode=decode,
+    )
+    sides = {
+        "raw": {"s0": [" 12 + 9"], "s1": [" 12"]},
+        "evalpipe": {"s0": [" 12 + 7"], "s1": [" 7"]},
+    }
+    found = near_ties(prompts, sides, reference_run)
+    assert (found["raw"].equal, found["raw"].tied, found["raw"].agrees) == (1, 1, True)
+    assert (found["evalpipe"].equal, len(found["evalpipe"].beyond)) == (1, 1)
+    assert found["evalpipe"].beyond[0].startswith("s1: the completions part at token 0")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.cli import build_parser
+from evalpipe.cli import parse_args
 from evalpipe.commands._options import job_options
 from evalpipe.commands.run import runner_options
 from evalpipe.core.errors import ConfigError, UnknownNameError
@@ -101,7 +101,7 @@ def flat(pairs: list[tuple[str, str]]) -> list[str]:
 
 
 def parse(*argv: str):
-    return build_parser().parse_args(list(argv))
+    return parse_args(list(argv))
 
 
 def unset(record: object, groups: tuple[str, ...] | None = None) -> list[str]:

@@ -8,19 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import modelconfig, registry
+from evalpipe.catalog import modelconfig
+from evalpipe.catalog.gpus import Gpu, get_gpu, load_gpus
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
 from evalpipe.planning import layout, planner
 
 GIB = 1024**3
 
 
-def preset(name: str) -> registry.Preset:
-    return registry.load_preset(name)
+def preset(name: str) -> Preset:
+    return load_preset(name)
 
 
-def gpu(name: str) -> registry.Gpu:
-    return registry.get_gpu(name)
+def gpu(name: str) -> Gpu:
+    return get_gpu(name)
 
 
 def plan(name: str, gpu_name: str, **kwargs) -> planner.Plan:
@@ -236,7 +238,7 @@ def test_max_model_len_beyond_trained_context_is_refused() -> None:
 
 
 def test_nothing_fits_says_what_would() -> None:
-    catalogue = list(registry.load_gpus().values())
+    catalogue = list(load_gpus().values())
     with pytest.raises(DoesNotFitError) as err:
         planner.plan(
             preset("falcon_180b"),

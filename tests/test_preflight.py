@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.preset import load_preset
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("vllm", "torch", "transformers", "huggingface_hub", "pandas")
@@ -59,7 +61,7 @@ def site(tmp_path: Path, **extra: str) -> Path:
 
 def preset_at(tmp_path: Path, model: str, **changes: str) -> Path:
     """tiny_random's preset, loading `model` and without its recipe."""
-    text = (registry.config_dir() / "presets" / "tiny_random.yaml").read_text()
+    text = (config_dir() / "presets" / "tiny_random.yaml").read_text()
     text = text.replace("model: tiny-random-llama", f"model: {model}")
     text = text.replace("prepare: tiny_random\n", "")
     for old, new in changes.items():
@@ -222,7 +224,7 @@ def test_a_hub_dataset_missing_offline_names_the_fetch_command(tmp_path: Path, m
 
 
 def test_a_local_dataset_file_missing_is_refused(tmp_path: Path, model: Path) -> None:
-    task = (registry.config_dir() / "tasks" / "arithmetic.yaml").read_text()
+    task = (config_dir() / "tasks" / "arithmetic.yaml").read_text()
     task_file = tmp_path / "mine.yaml"
     start = task.index("source:")
     end = task.index("\nprompt:", start)
@@ -272,8 +274,8 @@ def test_the_fake_backend_loads_no_weights_so_only_data_is_checked(tmp_path: Pat
     from evalpipe.jobs import preflight
 
     preset, cluster = (
-        registry.load_preset("tiny_random"),
-        registry.load_cluster(str(site(tmp_path))),
+        load_preset("tiny_random"),
+        load_cluster(str(site(tmp_path))),
     )
     assert preflight.check(preset, cluster, environ={}).errors  # no prepared model here
     assert preflight.check(preset, cluster, environ={}, backend="fake").findings == ()

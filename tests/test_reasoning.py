@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.preset import load_preset
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.rundir.results import SampleRecord
@@ -37,7 +37,7 @@ CUT = {
 
 
 def _replay(parser: str, completion: str):
-    preset = registry.load_preset("tiny_random")
+    preset = load_preset("tiny_random")
     task = load_task("arithmetic", reasoning_parser=parser.removesuffix("_plain"))
     (sample,) = [s for s in task.samples(limit=40) if QUESTION in str(s.prompt)]
     engine = FakeEngine(preset, EngineSettings(), script={QUESTION: completion}, delay_s=0)
@@ -119,20 +119,22 @@ def test_split_rules() -> None:
 
 
 def test_presets_and_loader_carry_the_parser() -> None:
-    assert registry.load_preset("qwen3_32b").reasoning_parser == "qwen3"
-    assert registry.load_preset("gpt_oss_20b").reasoning_parser == "gpt_oss"
+    assert load_preset("qwen3_32b").reasoning_parser == "qwen3"
+    assert load_preset("gpt_oss_20b").reasoning_parser == "gpt_oss"
     (task,) = load_tasks(tasks=["ordering"], mc_method="generate", reasoning_parser="qwen3")
     assert task.reasoning_parser == "qwen3"
     with pytest.raises(ValueError, match="reasoning_parser 'o1' is not one of"):
-        dataclasses.replace(registry.load_preset("tiny_random"), reasoning_parser="o1")
+        dataclasses.replace(load_preset("tiny_random"), reasoning_parser="o1")
 
 
 def test_report_shows_cut_offs_inside_the_reasoning_per_task(tmp_path, capsys) -> None:
     """A run whose completions carry reasoning (as the runner records them for a reasoning
     preset): `evalpipe report` counts, per task, those cut off inside it."""
+    from synthetic_runs import append_samples
+
     from evalpipe.cli import main
     from evalpipe.rundir.layout import RunDir
-    from evalpipe.rundir.results import append_samples, read_samples
+    from evalpipe.rundir.results import read_samples
 
     out = tmp_path / "run"
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",

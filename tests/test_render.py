@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import evalpipe
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import config_dir, names
+from evalpipe.catalog.preset import preset_names
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.jobs import render
@@ -113,8 +114,8 @@ def test_local_slurm_script_is_shellcheck_clean() -> None:
 
 def test_every_preset_renders_shellcheck_clean_on_every_cluster(tmp_path: Path) -> None:
     paths = []
-    for cluster in registry.cluster_names():
-        for preset in registry.preset_names():
+    for cluster in names("clusters"):
+        for preset in preset_names():
             for shards in (1, 3):
                 options = JobOptions(shards=shards, run=RunnerOptions(limit=2))
                 prepared = prepare(preset, cluster, options, tmp_path / "run")
@@ -257,7 +258,7 @@ def test_hostile_values_reach_the_runner_literally_and_run_nothing(
     tasks = tmp_path / "config" / "tasks"
     tasks.mkdir(parents=True)
     (tasks / f"{HOSTILE}.yaml").write_text(
-        (registry.config_dir() / "tasks" / "arithmetic.yaml")
+        (config_dir() / "tasks" / "arithmetic.yaml")
         .read_text()
         .replace("category: math", 'category: "a b$(touch PWNED)"')
     )
@@ -266,12 +267,12 @@ def test_hostile_values_reach_the_runner_literally_and_run_nothing(
     preset_dir.mkdir()
     preset_file = preset_dir / "p.yaml"
     preset_file.write_text(
-        (registry.config_dir() / "presets" / "tiny_random.yaml").read_text()
+        (config_dir() / "presets" / "tiny_random.yaml").read_text()
         + 'name: "evil\\n#SBATCH --wrap=reboot"\n'
     )
     site = tmp_path / "site.yaml"
     site.write_text(
-        (registry.config_dir() / "clusters" / "local.yaml")
+        (config_dir() / "clusters" / "local.yaml")
         .read_text()
         .replace("python: python3", "python: \"python3 -X 'utf8'\"")
         + f"cache_dir: {json.dumps(HOSTILE)}\n"

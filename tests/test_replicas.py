@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.gpus import load_gpus
+from evalpipe.catalog.preset import load_preset, preset_names
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
@@ -44,10 +45,10 @@ def test_device_and_core_slices() -> None:
         core_slices(3, [0, 1])
 
 
-@pytest.mark.parametrize("name", sorted(registry.preset_names()))
+@pytest.mark.parametrize("name", sorted(preset_names()))
 def test_every_preset_fills_an_8_gpu_node_with_replicas(name: str) -> None:
-    preset = registry.load_preset(name)
-    plan = planner.plan(preset, registry.load_gpus()["h100-80gb"], gpus_per_node=8, replicas=None)
+    preset = load_preset(name)
+    plan = planner.plan(preset, load_gpus()["h100-80gb"], gpus_per_node=8, replicas=None)
     per = plan.tensor_parallel_size * plan.pipeline_parallel_size
     if plan.nodes > 1:
         assert plan.replicas == 1  # a model spanning nodes runs one copy
@@ -59,8 +60,8 @@ def test_every_preset_fills_an_8_gpu_node_with_replicas(name: str) -> None:
 
 
 def test_explicit_replicas_are_validated() -> None:
-    gpu = registry.load_gpus()["h100-80gb"]
-    llama8b = registry.load_preset("llama3_1_8b")
+    gpu = load_gpus()["h100-80gb"]
+    llama8b = load_preset("llama3_1_8b")
     assert planner.plan(llama8b, gpu, gpus_per_node=8, replicas=None).replicas == 8
     three = planner.plan(llama8b, gpu, gpus_per_node=8, replicas=3)
     assert (three.replicas, three.total_gpus) == (3, 3)
@@ -70,7 +71,7 @@ def test_explicit_replicas_are_validated() -> None:
     with pytest.raises(LayoutError, match=r"--replicas 9 × 1 GPU\(s\) each .* a node has 8"):
         planner.plan(llama8b, gpu, gpus_per_node=8, replicas=9)
     with pytest.raises(LayoutError, match=r"spans 2 nodes.*--shards"):
-        planner.plan(registry.load_preset("falcon_180b"), gpu, gpus_per_node=4, replicas=2)
+        planner.plan(load_preset("falcon_180b"), gpu, gpus_per_node=4, replicas=2)
 
 
 def test_a_7b_preset_renders_8_replicas_in_one_job() -> None:
@@ -98,11 +99,11 @@ def test_a_7b_preset_renders_8_replicas_in_one_job() -> None:
 
 def test_local_plan_from_visible_gpus() -> None:
     gpus = [LocalGpu(entry=str(i), name=H100, memory_gib=79.6) for i in range(8)]
-    llama8b = registry.load_preset("llama3_1_8b")
+    llama8b = load_preset("llama3_1_8b")
     layout = plan_local(llama8b, tp=None, pp=None, replicas=None, max_model_len=None, gpus=gpus)
     assert (layout.tp, layout.replicas, layout.device) == (1, 8, "8 × h100-80gb")
     assert layout.envs[7] == {"CUDA_VISIBLE_DEVICES": "7"}
-    llama70b = registry.load_preset("llama2_70b")
+    llama70b = load_preset("llama2_70b")
     layout = plan_local(llama70b, tp=None, pp=None, replicas=None, max_model_len=None, gpus=gpus)
     assert layout.tp * layout.pp > 1 and layout.replicas == 8 // (layout.tp * layout.pp)
     with pytest.raises(DoesNotFitError, match=r"shows 1 × h100-80gb"):
@@ -116,7 +117,7 @@ def test_local_plan_from_visible_gpus() -> None:
 
 
 def test_cpu_machine_keeps_one_replica_unless_asked() -> None:
-    tiny = registry.load_preset("tiny_random")
+    tiny = load_preset("tiny_random")
     layout = plan_local(tiny, tp=None, pp=None, replicas=None, max_model_len=None, gpus=[])
     assert (layout.tp, layout.pp, layout.replicas, layout.envs) == (1, 1, 1, ())
     assert layout.device.startswith("cpu (")

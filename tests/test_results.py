@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from synthetic_runs import append_samples
 
 from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.results import (
     SampleRecord,
-    append_samples,
     check_unique,
     read_json,
     read_samples,

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.clusters import Cluster, load_cluster
+from evalpipe.catalog.gpus import load_gpus
 from evalpipe.core.errors import ConfigError, SlurmError, UnknownNameError
 from evalpipe.slurm import info as slurminfo
 from evalpipe.slurm import sitedetect
@@ -28,17 +29,15 @@ def fixture(shape: str) -> tuple[str, str]:
 
 
 def detect(shape: str, **choices: str) -> sitedetect.Detected:
-    return sitedetect.detect(
-        *fixture(shape), registry.load_gpus(), python="/opt/venv/bin/python", **choices
-    )
+    return sitedetect.detect(*fixture(shape), load_gpus(), python="/opt/venv/bin/python", **choices)
 
 
-def profile(detected: sitedetect.Detected, tmp_path: Path) -> registry.Cluster:
+def profile(detected: sitedetect.Detected, tmp_path: Path) -> Cluster:
     """The written file loaded as --cluster loads it; its YAML equals data()."""
     path = tmp_path / "site.yaml"
     path.write_text(detected.yaml())
     assert yaml.safe_load(path.read_text()) == detected.data()
-    return registry.load_cluster(str(path))
+    return load_cluster(str(path))
 
 
 @pytest.mark.parametrize(
@@ -170,15 +169,13 @@ def test_an_unknown_gpu_refuses_and_names_the_option() -> None:
     with pytest.raises(
         ConfigError, match=r"No GPU in the catalogue matches GRES type \(none\).*--gpu"
     ):
-        sitedetect.detect(partitions, nodes, registry.load_gpus(), python="python3")
-    found = sitedetect.detect(
-        partitions, nodes, registry.load_gpus(), python="python3", gpu="l40s-48gb"
-    )
+        sitedetect.detect(partitions, nodes, load_gpus(), python="python3")
+    found = sitedetect.detect(partitions, nodes, load_gpus(), python="python3", gpu="l40s-48gb")
     assert "gres_name" not in found.data() and found.data()["gpu"] == "l40s-48gb"
     unconfigured = sitedetect.detect(
         partitions,
         nodes.replace("64000", "1"),
-        registry.load_gpus(),
+        load_gpus(),
         python="python3",
         gpu="l40s-48gb",
     )
@@ -218,8 +215,8 @@ def test_detect_on_the_local_slurm_writes_a_profile_submit_takes(
     done = evalpipe("site", "detect", "-o", str(site), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "check 8 values SLURM cannot tell" in done.stderr and "  account: " in done.stderr
-    cluster = registry.load_cluster(str(site))
-    local = registry.load_cluster("local")
+    cluster = load_cluster(str(site))
+    local = load_cluster("local")
     for key in ("partition", "gpu", "gres_name", "gpu_request", "gpus_per_node"):
         assert getattr(cluster, key) == getattr(local, key), key
     assert (cluster.cpus_per_node, cluster.memory_per_node_gib, cluster.max_nodes) == (4, 8, 2)

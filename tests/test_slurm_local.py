@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.preset import preset_names
 from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import Job, prepare, submit_prepared
+from evalpipe.jobs.jobstatus import Job
+from evalpipe.jobs.submit import prepare, submit_prepared
 from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import UNKNOWN, Slurm
 
@@ -331,7 +333,7 @@ def test_status_reads_the_queue_and_lists_logs(reference: Path) -> None:
 
 def test_every_preset_passes_sbatch_test_only(local_slurm: Slurm, tmp_path: Path) -> None:
     """All shipped presets fit the local profile (2 nodes × 4 fake H100s): SLURM accepts each."""
-    for name in registry.preset_names():
+    for name in preset_names():
         prepared = prepare(name, "local", JobOptions(), tmp_path / name)
         script = tmp_path / f"{name}.sbatch"
         script.write_text(prepared.script)
@@ -345,7 +347,7 @@ def test_an_impossible_request_is_refused_in_slurms_words(
 ) -> None:
     site = tmp_path / "bigger.yaml"
     site.write_text(
-        (registry.config_dir() / "clusters" / "local.yaml")
+        (config_dir() / "clusters" / "local.yaml")
         .read_text()
         .replace("max_nodes: 2", "max_nodes: 3")
         .replace("gpus_per_node: 4", "gpus_per_node: 1")
@@ -625,7 +627,10 @@ def test_a_hung_engine_ends_with_the_stall_status_and_diagnostics_after_one_requ
     fails with 124: well under a minute, against a 30-minute time limit."""
     started = time.monotonic()
     env = job_env(EVALPIPE_FAKE_HANG_AFTER="8")
-    job = submit_fake(tmp_path, "hung", "--limit", "6", "--stall-timeout", "5", env=env)
+    cluster = site_profile(tmp_path, "hung_engine")  # the fake engine hangs in the job
+    job = submit_fake(
+        tmp_path, "hung", "--limit", "6", "--stall-timeout", "5", env=env, cluster=cluster
+    )
     wait_for_state(job, "PENDING", "BeginTime", timeout_s=120)  # requeued after the first stall
     time.sleep(2)  # see preempt(): not within the second of the requeue
     subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True)

@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from evalpipe.catalog import registry
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.gpus import get_gpu
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import RunDirError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
@@ -45,8 +45,8 @@ def open_fake(backend: str, preset: Preset, settings: EngineSettings) -> FakeEng
 def smoked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Calibration, Any]:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     EngineWithKvCapacity.prompts.clear()
-    preset = registry.load_preset("llama3_1_8b")
-    plan = planner.plan(preset, registry.get_gpu("h100-80gb"), gpus_per_node=1)
+    preset = load_preset("llama3_1_8b")
+    plan = planner.plan(preset, get_gpu("h100-80gb"), gpus_per_node=1)
     # 0.5 GiB in use before the load (the CUDA context), 70.5 GiB from the load on.
     gpu = FakeGpu(uuid="GPU-0", memory_used_bytes=(GIB // 2, int(70.5 * GIB)))
     calibration = run_smoke(

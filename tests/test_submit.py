@@ -22,9 +22,19 @@ from evalpipe.core.errors import (
     SlurmError,
 )
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import Job, submit, submit_sweep
+from evalpipe.jobs.jobstatus import Job
+from evalpipe.jobs.submit import prepare_all, submit, submit_all
 from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
+
+
+def submit_sweep(
+    presets: list[str], cluster: str, out: Path, slurm: FakeSlurm, run_checks: bool = True
+) -> list[Job]:
+    """A sweep as `evalpipe submit --preset A --preset B` makes it."""
+    prepared = prepare_all(presets, cluster, JobOptions(), out)
+    return submit_all(prepared, sweep_dir=out, slurm=slurm, run_checks=run_checks)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 

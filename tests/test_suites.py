@@ -15,8 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 from test_livecodebench import hub_cache
 
-from evalpipe.catalog import registry
 from evalpipe.catalog.budgets import Ask, fit_context, named_asks
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.gpus import get_gpu
+from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.suites import load_suite, suite_names
 from evalpipe.catalog.taskfiles import check_selection
 from evalpipe.cli import main
@@ -185,7 +187,7 @@ def test_an_unknown_suite_gets_the_closest_name() -> None:
 
 
 def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> None:
-    qwen3 = registry.load_preset("qwen3_32b")  # max_model_len 16384, max_position_embeddings 40960
+    qwen3 = load_preset("qwen3_32b")  # max_model_len 16384, max_position_embeddings 40960
     # No recorded prompt size: 64 tokens of chat template + 1,024 for the prompt.
     aime = Ask(name="aime2024", max_tokens=32768, template_bytes=90)
     context = fit_context(qwen3, [aime], None)
@@ -201,7 +203,7 @@ def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> 
     assert "to fit max_model_len 16384, --max-model-len" in given.notes[0]
     # Short budgets never move the context, whatever their prompts may take.
     short = Ask(name="gsm8k", max_tokens=384, template_bytes=40)
-    assert fit_context(registry.load_preset("tiny_random"), [short], None).max_model_len == 1024
+    assert fit_context(load_preset("tiny_random"), [short], None).max_model_len == 1024
     ranked = Ask(name="mmlu", max_tokens=256, generates=False)  # nothing generated
     assert fit_context(qwen3, [ranked], None).max_model_len == 16384
 
@@ -231,11 +233,11 @@ def test_a_raised_context_that_does_not_fit_falls_back_and_the_budget_is_capped(
     from evalpipe.jobs.jobspec import JobOptions, make_jobspec
     from evalpipe.run.options import RunnerOptions
 
-    cluster = dataclasses.replace(registry.load_cluster("local"), gpus_per_node=1, max_nodes=1)
-    preset = registry.load_preset("qwen3_32b")
+    cluster = dataclasses.replace(load_cluster("local"), gpus_per_node=1, max_nodes=1)
+    preset = load_preset("qwen3_32b")
     run = RunnerOptions(tasks=("aime2024",))
     spec = make_jobspec(
-        preset=preset, preset_ref="qwen3_32b", cluster=cluster, gpu=registry.get_gpu(cluster.gpu),
+        preset=preset, preset_ref="qwen3_32b", cluster=cluster, gpu=get_gpu(cluster.gpu),
         options=JobOptions(run=run), run_dir="/scratch/r",
     )  # fmt: skip
     assert spec.plan.max_model_len == 16384 and spec.plan.fits

@@ -8,9 +8,11 @@ import random
 import pytest
 
 from evalpipe.monitor import DeviceSummary
+from evalpipe.rundir.aggregation import combine_devices
 from evalpipe.rundir.manifest import PlannedTask
 from evalpipe.rundir.results import SampleRecord
-from evalpipe.rundir.summary import combine_devices, format_summary, summarize
+from evalpipe.rundir.summary import summarize
+from evalpipe.rundir.summarytext import format_summary
 
 
 def rec(task: str, category: str, i: int, **scores: float) -> SampleRecord:

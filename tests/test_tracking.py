@@ -479,7 +479,7 @@ def test_the_samples_table_is_capped() -> None:
 def test_a_cluster_profile_tracks_its_jobs_unless_told_otherwise(tmp_path: Path) -> None:
     import yaml
 
-    from evalpipe.catalog.registry import load_cluster
+    from evalpipe.catalog.clusters import load_cluster
     from evalpipe.jobs.jobspec import JobOptions
     from evalpipe.jobs.submit import prepare
     from evalpipe.run.options import RunnerOptions

@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hung_engine import HungEngine
 from runner_support import SCRIPT, lines, preset, toy_tasks
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.preset import load_preset
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import EngineSettings
-from evalpipe.engine.fake import FakeEngine
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.watchdog import Stall, StallLimits, Watchdog, default_limits, stall_limits
 from evalpipe.rundir.results import read_json
@@ -55,23 +55,21 @@ def test_check_trips_only_after_the_phase_limit_without_progress() -> None:
 
 
 def test_default_limits_are_generous_for_loading_a_big_model_and_minutes_for_generating() -> None:
-    big = default_limits(registry.load_preset("falcon_180b"))
-    tiny = default_limits(registry.load_preset("tiny_random"))
-    llama = default_limits(registry.load_preset("llama3_3_70b"))
+    big = default_limits(load_preset("falcon_180b"))
+    tiny = default_limits(load_preset("tiny_random"))
+    llama = default_limits(load_preset("llama3_3_70b"))
     # docs/runner.md: 15 min, 28 min and 48 min (15 min + 6 s per GiB of bf16 weights).
     assert [round(d.load_s / 60) for d in (tiny, llama, big)] == [15, 28, 48]
     assert big.generate_s == tiny.generate_s == 600
-    assert stall_limits(registry.load_preset("tiny_random"), 0) is None
-    assert stall_limits(registry.load_preset("tiny_random"), 30) == StallLimits(
-        load_s=30, generate_s=30
-    )
+    assert stall_limits(load_preset("tiny_random"), 0) is None
+    assert stall_limits(load_preset("tiny_random"), 30) == StallLimits(load_s=30, generate_s=30)
     with pytest.raises(ConfigError, match=r"load_s=-1 must be a positive number of seconds"):
         StallLimits(load_s=-1, generate_s=5)
 
 
 def test_a_hung_engine_ends_the_run_with_diagnostics_within_the_bound(tmp_path: Path) -> None:
     clock = FakeClock()
-    engine = FakeEngine(
+    engine = HungEngine(
         preset(), EngineSettings(), script=SCRIPT, clock=clock.now, sleep=clock.sleep, hang_after=5
     )
     limits = StallLimits(load_s=100, generate_s=30)
@@ -120,7 +118,7 @@ def test_a_hung_engine_ends_the_run_with_diagnostics_within_the_bound(tmp_path: 
         text = report.read_text()
         assert "during generate (limit 30 s" in text
         assert "Python stacks of every thread (faulthandler)" in text
-        assert "in step\n" in text and "fake.py" in text  # the hung engine's frame
+        assert "in step\n" in text and "hung_engine.py" in text  # the hung engine's frame
         assert "ray status" not in text  # no Ray in this run
         summary = read_json(out / "summary.json")
         # Every request the engine finished is kept, also those scored while it hung.

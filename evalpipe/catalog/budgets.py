@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evalpipe.catalog import registry
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.configpath import find_file, given_file
+from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import expand
 from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX, is_judged
 from evalpipe.core.configio import read_yaml
@@ -105,7 +105,7 @@ def named_asks(
     for ref, entry in expand(tasks):
         if ref.startswith(LM_EVAL_PREFIX) or is_judged(ref):
             continue  # their generation settings are known once their tasks load
-        path = registry.given_file("task", ref) or registry.find_file("tasks", ref)
+        path = given_file("task", ref) or find_file("tasks", ref)
         if path is None:
             continue  # check_selection reports it
         data = read_yaml(path)

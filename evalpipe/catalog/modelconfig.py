@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import Architecture, Preset
+from evalpipe.catalog.preset import Architecture, Preset
 
 
 def hub_cache() -> Path:

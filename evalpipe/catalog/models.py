@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.catalog import registry
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset, load_preset, preset_names
 from evalpipe.core.configio import suggest
 from evalpipe.core.errors import ConfigError, MissingDependencyError, UnknownNameError
 
@@ -192,13 +191,13 @@ def recipe_for(name_or_preset: str | Preset) -> tuple[Recipe, str]:
     """(recipe, preset name) for a preset (object, name or YAML path) or a recipe name."""
     if isinstance(name_or_preset, Preset):
         preset = name_or_preset
-    elif name_or_preset in RECIPES and name_or_preset not in registry.preset_names():
+    elif name_or_preset in RECIPES and name_or_preset not in preset_names():
         return RECIPES[name_or_preset], name_or_preset
     else:
         try:
-            preset = registry.load_preset(name_or_preset)
+            preset = load_preset(name_or_preset)
         except UnknownNameError:
-            known = sorted({*registry.preset_names(), *RECIPES})
+            known = sorted({*preset_names(), *RECIPES})
             raise UnknownNameError(
                 f"Unknown preset or recipe {name_or_preset!r}."
                 f"{suggest(name_or_preset, known)} Known: {', '.join(known)}."
@@ -218,7 +217,7 @@ def recipe_for(name_or_preset: str | Preset) -> tuple[Recipe, str]:
 
 
 def _presets_with_recipes() -> list[str]:
-    return [n for n in registry.preset_names() if registry.load_preset(n).prepare]
+    return [n for n in preset_names() if load_preset(n).prepare]
 
 
 def _remove_abandoned_builds(folder: Path, recipe: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import find_file, given_file, is_path, names
 from evalpipe.core.configio import build, first_repeat, read_yaml, unknown_name
 from evalpipe.core.errors import ConfigError
 
@@ -62,7 +62,7 @@ class Suite:
         return [self._ref(entry.task) for entry in self.tasks]
 
     def _ref(self, task: str) -> str:
-        if not registry.is_path(task) or self.path is None:
+        if not is_path(task) or self.path is None:
             return task
         path = Path(task).expanduser()
         return str(path if path.is_absolute() else self.path.parent / path)
@@ -74,7 +74,7 @@ def is_suite(name: str) -> bool:
 
 def suite_names() -> list[str]:
     """Names of the suite files in suites/ of every config folder, sorted."""
-    return registry.names("suites")
+    return names("suites")
 
 
 def load_suite(ref: str) -> Suite:
@@ -82,7 +82,7 @@ def load_suite(ref: str) -> Suite:
     name = ref.removeprefix(PREFIX)
     if not name:
         raise ConfigError(f"{ref!r} names no suite; write suite:NAME (e.g. suite:reasoning-2026).")
-    path = registry.given_file("suite", name) or registry.find_file("suites", name)
+    path = given_file("suite", name) or find_file("suites", name)
     if path is None:
         raise unknown_name("suite", name, suite_names())
     data = read_yaml(path)

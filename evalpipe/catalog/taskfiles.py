@@ -10,7 +10,7 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import find_file, given_file, names
 from evalpipe.catalog.suites import is_suite, load_suite
 from evalpipe.core.configio import read_yaml, unknown_name
 
@@ -61,12 +61,12 @@ def check_day(value: str) -> None:
 
 def task_names() -> list[str]:
     """Names of the task files in tasks/ of every config folder, sorted."""
-    return registry.names("tasks")
+    return names("tasks")
 
 
 def category_names() -> list[str]:
     """Every category a task file's `category` key names, sorted."""
-    found = (registry.find_file("tasks", name) for name in task_names())
+    found = (find_file("tasks", name) for name in task_names())
     return sorted({str(read_yaml(path).get("category")) for path in found if path is not None})
 
 
@@ -84,7 +84,7 @@ def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | Non
             continue
         in_suite = is_suite(ref)
         for task in load_suite(ref).task_refs() if in_suite else [ref]:
-            if registry.given_file("task", task) or registry.find_file("tasks", task):
+            if given_file("task", task) or find_file("tasks", task):
                 continue
             error = unknown_name("task", task, task_names())
             raise type(error)(f"Suite {ref!r}: {error}") if in_suite else error

@@ -8,9 +8,6 @@ from evalpipe.commands._options import add_cluster_argument
 from evalpipe.core.options import add_options
 from evalpipe.run.options import SELECTION, RunnerOptions
 
-HELP = "Check that a preset's weights, shards, chat template and datasets are ready for a cluster."
-ORDER = 45
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
@@ -19,13 +16,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.clusters import load_cluster
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.jobs import preflight
 
-    preset = registry.load_preset(args.preset)
+    preset = load_preset(args.preset)
     report = preflight.check(
         preset,
-        registry.load_cluster(args.cluster),
+        load_cluster(args.cluster),
         categories=args.categories,
         tasks=args.tasks,
     )

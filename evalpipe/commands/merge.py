@@ -6,9 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "Merge RUN_DIR/shards/*/ (one per array task) into RUN_DIR and write its summary."
-ORDER = 45
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -21,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.run.merge import merge_run
-    from evalpipe.rundir.summary import format_summary
+    from evalpipe.rundir.summarytext import format_summary
 
     result = merge_run(args.run_dir, allow_incomplete=args.allow_incomplete)
     print(format_summary(result.summary))

@@ -7,11 +7,9 @@ import json
 import time
 from pathlib import Path
 
-from evalpipe.catalog import models, registry
+from evalpipe.catalog import models
+from evalpipe.catalog.preset import Preset, load_preset, preset_names
 from evalpipe.core.textable import format_table
-
-HELP = "Prepare models without a hub (`models prepare NAME`) and list where each preset's is."
-ORDER = 15
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +44,7 @@ def _prepare(name: str, *, force: bool) -> int:
     return 0
 
 
-def _source(preset: registry.Preset) -> dict[str, object]:
+def _source(preset: Preset) -> dict[str, object]:
     """Where the model would come from, without touching the network or the HF cache."""
     if Path(preset.model).expanduser().is_dir():
         return {"source": "local", "path": str(Path(preset.model).expanduser())}
@@ -64,8 +62,8 @@ def _source(preset: registry.Preset) -> dict[str, object]:
 
 def _list(*, as_json: bool) -> int:
     rows = []
-    for name in registry.preset_names():
-        preset = registry.load_preset(name)
+    for name in preset_names():
+        preset = load_preset(name)
         rows.append(
             {"preset": name, "model": preset.model, "recipe": preset.prepare, **_source(preset)}
         )

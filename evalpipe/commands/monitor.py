@@ -16,9 +16,6 @@ import socket
 import threading
 from pathlib import Path
 
-HELP = "Record this node's GPUs for a multi-node run whose runner is on another node."
-ORDER = 90
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

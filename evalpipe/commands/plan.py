@@ -9,7 +9,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.gpus import Gpu, load_gpus
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.commands._options import add_results_argument
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import unknown_name
@@ -23,9 +24,6 @@ from evalpipe.run.options import JUDGE, LAYOUT, SELECTION, RunnerOptions
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
     from evalpipe.estimate.judging import PhasesEstimate
-
-HELP = "Plan GPUs, tensor/pipeline parallel layout and memory for a preset on a GPU type."
-ORDER = 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_options(judge, RunnerOptions, groups=(JUDGE,))
 
 
-def _model_len(args: argparse.Namespace, preset: registry.Preset) -> int | None:
+def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
     """--max-model-len; with --estimate and named tasks, the context their budgets need, as
     `submit` plans it (evalpipe/jobs/budgets.py)."""
     if not args.estimate:
@@ -73,9 +71,9 @@ def _model_len(args: argparse.Namespace, preset: registry.Preset) -> int | None:
 
 def _plan(
     args: argparse.Namespace,
-    preset: registry.Preset,
-    gpu: registry.Gpu,
-    others: Sequence[registry.Gpu],
+    preset: Preset,
+    gpu: Gpu,
+    others: Sequence[Gpu],
 ) -> planner.Plan:
     return planner.plan(
         preset,
@@ -92,8 +90,8 @@ def _plan(
 
 def run(args: argparse.Namespace) -> int:
     _check(args)
-    preset = registry.load_preset(args.preset)
-    gpus = registry.load_gpus()
+    preset = load_preset(args.preset)
+    gpus = load_gpus()
     if args.all_gpus:
         return _all_gpus(args, preset, gpus)
     if args.gpu not in gpus:
@@ -141,13 +139,11 @@ def _judging(judged: RunnerOptions) -> bool:
     return judged.judge is not None or judged.judge_base_url is not None
 
 
-def _judge_plan(
-    args: argparse.Namespace, judged: RunnerOptions, gpu: registry.Gpu
-) -> planner.Plan | None:
+def _judge_plan(args: argparse.Namespace, judged: RunnerOptions, gpu: Gpu) -> planner.Plan | None:
     """The judge preset's smallest layout on one node of the GPU (None: a server's judge)."""
     if judged.judge_base_url is not None or judged.judge is None:
         return None
-    return plan_judge(registry.load_preset(judged.judge), gpu, gpus_per_node=args.gpus_per_node)
+    return plan_judge(load_preset(judged.judge), gpu, gpus_per_node=args.gpus_per_node)
 
 
 def _describe_judge(judge: planner.Plan | None, placement: Placement, final: bool) -> str:
@@ -165,8 +161,8 @@ def _describe_judge(judge: planner.Plan | None, placement: Placement, final: boo
 
 def _estimate(
     args: argparse.Namespace,
-    preset: registry.Preset,
-    gpu: registry.Gpu,
+    preset: Preset,
+    gpu: Gpu,
     plan: planner.Plan,
     judged: RunnerOptions,
     judge: planner.Plan | None,
@@ -197,7 +193,7 @@ def _estimate(
         return prediction.estimate(shards=args.shards), None
     judging = judge_predictor(
         prediction,
-        registry.load_preset(judged.judge),
+        load_preset(judged.judge),
         gpu,
         judge,
         limit=args.limit,
@@ -261,9 +257,7 @@ def _describe(p: planner.Plan) -> str:
     return text
 
 
-def _all_gpus(
-    args: argparse.Namespace, preset: registry.Preset, gpus: Mapping[str, registry.Gpu]
-) -> int:
+def _all_gpus(args: argparse.Namespace, preset: Preset, gpus: Mapping[str, Gpu]) -> int:
     results: list[dict] = []
     for gpu in (g for g in gpus.values() if g.is_gpu):  # cpu entries are for calibration
         try:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.preset import load_preset, preset_names
 from evalpipe.core.textable import format_table
-
-HELP = "List the model presets with their size, dtype and default layout."
-ORDER = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,8 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     rows = []
-    for name in registry.preset_names():
-        p = registry.load_preset(name)
+    for name in preset_names():
+        p = load_preset(name)
         rows.append(
             {
                 "name": p.name,

@@ -8,9 +8,6 @@ from pathlib import Path
 
 from evalpipe.commands._options import add_job_arguments, job_options
 
-HELP = "Print (or write) the sbatch script for a preset on a cluster; submits nothing."
-ORDER = 50
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")

@@ -6,11 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from evalpipe.catalog.registry import TRACKERS
+from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.core.errors import ConfigError, RunDirError
 
-HELP = "Leaderboard with confidence intervals, GPU costs, plots and paired run comparisons."
-ORDER = 60
 FORMATS = ("md", "csv", "json", "html", "xlsx")
 
 

@@ -23,9 +23,6 @@ from evalpipe.run.options import (
     RunnerOptions,
 )
 
-HELP = "Run an evaluation locally or inside a job: load the model once, run the tasks, checkpoint."
-ORDER = 40
-
 
 def _shard(text: str) -> object:
     from evalpipe.core.errors import ConfigError
@@ -103,7 +100,7 @@ def runner_options(args: argparse.Namespace) -> RunnerOptions:
 
 def _endpoint_preset(options: RunnerOptions, preset):
     """The preset with the command line's endpoint options applied (--backend openai only)."""
-    from evalpipe.catalog.registry import with_endpoint
+    from evalpipe.catalog.preset import with_endpoint
 
     if options.backend != "openai":  # the record refuses endpoint options then
         return preset
@@ -188,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         return _sweep(args, presets)
     args.preset = presets[0]
     from evalpipe.catalog.models import find_model
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
@@ -202,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.rundir.checkpoint import StopOnSignal
     from evalpipe.rundir.layout import MANIFEST, RunDir
     from evalpipe.rundir.results import new_run_dir
-    from evalpipe.rundir.summary import format_summary
+    from evalpipe.rundir.summarytext import format_summary
     from evalpipe.tasks import load_tasks
     from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.generation import with_generation_config
@@ -424,7 +421,7 @@ def _split_gpus(given: RunnerOptions) -> list[str] | None:
     """Side by side on GPUs: this process keeps the model's share of the visible GPUs (its
     CUDA_VISIBLE_DEVICES narrowed before anything plans or loads); the judge's share comes
     back (None without GPUs: both processes share the CPU engine's cores)."""
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.run.localplan import visible_gpus
     from evalpipe.run.placement import beside_gpus
 

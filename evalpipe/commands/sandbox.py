@@ -9,9 +9,6 @@ from pathlib import Path
 from evalpipe.commands._options import seconds
 from evalpipe.core import exitcodes
 
-HELP = "Run a Python file in the code sandbox; it passes if it runs to its end cleanly."
-ORDER = 80
-
 
 def _source(path: str) -> str:
     try:

@@ -10,9 +10,6 @@ import sys
 from evalpipe.core.options import add_options, positive_int
 from evalpipe.run.options import EXECUTOR, LAYOUT, RunnerOptions
 
-HELP = "Serve a preset with vLLM's OpenAI-compatible server (its planned layout and settings)."
-ORDER = 42
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
@@ -27,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.catalog.registry import load_preset
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.base import EngineSettings
     from evalpipe.run.localplan import plan_local
     from evalpipe.run.serve import VLLM_SERVER, served_name, server_argv, server_kwargs

@@ -6,9 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-HELP = "Describe this SLURM site: `site detect` writes a cluster profile from what SLURM states."
-ORDER = 45
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -31,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.catalog import registry
+    from evalpipe.catalog.gpus import load_gpus
     from evalpipe.core.errors import ConfigError
     from evalpipe.rundir.results import write_text
     from evalpipe.slurm import sitedetect
@@ -49,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     detected = sitedetect.detect(
         slurm.show("partition"),
         slurm.show("node"),
-        registry.load_gpus(),
+        load_gpus(),
         python=sys.executable,
         partition=args.partition,
         gres_type=args.gres_type,

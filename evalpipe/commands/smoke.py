@@ -12,9 +12,6 @@ from evalpipe.commands._options import seconds
 from evalpipe.core.options import add_options, from_args, positive_int
 from evalpipe.run.options import ENGINE, EXECUTOR, LAYOUT, RunnerOptions
 
-HELP = "Load a preset on its planned layout, answer a prompt, and calibrate the planner."
-ORDER = 57
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
@@ -54,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace, out: Path) -> int:
-    from evalpipe.catalog import models, registry
+    from evalpipe.catalog import models
+    from evalpipe.catalog.clusters import load_cluster
+    from evalpipe.catalog.gpus import get_gpu
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.estimate.calibration import table
@@ -63,9 +63,9 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 
     if args.cluster is None and args.gpu is None:
         raise ConfigError("evalpipe smoke --local needs --gpu NAME or --cluster C to plan for.")
-    cluster = registry.load_cluster(args.cluster) if args.cluster else None
-    gpu = registry.get_gpu(args.gpu or cluster.gpu)  # type: ignore[union-attr]
-    preset = registry.load_preset(args.preset)
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    gpu = get_gpu(args.gpu or cluster.gpu)  # type: ignore[union-attr]
+    preset = load_preset(args.preset)
     plan = planner.plan(
         preset,
         gpu,

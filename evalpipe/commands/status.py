@@ -6,9 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = "Show the SLURM state of a submitted run or sweep, its progress and its log files."
-ORDER = 60
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -57,7 +54,7 @@ def _run_dirs(root: Path) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.textable import format_table
-    from evalpipe.jobs.submit import Job
+    from evalpipe.jobs.jobstatus import Job
     from evalpipe.rundir.layout import RunDir
     from evalpipe.slurm.client import Slurm
 

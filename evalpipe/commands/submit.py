@@ -12,9 +12,6 @@ from evalpipe.core.options import names
 from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.rundir.layout import RunDir
 
-HELP = "Size, render, validate (sbatch --test-only) and submit presets as SLURM jobs."
-ORDER = 55
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -74,7 +71,8 @@ def _print_dry_run(prepared: list) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.estimate.predict import DEFAULT_RESULTS
-    from evalpipe.jobs.submit import JobStatus, check, default_out, prepare_all, submit_all
+    from evalpipe.jobs.jobstatus import JobStatus
+    from evalpipe.jobs.submit import check, default_out, prepare_all, submit_all
 
     presets = [p for group in args.preset for p in group]
     sweep = len(presets) > 1

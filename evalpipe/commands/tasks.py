@@ -11,9 +11,6 @@ if TYPE_CHECKING:
     from evalpipe.tasks.base import Task
     from evalpipe.tasks.config import ScorerConfig
 
-HELP = "List evaluation tasks and suites, show their rendered samples, or fetch their datasets."
-ORDER = 12
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION")

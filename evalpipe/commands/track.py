@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-HELP = "Upload W&B runs logged offline by `run --track wandb` (wraps `wandb sync`)."
-ORDER = 65
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)

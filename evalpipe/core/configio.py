@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import re
 import types
 import typing
 from collections.abc import Hashable, Iterable
@@ -18,6 +19,8 @@ from evalpipe.core.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Hashable)
+# A shell variable name: what a config may name as an environment variable.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def suggest(name: str, choices: typing.Iterable[str]) -> str:
@@ -170,3 +173,10 @@ def first_repeat(keys: Iterable[H]) -> H | None:
             return key
         seen.add(key)
     return None
+
+
+def check_positive(where: str, **values: int | None) -> None:
+    """Each given value is a positive integer or None (ValueError naming the key otherwise)."""
+    for key, value in values.items():
+        if value is not None and (not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{key} must be a positive integer, got {value!r} ({where})")

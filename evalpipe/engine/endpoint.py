@@ -25,7 +25,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
 from evalpipe.catalog import models
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
 from evalpipe.engine.base import Engine, EngineSettings

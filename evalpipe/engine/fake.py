@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from evalpipe import __version__
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
@@ -23,11 +23,8 @@ from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 
 # Seconds each request takes when no delay is passed in: lets a SLURM job run with
-# `--backend fake` live long enough to be preempted in a test.
+# `--backend fake` live long enough to be preempted in a test, and benchmarks give it a latency.
 DELAY_ENV = "EVALPIPE_FAKE_DELAY_S"
-# After this many answered requests every step blocks until the engine is closed, as an engine
-# waiting on a dead worker does: lets a SLURM job hang for the stall watchdog's test.
-HANG_ENV = "EVALPIPE_FAKE_HANG_AFTER"
 
 
 def prompt_text(prompt: Prompt) -> str:
@@ -50,15 +47,6 @@ def _env_delay() -> float:
     return value
 
 
-def _env_hang_after() -> int | None:
-    raw = os.environ.get(HANG_ENV, "")
-    if not raw:
-        return None
-    if not raw.isdigit():
-        raise ConfigError(f"{HANG_ENV}={raw!r} must be a whole number of requests (0 or more).")
-    return int(raw)
-
-
 class FakeEngine(Engine):
     """Engine implementation with scripted or hash-derived completions.
 
@@ -68,9 +56,8 @@ class FakeEngine(Engine):
     takes `token_s`, so a request holds its slot for as many steps as its longest completion
     has words (what makes admission order matter). `served` lists
     every prompt text answered, in the order requests finished, so tests can check what a
-    resumed run asked for; `sampling` holds the distinct settings it generated with. With
-    `hang_after`, once that many requests were answered `step` blocks (sleeping in `sleep`)
-    until the engine is closed, then fails. `kv_tokens` is the KV cache `room` reports (what
+    resumed run asked for; `sampling` holds the distinct settings it generated with.
+    `kv_tokens` is the KV cache `room` reports (what
     admission checks the longest samples against; the fake engine holds no cache and preempts
     nothing).
     """
@@ -87,7 +74,6 @@ class FakeEngine(Engine):
         max_num_seqs: int = 8,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        hang_after: int | None = None,
         token_s: float | None = None,
         kv_tokens: int | None = None,
     ) -> None:
@@ -95,7 +81,6 @@ class FakeEngine(Engine):
         self.settings = settings
         self.script = dict(script or {})
         self.delay_s = _env_delay() if delay_s is None else delay_s
-        self.hang_after = _env_hang_after() if hang_after is None else hang_after
         self.max_num_seqs = max_num_seqs
         self.token_s = token_s
         self.kv_tokens = kv_tokens
@@ -124,10 +109,6 @@ class FakeEngine(Engine):
 
     def step(self) -> list[Completion]:
         self._check_open()
-        if self.hang_after is not None and len(self.served) >= self.hang_after:
-            while not self.closed:
-                self._sleep(1.0)
-            raise EngineError("The fake engine hung (hang_after) and was closed while stepping.")
         if not self._running:
             return []
         self._busy = len(self._running)

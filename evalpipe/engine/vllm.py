@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.catalog import models
-from evalpipe.catalog.registry import DTYPE_BYTES, Preset
+from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core import provenance
 from evalpipe.core.configio import suggest
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.span import Span, fmt_span, total
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.calibration import Calibration

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import Gpu
+from evalpipe.catalog.gpus import Gpu
 from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.span import Span, fmt_span
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.cost import Estimate, generate_s

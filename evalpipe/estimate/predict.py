@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from evalpipe.catalog import registry
-from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.catalog.gpus import Gpu, load_gpus
+from evalpipe.catalog.preset import Preset
 from evalpipe.estimate.autosize import Choice, Limit, choose
 from evalpipe.estimate.calibration import SHARED_FOLDER, SUFFIX, Calibration, load_calibrations
 from evalpipe.estimate.cost import Basis, Estimate, basis, estimate
@@ -121,7 +121,7 @@ def predictor(
     # The budgets the run will generate with, in the plan's context (capped as the runner caps).
     tasks, _ = fit_tasks(preset, tasks, max_tokens=selection.max_tokens, given=plan.max_model_len)
     tasks = [*tasks, *judged.tasks]
-    jobs = load_history([p for p in results if p.is_dir()], registry.load_gpus())
+    jobs = load_history([p for p in results if p.is_dir()], load_gpus())
     counter = token_counter(preset)
     work = tuple(
         task_work(t, preset, limit=selection.limit, history=jobs, counter=counter) for t in tasks
@@ -177,7 +177,7 @@ def judge_predictor(
         gpu,
         plan,
         calibrations=calibrations([*results, *calibration_dirs]),
-        jobs=load_history([p for p in results if p.is_dir()], registry.load_gpus()),
+        jobs=load_history([p for p in results if p.is_dir()], load_gpus()),
     )
     return Prediction(preset=judge, plan=plan, work=work, basis=how)
 

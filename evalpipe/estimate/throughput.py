@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.estimate.calibration import Calibration
 from evalpipe.planning.memory import GIB, max_seqs, vllm_batch_defaults

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evalpipe.catalog import modelconfig, models
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths

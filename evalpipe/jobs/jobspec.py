@@ -8,16 +8,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Literal, get_args
 
-from evalpipe.catalog.registry import (
-    Cluster,
-    Gpu,
-    Preset,
-    check_max_restarts,
-    check_signal_seconds,
-    get_gpu,
-    load_preset,
-    slurm_minutes,
-)
+from evalpipe.catalog.clusters import Cluster, check_max_restarts
+from evalpipe.catalog.gpus import Gpu, get_gpu
+from evalpipe.catalog.preset import Preset, load_preset
+from evalpipe.catalog.slurmtime import check_signal_seconds, slurm_minutes
 from evalpipe.catalog.taskfiles import check_selection
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.core.options import (

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalpipe.catalog import modelconfig, models
-from evalpipe.catalog.registry import DTYPE_BYTES, Cluster, Preset
+from evalpipe.catalog.clusters import Cluster
+from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core.errors import DatasetError, EvalpipeError, PreflightError
 
 Level = Literal["error", "warning"]

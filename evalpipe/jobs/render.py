@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe import __version__
-from evalpipe.catalog.registry import shipped_dir
+from evalpipe.catalog.configpath import shipped_dir
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
 from evalpipe.jobs.jobspec import JobSpec

@@ -11,25 +11,27 @@ Only the SlurmClient touches the scheduler; pass FakeSlurm to see what would be 
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evalpipe.catalog import registry
-from evalpipe.catalog.registry import slurm_minutes
-from evalpipe.core.errors import ConfigError, EvalpipeError, RunDirError, SlurmError
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.configpath import is_path
+from evalpipe.catalog.gpus import Gpu, get_gpu
+from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.slurmtime import slurm_minutes
+from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.jobs import preflight, render
 from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.jobs.jobspec import JobOptions, JobSpec, make_jobspec
+from evalpipe.jobs.jobstatus import Job
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.manifest import read_manifest
-from evalpipe.rundir.results import new_run_dir, read_samples
-from evalpipe.rundir.submission import Submission, read_submission, write_plan, write_submission
+from evalpipe.rundir.results import new_run_dir
+from evalpipe.rundir.submission import Submission, write_plan, write_submission
 from evalpipe.rundir.sweep import SweepManifest, SweepRun, write_sweep
-from evalpipe.slurm.client import UNKNOWN, Slurm, SlurmClient, TaskState, sbatch_argv
+from evalpipe.slurm.client import Slurm, SlurmClient, sbatch_argv
 
 if TYPE_CHECKING:  # the estimate's modules load tasks: only when an estimate is made
     from evalpipe.estimate.autosize import Choice
@@ -95,11 +97,11 @@ def prepare(
 
     The cost is estimated when `results` (the folders to calibrate on) is given or the options
     leave shards, replicas or the time limit to the estimate; then those are chosen first."""
-    loaded = registry.load_preset(preset)
-    site = registry.load_cluster(cluster)
-    gpu = registry.get_gpu(site.gpu)
+    loaded = load_preset(preset)
+    site = load_cluster(cluster)
+    gpu = get_gpu(site.gpu)
     # A preset given as a file must be found from the job's working directory too.
-    ref = str(Path(preset).expanduser().resolve()) if registry.is_path(preset) else preset
+    ref = str(Path(preset).expanduser().resolve()) if is_path(preset) else preset
 
     def spec_for(chosen: JobOptions) -> JobSpec:
         return make_jobspec(
@@ -127,9 +129,7 @@ def prepare(
     return dataclasses.replace(cost, spec=spec, script=render.render_job(spec), merge_script=merge)
 
 
-def _cost(
-    spec: JobSpec, gpu: registry.Gpu, options: JobOptions, results: Sequence[Path] | None
-) -> Prepared:
+def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] | None) -> Prepared:
     """The estimate (and choice) for a first spec; a Prepared whose scripts are filled later."""
     blank = Prepared(spec=spec, script="", merge_script=None)
     if results is None and not options.auto_chosen:
@@ -188,140 +188,6 @@ def _cost(
         target_wall_s=target,
     )
     return dataclasses.replace(blank, estimate=choice.estimate, choice=choice)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobStatus:
-    """Where a submitted run stands: its job or array tasks, and the merge job if any."""
-
-    tasks: tuple[TaskState, ...]
-    merge: TaskState | None = None
-    samples_done: int = 0
-
-    @property
-    def all(self) -> tuple[TaskState, ...]:
-        return self.tasks + ((self.merge,) if self.merge else ())
-
-    @property
-    def done(self) -> bool:
-        return all(t.terminal for t in self.all)
-
-    @property
-    def ok(self) -> bool:
-        return all(t.state == "COMPLETED" for t in self.all)
-
-    def line(self) -> str:
-        """One progress line: state counts per job, then samples written so far."""
-        counts: dict[str, int] = {}
-        for task in self.tasks:
-            counts[task.state] = counts.get(task.state, 0) + 1
-        parts = [", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
-        if self.merge:
-            why = f" ({self.merge.reason})" if self.merge.reason else ""
-            parts.append(f"merge {self.merge.state}{why}")
-        parts.append(f"{self.samples_done} samples done")
-        return " | ".join(parts)
-
-
-def _manifest_status(run_dir: Path) -> str | None:
-    try:
-        manifest = read_manifest(RunDir(run_dir))
-    except RunDirError:  # being written, damaged or unreadable: the run dir cannot say
-        return None
-    return None if manifest is None else manifest.status
-
-
-def _settle(task: TaskState, run_dir: Path) -> TaskState:
-    """A task gone from SLURM without accounting: judge it by the run directory it wrote."""
-    if task.state != UNKNOWN:
-        return task
-    status = _manifest_status(run_dir)
-    state = "COMPLETED" if status == "complete" else UNKNOWN
-    return TaskState(
-        job_id=task.job_id, state=state, reason=f"run dir says {status}", source="run dir"
-    )
-
-
-def _samples_done(run_dir: Path) -> int:
-    """Whole sample records written so far (a damaged or cut-short line is no sample)."""
-    files = RunDir(run_dir)
-    # A merged run holds the shards' samples again: count the merged file alone once it exists.
-    parts = [files] if files.samples.is_file() else files.shard_dirs()
-    total = 0
-    for part in parts:
-        try:
-            total += len(read_samples(part.samples).records)
-        except RunDirError:  # unreadable for now (NFS, permissions): counted on the next poll
-            continue
-    return total
-
-
-@dataclass(kw_only=True)
-class Job:
-    """A submitted run: its ids, its run directory, and how to follow it."""
-
-    run_dir: Path
-    job_id: str
-    merge_job_id: str | None = None
-    shards: int = 1
-    slurm: SlurmClient = field(default_factory=Slurm, repr=False)
-
-    def state(self) -> JobStatus:
-        tasks = self.slurm.states(self.job_id)
-        if len(tasks) == 1 and tasks[0].state == UNKNOWN:
-            tasks = self._judged_by_run_dir(tasks[0])
-        merge = None
-        if self.merge_job_id:
-            merge = _settle(self.slurm.states(self.merge_job_id)[0], self.run_dir)
-        return JobStatus(tasks=tuple(tasks), merge=merge, samples_done=_samples_done(self.run_dir))
-
-    def _judged_by_run_dir(self, gone: TaskState) -> list[TaskState]:
-        if self.shards == 1:
-            return [_settle(gone, self.run_dir)]
-        return [
-            _settle(
-                TaskState(job_id=f"{self.job_id}_{i}", state=UNKNOWN, reason=gone.reason),
-                RunDir(self.run_dir).shard(i).path,
-            )
-            for i in range(self.shards)
-        ]
-
-    def wait(
-        self,
-        *,
-        poll_s: float = 5.0,
-        timeout_s: float | None = None,
-        on_progress: Callable[[JobStatus], None] | None = None,
-    ) -> JobStatus:
-        """Block until the job (and its merge job) ended; returns the final status."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            status = self.state()
-            if on_progress:
-                on_progress(status)
-            if status.done:
-                return status
-            if deadline is not None and time.monotonic() >= deadline:
-                raise SlurmError(
-                    f"Job {self.job_id} has not ended after {timeout_s:g} s ({status.line()}). "
-                    f"It keeps running; follow it with `evalpipe status {self.run_dir}`."
-                )
-            time.sleep(poll_s)
-
-    def log_paths(self) -> list[Path]:
-        return sorted(RunDir(self.run_dir).logs.glob("*.out"))
-
-    @classmethod
-    def load(cls, run_dir: Path, slurm: SlurmClient | None = None) -> Job:
-        """The job recorded in RUN_DIR/submission.json."""
-        record = read_submission(RunDir(run_dir))
-        return cls(
-            run_dir=run_dir,
-            job_id=record.job_id,
-            merge_job_id=record.merge_job_id,
-            shards=record.shards,
-            slurm=slurm or Slurm(),
-        )
 
 
 def check(prepared: Prepared) -> preflight.Report:
@@ -482,23 +348,3 @@ def submit(
     run_dir = out or default_out([preset])
     prepared = prepare(preset, cluster, options or JobOptions(), run_dir)
     return submit_prepared(prepared, slurm=slurm, executor=executor, run_checks=run_checks)
-
-
-def submit_sweep(
-    presets: Sequence[str],
-    cluster: str,
-    *,
-    options: JobOptions | None = None,
-    out: Path | None = None,
-    slurm: SlurmClient | None = None,
-    executor: str = "sbatch",
-    run_checks: bool = True,
-) -> list[Job]:
-    """One job per preset, each sized by the planner, under one sweep directory."""
-    if len(presets) < 2:
-        raise ConfigError("A sweep needs two or more presets; use submit() for one.")
-    sweep_dir = out or default_out(presets)
-    prepared = prepare_all(presets, cluster, options or JobOptions(), sweep_dir)
-    return submit_all(
-        prepared, sweep_dir=sweep_dir, slurm=slurm, executor=executor, run_checks=run_checks
-    )

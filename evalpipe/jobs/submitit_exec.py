@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import slurm_minutes
+from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import EvalpipeError, MissingDependencyError
 from evalpipe.jobs.jobspec import JobSpec

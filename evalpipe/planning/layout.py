@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from evalpipe.catalog.registry import Architecture, Preset
+from evalpipe.catalog.preset import Architecture, Preset
 from evalpipe.core.errors import LayoutError
 
 

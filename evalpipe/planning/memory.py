@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.catalog.registry import DTYPE_BYTES, Architecture, Gpu, Preset
+from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.preset import DTYPE_BYTES, Architecture, Preset
 from evalpipe.core.errors import ConfigError
 
 GIB = 1024**3

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.planning import planner
 from evalpipe.planning.planner import Plan

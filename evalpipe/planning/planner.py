@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.catalog import modelconfig
-from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.configio import missing_fields
 from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
 from evalpipe.planning.layout import Layout, candidates, check_pp, check_tp, place, tp_nodes

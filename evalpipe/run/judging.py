@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import Preset, load_preset, with_endpoint
+from evalpipe.catalog.preset import Preset, load_preset, with_endpoint
 from evalpipe.core.errors import RunDirError
 from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine

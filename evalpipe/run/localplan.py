@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.gpus import Gpu, load_gpus
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.monitor.visible_gpus import visible_devices
 from evalpipe.planning import planner
@@ -61,7 +62,7 @@ def visible_gpus(nvml: Any = None) -> list[LocalGpu]:
         nvml.nvmlShutdown()
 
 
-def catalogue_gpu(name: str, memory_gib: float, gpus: Sequence[registry.Gpu]) -> registry.Gpu:
+def catalogue_gpu(name: str, memory_gib: float, gpus: Sequence[Gpu]) -> Gpu:
     """The catalogue entry NVML's device name (and, to tell variants apart, memory) names."""
     named = [g for g in gpus if g.device_name == name]
     if not named:
@@ -74,7 +75,7 @@ def catalogue_gpu(name: str, memory_gib: float, gpus: Sequence[registry.Gpu]) ->
 
 
 def plan_local(
-    preset: registry.Preset,
+    preset: Preset,
     *,
     tp: int | None,
     pp: int | None,
@@ -104,7 +105,7 @@ def plan_local(
         envs = tuple(device_slices(replicas, tp * pp, visible)) if replicas > 1 else ()
         device = f"{len(gpus)} × {gpus[0].name}"
         return LocalLayout(tp=tp, pp=pp, replicas=replicas, envs=envs, device=device)
-    gpu = catalogue_gpu(gpus[0].name, gpus[0].memory_gib, list(registry.load_gpus().values()))
+    gpu = catalogue_gpu(gpus[0].name, gpus[0].memory_gib, list(load_gpus().values()))
     try:
         plan = planner.plan(
             preset,

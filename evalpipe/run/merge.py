@@ -15,6 +15,7 @@ from typing import Any
 from evalpipe.core import provenance
 from evalpipe.core.errors import RunDirError
 from evalpipe.run.lmeval import merge_results
+from evalpipe.rundir.aggregation import combine_devices
 from evalpipe.rundir.layout import MANIFEST, SHARDS, RunDir
 from evalpipe.rundir.lock import RunLock
 from evalpipe.rundir.manifest import (
@@ -32,7 +33,7 @@ from evalpipe.rundir.results import (
     write_samples,
 )
 from evalpipe.rundir.submission import read_plan
-from evalpipe.rundir.summary import combine_devices, summarize_run, write_summary
+from evalpipe.rundir.summary import summarize_run, write_summary
 
 
 @dataclass(frozen=True, kw_only=True)

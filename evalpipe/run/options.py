@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.catalog.registry import TRACKERS
+from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (

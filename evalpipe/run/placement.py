@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import DoesNotFitError
 from evalpipe.run.localplan import LocalGpu, plan_local
 

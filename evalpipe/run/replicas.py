@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.base import Engine, EngineSettings, Room
 from evalpipe.records.completion import Completion

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core import exitcodes, provenance
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import ConfigError, RunDirError, StorageError

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine
 from evalpipe.estimate.calibration import Calibration, DeviceMemory, Planned, ProbePoint

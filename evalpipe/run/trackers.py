@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from evalpipe.catalog.registry import TRACKERS
+from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.core.errors import ConfigError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import RunStatus

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from evalpipe.catalog.registry import DTYPE_BYTES, Preset
+from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core.errors import ConfigError
 
 Phase = Literal["load", "generate"]

@@ -96,10 +96,6 @@ def write_judge(folder: JudgeDir, judge: Mapping[str, Any], answers: str) -> Non
     write_json(folder.judge, {"fingerprint": folder.fingerprint, "answers": answers, **judge})
 
 
-def read_judge(folder: JudgeDir) -> dict[str, Any]:
-    return read_json(folder.judge)
-
-
 def score_of(record: SampleRecord) -> float | None:
     return record.scores.get(SCORE)
 

@@ -211,12 +211,6 @@ class SampleLog:
         self.close()
 
 
-def append_samples(path: Path, records: Sequence[SampleRecord]) -> None:
-    """Append records as lines and make them durable before returning."""
-    with SampleLog(path, fsync_samples=1) as log:
-        log.append(records)
-
-
 def _record(line: bytes) -> SampleRecord | None:
     """The one validity rule of samples.jsonl: a line counts when it is a whole record."""
     try:

@@ -4,121 +4,25 @@ back as a typed record (`Summary`).
 Per task and metric (`METRIC/SUBSET`: the metric over one subset's samples, e.g. MMLU-Pro's
 accuracy per category; left out of the category figures): mean, standard error (sample standard
 deviation / sqrt(n), 0 for n = 1), n, and a 95 % interval ci_low..ci_high (Wilson for 0/1
-scores, bootstrap otherwise; see evalpipe.core.intervals). Per category: micro (all samples
-pooled) and macro (unweighted mean of task means).
-Sums use math.fsum, so results do not depend on record order: a resumed, sharded or merged run
-gives bit-identical numbers to an uninterrupted one.
+scores, bootstrap otherwise; computed in evalpipe.rundir.aggregation). Per category: micro (all
+samples pooled) and macro (unweighted mean of task means). evalpipe.rundir.summarytext prints it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.core.intervals import bootstrap_mean, interval
-from evalpipe.core.textable import format_table
 from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.rundir.aggregation import by_metric, metric_stats, pooled_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
 from evalpipe.rundir.occupancy import SUMS, Occupancy
 from evalpipe.rundir.results import SampleRecord, read_json, write_json
 from evalpipe.rundir.timings import Timings
-
-
-def metric_stats(values: Sequence[float], weights: Sequence[float] | None = None) -> dict[str, Any]:
-    """Mean, standard error, n (samples) and 95 % interval; with `weights`, of the weighted
-    mean sum(w * v) / sum(w) (see WEIGHT_SUFFIX), its standard error that of a ratio estimator
-    over samples and its interval a bootstrap over samples."""
-    if weights is not None:
-        return _weighted_stats(values, weights)
-    n = len(values)
-    mean = math.fsum(values) / n
-    low, high, method = interval(values)
-    bounds = {"ci_low": low, "ci_high": high, "ci_method": method}
-    if n == 1:
-        return {"mean": mean, "stderr": 0.0, "n": 1, **bounds}
-    variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
-    return {"mean": mean, "stderr": math.sqrt(variance) / math.sqrt(n), "n": n, **bounds}
-
-
-# A per-sample score `METRIC:weight` is not a metric: it weights METRIC's value of that sample
-# in the task's and category's means. IFEval's instruction-level accuracy uses it (weight: the
-# sample's number of instructions), so the mean is over instructions, as the reference's is.
-WEIGHT_SUFFIX = ":weight"
-
-
-def _weighted_stats(values: Sequence[float], weights: Sequence[float]) -> dict[str, Any]:
-    n, total = len(values), math.fsum(weights)
-    mean = math.fsum(v * w for v, w in zip(values, weights, strict=True)) / total
-    low, high = bootstrap_mean(values, weights)
-    bounds = {"ci_low": low, "ci_high": high, "ci_method": "bootstrap"}
-    if n == 1:
-        return {"mean": mean, "stderr": 0.0, "n": 1, **bounds}
-    spread = math.fsum((w * (v - mean)) ** 2 for v, w in zip(values, weights, strict=True))
-    return {"mean": mean, "stderr": math.sqrt(spread * n / (n - 1)) / total, "n": n, **bounds}
-
-
-Values = tuple[list[float], list[float] | None]  # per-sample values, their weights if any
-
-
-def _by_metric(records: Iterable[SampleRecord]) -> dict[str, Values]:
-    values: dict[str, list[float]] = {}
-    for record in records:
-        for metric, value in record.scores.items():
-            values.setdefault(metric, []).append(value)
-    return {
-        m: (values[m], values.get(m + WEIGHT_SUFFIX))
-        for m in sorted(values)
-        if not m.endswith(WEIGHT_SUFFIX)
-    }
-
-
-def combine_devices(
-    runs: Sequence[tuple[Sequence[DeviceSummary], float]],
-) -> list[DeviceSummary]:
-    """One entry per (host, device) from the device summaries of separate runs (the shards of
-    an array job), each weighted by its wall time.
-
-    Peak memory is the maximum, energy the sum (unknown if any run lacks it), utilisation the
-    wall-time weighted mean.
-    """
-    merged: dict[tuple[str, str], DeviceSummary] = {}
-    weights: dict[tuple[str, str], float] = {}
-    for devices, seconds in runs:
-        for d in devices:
-            key = (d.host, d.device)
-            if key not in merged:
-                merged[key] = d
-                weights[key] = seconds
-                continue
-            m = merged[key]
-            merged[key] = dataclasses.replace(
-                m,
-                peak_memory_gib=_max(m.peak_memory_gib, d.peak_memory_gib),
-                energy_j=_sum(m.energy_j, d.energy_j),
-                mean_util_pct=_weighted(m.mean_util_pct, weights[key], d.mean_util_pct, seconds),
-                samples=m.samples + d.samples,
-            )
-            weights[key] += seconds
-    return list(merged.values())
-
-
-def _max(a: float | None, b: float | None) -> float | None:
-    present = [v for v in (a, b) if v is not None]
-    return max(present) if present else None
-
-
-def _sum(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a + b
-
-
-def _weighted(a: float | None, wa: float, b: float | None, wb: float) -> float | None:
-    if a is None or b is None:
-        return a if b is None else b
-    return (a * wa + b * wb) / (wa + wb) if wa + wb > 0 else (a + b) / 2
 
 
 def _reasoning(records: Sequence[SampleRecord]) -> dict[str, Any]:
@@ -152,7 +56,7 @@ def summarize(
     tasks: dict[str, Any] = {}
     categories: dict[str, dict[str, Any]] = {}
     for p in planned:
-        values = _by_metric(by_task[p.name])
+        values = by_metric(by_task[p.name])
         tasks[p.name] = {
             "category": p.category,
             "n": len(by_task[p.name]),
@@ -186,7 +90,7 @@ def summarize(
         "tasks": tasks,
         "categories": {
             name: {
-                "micro": {m: _pooled_stats(*v) for m, v in sorted(c["pooled"].items())},
+                "micro": {m: pooled_stats(*v) for m, v in sorted(c["pooled"].items())},
                 "macro": {
                     m: {"mean": math.fsum(v) / len(v), "n_tasks": len(v)}
                     for m, v in sorted(c["task_means"].items())
@@ -218,69 +122,6 @@ def summarize(
         # tokens/s of that tail against the rest; None where the engine did not report slots.
         "occupancy": occupancy.summary() if occupancy is not None else None,
     }
-
-
-def _fmt(stats: Mapping[str, Any]) -> str:
-    return f"{stats['mean']:.3f}"
-
-
-def _ci(stats: Mapping[str, Any]) -> str:
-    """'[0.000, 0.278]'; summaries written before intervals existed show their stderr."""
-    if "ci_low" not in stats:
-        return f"±{stats['stderr']:.3f}"
-    return f"[{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
-
-
-def _pooled_stats(values: list[float], weights: list[float]) -> dict[str, Any]:
-    """A category's micro statistics: weighted only where some task's samples carry weights."""
-    return metric_stats(values, None if all(w == 1.0 for w in weights) else weights)
-
-
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """The results table printed at the end of `evalpipe run` and `evalpipe merge`."""
-    rows: list[tuple[object, ...]] = []
-    for name, task in summary["tasks"].items():
-        for metric, s in task["metrics"].items():
-            # A subset's breakdown counts its own samples; its planned total is not known.
-            n = s["n"] if "/" in metric else f"{task['n']}/{task['n_total']}"
-            rows.append((task["category"], name, metric, n, _fmt(s), _ci(s)))
-        if not task["metrics"]:
-            rows.append((task["category"], name, "-", f"0/{task['n_total']}", "-", ""))
-    for name, cat in summary["categories"].items():
-        for metric, s in cat["micro"].items():
-            rows.append((name, "(micro)", metric, s["n"], _fmt(s), _ci(s)))
-        for metric, s in cat["macro"].items():
-            tasks = f"{s['n_tasks']} task" + ("s" if s["n_tasks"] != 1 else "")
-            rows.append((name, "(macro)", metric, tasks, _fmt(s), ""))
-    table = format_table(("category", "task", "metric", "n", "mean", "95% CI"), rows)
-    t = summary["throughput"]
-    rate = f"{t['tokens_per_s']:.1f} tok/s" if t["tokens_per_s"] else "n/a"
-    work = (
-        f"{t['generated_tokens']} tokens generated in {t['generate_s']:.1f} s ({rate})"
-        if t["generated_tokens"]
-        else f"nothing generated, options scored in {t['generate_s']:.1f} s"
-    )
-    status = "complete" if summary["complete"] else "INCOMPLETE"
-    return (
-        f"{table}\n\n{summary['n_done']}/{summary['n_total']} samples ({status}); "
-        f"{work}; load {t['load_s']:.1f} s, wall {t['wall_s']:.1f} s"
-        + _occupancy_line(summary.get("occupancy"))
-    )
-
-
-def _occupancy_line(occupancy: Mapping[str, Any] | None) -> str:
-    """'tail: 23% of generation with < half of 64 slots busy, 310 tok/s against 1,020; 12
-    preemptions'."""
-    if not occupancy:
-        return ""
-    rates = [occupancy.get("tail_tokens_per_s"), occupancy.get("rest_tokens_per_s")]
-    speed = f", {rates[0]:,.0f} tok/s against {rates[1]:,.0f}" if None not in rates else ""
-    preempted = occupancy.get("preemptions")
-    preempted_text = "" if preempted is None else f"; {preempted:,} preemptions (KV cache full)"
-    return (
-        f"\ntail: {occupancy['tail_share']:.0%} of generation with < half of "
-        f"{occupancy['slots']} sequence slots busy{speed}{preempted_text}"
-    )
 
 
 def summarize_run(

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from evalpipe.catalog.registry import Cluster, Gpu, RaySettings, slurm_minutes
+from evalpipe.catalog.clusters import Cluster, RaySettings
+from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core.configio import build, unknown_name
 from evalpipe.core.errors import ConfigError, SlurmError
 from evalpipe.slurm import info as slurminfo

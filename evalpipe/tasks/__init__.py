@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
-from evalpipe.catalog import registry
+from evalpipe.catalog.configpath import find_file, given_file
 from evalpipe.catalog.suites import SuiteEntry, expand
 from evalpipe.catalog.taskfiles import task_names
 from evalpipe.core.configio import unknown_name
@@ -29,7 +29,7 @@ __all__ = ["ConfiguredTask", "category_names", "load_task", "load_tasks", "task_
 
 
 def _shipped() -> dict[str, tuple[TaskConfig, Path]]:
-    found = {name: registry.find_file("tasks", name) for name in task_names()}
+    found = {name: find_file("tasks", name) for name in task_names()}
     return {name: _read(path) for name, path in found.items() if path is not None}
 
 
@@ -49,7 +49,7 @@ def load_task(
     reasoning_parser: str | None = None,
 ) -> ConfiguredTask:
     """A task by name (configs/tasks/NAME.yaml) or by the path of a task file."""
-    given = registry.given_file("task", name_or_path)
+    given = given_file("task", name_or_path)
     if given is not None:
         config, path = _read(given)
     else:

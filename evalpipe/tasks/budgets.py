@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from evalpipe.catalog.budgets import Ask, Context, fit_context, template_bytes
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.task import ConfiguredTask
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from evalpipe.catalog.registry import GENERATION_CONFIG_RULES
+from evalpipe.catalog.preset import GENERATION_CONFIG_RULES
 from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.configio import build, read_yaml
 from evalpipe.records.sampling import SamplingSettings

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Task

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evalpipe.catalog.registry import REASONING_PARSERS
+from evalpipe.catalog.preset import REASONING_PARSERS
 
 THINK_START, THINK_END = "<think>", "</think>"
 HARMONY_FINAL = "<|channel|>final<|message|>"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from evalpipe.catalog.models import find_model
-from evalpipe.catalog.registry import Preset
+from evalpipe.catalog.preset import Preset
 from evalpipe.tasks.lmeval.loader import PREFIX, load, split_specs
 from evalpipe.tasks.lmeval.task import LmEvalTask, Prompting
 

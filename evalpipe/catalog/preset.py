@@ -1,0 +1,245 @@
+"""Model presets: configs/presets/*.yaml → a frozen, validated Preset (architecture, endpoint)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from evalpipe.catalog.configpath import names, resolve
+from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
+from evalpipe.core.errors import ConfigError
+
+DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+Quantization = Literal["none", "fp8", "awq", "gptq", "bitsandbytes", "mxfp4"]
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Moe:
+    """Mixture-of-experts facts: every expert's weights are resident, only some are active."""
+
+    experts: int  # routed experts per MoE layer
+    experts_per_token: int
+    active_params_b: float
+    shared_experts: int = 0  # always-on experts (DeepSeek-V2); they are in params_b too
+    moe_intermediate_size: int | None = None  # FFN width of one expert
+    # Parameters held by the routed experts, billions: what expert-only quantization (gpt-oss
+    # MXFP4) shrinks. None when unknown; planning an expert-only format then refuses.
+    expert_params_b: float | None = None
+
+    def __post_init__(self) -> None:
+        check_positive(
+            "architecture.moe",
+            experts=self.experts,
+            experts_per_token=self.experts_per_token,
+            moe_intermediate_size=self.moe_intermediate_size,
+        )
+        if self.experts_per_token > self.experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Architecture:
+    """Facts needed for sizing, as in the model's config.json (sources cited in the YAML)."""
+
+    params_b: float
+    layers: int
+    hidden_size: int
+    attention_heads: int
+    kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    # FFN width (dense models; MoE models give moe.moe_intermediate_size): sizes activations.
+    intermediate_size: int | None = None
+    # The output projection shares the input embedding's matrix (stored once).
+    tie_word_embeddings: bool = False
+    # MLA (DeepSeek-V2/V3) caches one compressed latent per token and layer instead of K and V.
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    # Sliding-window attention: `sliding_window_layers` of the layers only keep that many tokens.
+    sliding_window: int | None = None
+    sliding_window_layers: int | None = None
+    moe: Moe | None = None
+
+    def __post_init__(self) -> None:
+        check_positive(
+            "architecture",
+            layers=self.layers,
+            hidden_size=self.hidden_size,
+            attention_heads=self.attention_heads,
+            kv_heads=self.kv_heads,
+            head_dim=self.head_dim,
+            vocab_size=self.vocab_size,
+            max_position_embeddings=self.max_position_embeddings,
+            intermediate_size=self.intermediate_size,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_rope_head_dim=self.qk_rope_head_dim,
+            sliding_window=self.sliding_window,
+            sliding_window_layers=self.sliding_window_layers,
+        )
+        if self.params_b <= 0:
+            raise ValueError(f"params_b must be positive, got {self.params_b!r}")
+        if self.attention_heads % self.kv_heads:
+            raise ValueError(
+                f"attention_heads ({self.attention_heads}) must be a multiple of "
+                f"kv_heads ({self.kv_heads})"
+            )
+        if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
+            raise ValueError("MLA needs both kv_lora_rank and qk_rope_head_dim, or neither")
+        if (self.sliding_window is None) != (self.sliding_window_layers is None):
+            raise ValueError("sliding_window and sliding_window_layers go together")
+        if self.sliding_window_layers is not None and self.sliding_window_layers > self.layers:
+            raise ValueError(
+                f"sliding_window_layers ({self.sliding_window_layers}) exceeds "
+                f"layers ({self.layers})"
+            )
+
+
+EndpointApi = Literal["chat", "completions"]
+ENDPOINT_APIS: tuple[str, ...] = get_args(EndpointApi)
+# No user:password@ and no ?query: a key there would reach the manifest and the logs.
+_BASE_URL = re.compile(r"https?://[^/@\s?#]+(/[^\s?#]*)?")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """An OpenAI-compatible server that serves the preset's model (`--backend openai`).
+
+    The preset still names the model, the chat mode, the tokenizer and the context length; this
+    block says where the model is served and how hard to push it. `evalpipe run --base-url
+    --model --api-key-env --concurrency` override it."""
+
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1; None: --base-url gives it
+    model: str | None = None  # the name the server serves it under; None: the preset's `model`
+    api: EndpointApi | None = None  # None: chat for chat presets, completions otherwise
+    # The environment variable that holds the API key; the key itself is never stored.
+    api_key_env: str | None = None
+    concurrency: int = 32  # requests in flight at once
+    timeout_s: float = 600.0  # one attempt at one request, start to last byte
+    max_retries: int = 5  # further attempts after 429, 5xx, timeouts and dropped connections
+    backoff_s: float = 1.0  # the first retry's delay; doubles per retry, with jitter
+    backoff_max_s: float = 60.0  # the longest delay between two attempts
+
+    def __post_init__(self) -> None:
+        if self.base_url is not None and not _BASE_URL.fullmatch(self.base_url):
+            raise ValueError(
+                f"base_url {self.base_url!r} is not an http(s) URL such as "
+                "http://127.0.0.1:8000/v1 (credentials and query strings in the URL are "
+                "refused: name the variable that holds the key with api_key_env)"
+            )
+        if self.api is not None and self.api not in ENDPOINT_APIS:
+            raise ValueError(f"api {self.api!r} is not one of {', '.join(ENDPOINT_APIS)}")
+        if self.api_key_env is not None and not ENV_NAME.fullmatch(self.api_key_env):
+            raise ValueError(
+                f"api_key_env {self.api_key_env!r} is not an environment variable name; give "
+                "the name of the variable that holds the key, not the key"
+            )
+        check_positive("endpoint", concurrency=self.concurrency)
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ValueError(f"max_retries must be 0 or more, got {self.max_retries!r}")
+        for key in ("timeout_s", "backoff_s", "backoff_max_s"):
+            value = getattr(self, key)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{key} must be a positive number of seconds, got {value!r}")
+
+    def api_for(self, chat: bool) -> EndpointApi:
+        """The API generation goes through for a preset with this chat mode."""
+        return self.api or ("chat" if chat else "completions")
+
+
+# Whose sampling settings a task runs with: the task file's, or the model's
+# generation_config.json (evalpipe/tasks/generation.py; docs/tasks.md).
+GENERATION_CONFIG_RULES = ("task", "model")
+# How a model's completions separate reasoning from the answer (evalpipe/tasks/reasoning.py).
+REASONING_PARSERS = ("qwen3", "deepseek_r1", "gpt_oss")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset:
+    """One model and how to serve it."""
+
+    name: str
+    model: str  # Hugging Face id or local path
+    description: str = ""
+    revision: str | None = None
+    chat: bool = True  # prompts go through the tokenizer's chat template
+    architecture: Architecture
+    dtype: str = "bfloat16"
+    quantization: Quantization = "none"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel: int | Literal["auto"] = "auto"
+    pipeline_parallel: int | Literal["auto"] = "auto"
+    max_model_len: int
+    gpu_memory_utilization: float = 0.9
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    categories: tuple[str, ...] = ("reasoning", "math", "coding")
+    # Name of a recipe that builds the weights locally (`evalpipe models prepare`), for
+    # machines without a model hub.
+    prepare: str | None = None
+    seed: int = 0
+    generation_config: str = "task"  # one of GENERATION_CONFIG_RULES; a task may override it
+    reasoning_parser: str | None = None  # one of REASONING_PARSERS, for reasoning models
+    # Extra keyword arguments for the tokenizer's chat template, e.g. {enable_thinking: false}.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    endpoint: Endpoint = field(default_factory=Endpoint)  # where `--backend openai` finds it
+
+    def __post_init__(self) -> None:
+        if self.generation_config not in GENERATION_CONFIG_RULES:
+            raise ValueError(
+                f"generation_config {self.generation_config!r} is not one of "
+                f"{', '.join(GENERATION_CONFIG_RULES)}"
+            )
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"reasoning_parser {self.reasoning_parser!r} is not one of "
+                f"{', '.join(REASONING_PARSERS)}"
+            )
+        if not isinstance(self.chat_template_kwargs, dict) or not all(
+            isinstance(k, str) for k in self.chat_template_kwargs
+        ):
+            raise ValueError("chat_template_kwargs must map names to values")
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {', '.join(DTYPE_BYTES)}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(
+                f"quantization {self.quantization!r} is not one of {', '.join(QUANTIZATIONS)}"
+            )
+        for key in ("tensor_parallel", "pipeline_parallel"):
+            value = getattr(self, key)
+            if value != "auto" and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{key} must be 'auto' or a positive integer, got {value!r}")
+        check_positive("preset", max_model_len=self.max_model_len)
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
+            )
+
+
+def with_endpoint(preset: Preset, **overrides: Any) -> Preset:
+    """`preset` with the given endpoint fields replaced (None keeps the preset's own), checked
+    by the Endpoint record like the YAML block."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    if not given:
+        return preset
+    try:
+        endpoint = dataclasses.replace(preset.endpoint, **given)
+    except ValueError as exc:
+        raise ConfigError(f"Preset {preset.name!r}, endpoint: {exc}.") from None
+    return dataclasses.replace(preset, endpoint=endpoint)
+
+
+def preset_names() -> list[str]:
+    return names("presets")
+
+
+def load_preset(name_or_path: str) -> Preset:
+    """A preset by registry name or YAML path; the file's stem is its name."""
+    name, path = resolve("preset", "presets", name_or_path)
+    data = read_yaml(path)
+    data.setdefault("name", name)
+    return build(Preset, data, str(path))
