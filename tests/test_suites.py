@@ -16,9 +16,9 @@ import pytest
 from test_livecodebench import hub_cache
 
 from evalpipe.catalog import registry
-from evalpipe.catalog.budgets import Ask, fit_context, named_asks
+from evalpipe.catalog.budgets import Ask, fit_context
 from evalpipe.catalog.suites import load_suite, suite_names
-from evalpipe.catalog.taskfiles import check_selection
+from evalpipe.catalog.taskrefs import check_selection, named_asks
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, UnknownNameError
