@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_options(endpoint, RunnerOptions, groups=(ENDPOINT,))
     judge = parser.add_argument_group(
-        "judge (judged tasks: --tasks mt_bench or judge:FILE; docs/judge.md)"
+        "judge (judged tasks: the kinds `evalpipe tasks list` says need a judge; docs/judge.md)"
     )
     add_options(judge, RunnerOptions, groups=(JUDGE,))
 
@@ -442,7 +442,7 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
     if not judged.gradings or not _judging(given):
         raise ConfigError(
             "--phase judge needs a judge (--judge PRESET or --judge-base-url URL) and judged "
-            "tasks (--tasks mt_bench or judge:FILE)."
+            "tasks (`evalpipe tasks list` shows the kinds that need a judge)."
         )
     from evalpipe.run.placement import generation_open
 
