@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
     from evalpipe.tasks.base import Task
-    from evalpipe.tasks.config import ScorerConfig
 
 HELP = (
     "List evaluation tasks, suites and task kinds, show their rendered samples, or fetch their "
@@ -111,24 +110,15 @@ def _one(reference: str, judge_data: Path | None) -> Task:
 
 
 def _describe(task: ConfiguredTask) -> dict[str, object]:
+    from evalpipe.tasks.scorerkinds import scorer_kind
+
     config = task.config
     return {
         "name": config.name,
         "category": config.category,
         "default": config.default,
         "source": config.source.uri,
-        "scoring": _scoring(config.scorer),
+        "scoring": scorer_kind(config.scorer).describe(config.scorer),
         "metrics": ",".join(task.metrics),
         "description": config.description,
     }
-
-
-def _scoring(scorer: ScorerConfig) -> str:
-    """How answers are obtained and judged, in a few words: 'logprobs (text)', 'code (mbpp)'."""
-    if scorer.kind == "code":
-        return f"code ({scorer.harness})"
-    if scorer.kind == "math":
-        return f"math ({scorer.extractor_name})"
-    if scorer.method == "logprobs":
-        return f"logprobs ({scorer.continuation or 'letter'})"
-    return f"generate ({scorer.extractor_name})"

@@ -54,12 +54,13 @@ class FileKind(TaskKind):
         notes = []
         for task in tasks:
             assert isinstance(task, ConfiguredTask)
-            n, over = task.sampling.n, [k for k in task.config.scorer.k if k > task.sampling.n]
-            if over and task.config.scorer.kind == "math":
-                ks = ", ".join(map(str, over))
+            n = task.sampling.n
+            dropped = [k for k in task.config.scorer.k if k > n and f"pass@{k}" not in task.metrics]
+            if dropped:
+                ks = ", ".join(map(str, dropped))
                 notes.append(
                     f"{task.name}: k {ks} > n {n}, so pass@k and maj@k for k {ks} are not "
-                    f"reported; raise n to {max(over)} (a suite's n:) to get them"
+                    f"reported; raise n to {max(dropped)} (a suite's n:) to get them"
                 )
         return notes
 
