@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from evalpipe.catalog import registry
-from evalpipe.catalog.budgets import DEFAULT_MAX_TOKENS, DEFAULT_N, Ask, template_bytes
+from evalpipe.catalog.budgets import DEFAULT_MAX_TOKENS, DEFAULT_N, Ask
 from evalpipe.catalog.suites import SuiteEntry, load_suite
 from evalpipe.catalog.taskfiles import category_names, file_ask, task_names
 from evalpipe.core.configio import read_yaml, unknown_name
@@ -95,18 +96,24 @@ def _judge_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str
     if not path.is_file():
         return []  # check_selection reports it
     data = read_yaml(path)
-    sampling, judge = data.get("sampling") or {}, data.get("judge") or {}
+    sampling = data.get("sampling") or {}
     budget = sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
     # The conversations' turns and text are in its local data file (the task loads it too).
     rows = _jsonl_rows(path.parent / str(data.get("data", "")))
     turns = max((1 + len(r.get("turns") or ()) for r in rows), default=1)
-    text = max((len(json.dumps(r, ensure_ascii=False).encode()) for r in rows), default=None)
     return [Ask(name=str(data.get("name", path.stem)), max_tokens=min(budget, cap or budget),
-                n=sampling.get("n", DEFAULT_N), prompt_bytes=text, turns=turns,
-                template_bytes=template_bytes(judge.get("template")))]  # fmt: skip
+                n=sampling.get("n", DEFAULT_N), prompt_bytes=judged_prompt_bytes(rows),
+                turns=turns)]  # fmt: skip
 
 
-def _jsonl_rows(path: Path) -> list[dict]:
+def judged_prompt_bytes(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The longest conversation's user text in UTF-8 bytes, a bound on its prompts (the same
+    from the file here and from the loaded task, so `render` and the run agree)."""
+    texts = ([r.get("question", ""), *(r.get("turns") or ())] for r in rows)
+    return max((sum(len(str(t).encode()) for t in turns) for turns in texts), default=None)
+
+
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
         return [row for row in map(json.loads, filter(str.strip, lines)) if isinstance(row, dict)]

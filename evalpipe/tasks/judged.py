@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.budgets import Ask, template_bytes
+from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.suites import SuiteEntry
-from evalpipe.catalog.taskrefs import TaskRef
+from evalpipe.catalog.taskrefs import TaskRef, judged_prompt_bytes
 from evalpipe.core.configio import as_config, build, read_yaml
 from evalpipe.core.errors import DatasetError
 from evalpipe.engine.base import SamplingSettings
@@ -115,12 +115,6 @@ def load_judged_task(path: Path) -> JudgedTask:
     return JudgedTask(config=config, rows=tuple(rows))
 
 
-def _prompt_bytes(rows: Sequence[dict[str, Any]]) -> int | None:
-    """The longest conversation's user text in UTF-8 bytes: a bound on its prompts."""
-    texts = ([r["question"], *r.get("turns", ())] for r in rows)
-    return max((sum(len(str(t).encode()) for t in turns) for turns in texts), default=None)
-
-
 class JudgeFileKind(TaskKind):
     """`judge:FILE`: a judged task file; it honours --max-tokens."""
 
@@ -138,8 +132,7 @@ class JudgeFileKind(TaskKind):
             name=task.name,
             max_tokens=task.sampling.max_tokens,
             n=task.sampling.n,
-            prompt_bytes=_prompt_bytes(task.rows),
-            template_bytes=template_bytes(task.config.judge.template),
+            prompt_bytes=judged_prompt_bytes(task.rows),
             turns=max((1 + len(r.get("turns", ())) for r in task.rows), default=1),
         )
 

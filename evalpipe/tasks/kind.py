@@ -66,9 +66,6 @@ class TaskKind:
     def spec(self) -> KindSpec:
         return KINDS[self.name]
 
-    # Why the kind keeps its protocol's budget against --max-tokens (None: it honours it).
-    keeps_budget: str | None = None
-
     def load(
         self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
     ) -> Loaded:

@@ -80,30 +80,25 @@ def fit(
     *,
     max_tokens: int | None,
     given: int | None,
-) -> tuple[list[Task], Context, list[str]]:
-    """`tasks` capped at `max_tokens` (--max-tokens) where their kind honours it, then at the
-    context chosen for them with `given` (--max-model-len); the context; one note per kind
-    that keeps its protocol's budget."""
-    notes: list[str] = []
+) -> tuple[list[Task], Context]:
+    """`tasks` capped at `max_tokens` (--max-tokens; every kind honours it), then at the context
+    chosen for them with `given` (--max-model-len), and that context."""
     if max_tokens is not None:
-        capped = []
-        for task in tasks:
-            kind = get_kind(origin[task.name])
-            if kind.keeps_budget is not None:
-                note = f"--max-tokens {max_tokens} not applied to {kind.name}: {kind.keeps_budget}"
-                notes += [note] if note not in notes else []
-            elif task.sampling.max_tokens > max_tokens:
-                task = kind.with_max_tokens(task, max_tokens)
-            capped.append(task)
-        tasks = capped
+        tasks = _capped(tasks, origin, {t.name: max_tokens for t in tasks})
     context = fit_context(preset, [get_kind(origin[t.name]).ask(t) for t in tasks], given)
-    fitted = [
-        get_kind(origin[t.name]).with_max_tokens(t, context.budgets[t.name])
-        if context.budgets.get(t.name, t.sampling.max_tokens) < t.sampling.max_tokens
+    return _capped(tasks, origin, context.budgets), context
+
+
+def _capped(
+    tasks: Sequence[Task], origin: Mapping[str, str], budgets: Mapping[str, int]
+) -> list[Task]:
+    """`tasks` generating at most their budget in `budgets`, each capped as its kind says."""
+    return [
+        get_kind(origin[t.name]).with_max_tokens(t, budgets[t.name])
+        if budgets.get(t.name, t.sampling.max_tokens) < t.sampling.max_tokens
         else t
         for t in tasks
     ]
-    return fitted, context, notes
 
 
 def load_selection(
@@ -125,9 +120,7 @@ def load_selection(
         raise ValueError("load_selection needs options.preset: the context is fitted to it")
     loaded, origin = load_refs(tasks, options)
     chosen, generation_notes = with_generation_config(preset, loaded.tasks, generation_model)
-    fitted, context, budget_notes = fit(
-        preset, chosen, origin, max_tokens=max_tokens, given=max_model_len
-    )
+    fitted, context = fit(preset, chosen, origin, max_tokens=max_tokens, given=max_model_len)
     kind_notes = [
         note
         for name in dict.fromkeys(origin.values())
@@ -138,5 +131,5 @@ def load_selection(
         gradings=loaded.gradings,
         published=loaded.published,
         context=context,
-        notes=(*generation_notes, *budget_notes, *kind_notes, *context.notes),
+        notes=(*generation_notes, *kind_notes, *context.notes),
     )
