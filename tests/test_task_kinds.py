@@ -4,6 +4,9 @@ said once."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,3 +127,21 @@ def test_a_k_beyond_n_is_said_once_naming_the_task(tmp_path: Path) -> None:
     chosen = load_selection([str(path)], LoadOptions(preset=load_preset("tiny_random")))
     said = [note for note in chosen.notes if "k 16 > n 4" in note]
     assert len(said) == 1 and said[0].startswith("sums:")
+
+
+def test_render_sizes_every_kind_without_loading_task_code(tmp_path: Path) -> None:
+    probe = (
+        "import sys\nfrom evalpipe.cli import main\n"
+        "main(['render', '--preset', 'tiny_random', '--cluster', 'local', '--tasks',\n"
+        "      'mt_bench,arena_hard,lm_eval:gsm8k,arithmetic', '--max-tokens', '64'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('evalpipe.tasks')))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                          text=True, env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in (done.stdout + done.stderr).splitlines()]
+    rows = {words[0]: words[1:] for words in lines if words}
+    assert rows["mt_bench"] == ["1", "64"] and rows["arena_hard"] == ["1", "64"]
+    assert done.stdout.rstrip().endswith("[]")  # no module of evalpipe.tasks was imported
