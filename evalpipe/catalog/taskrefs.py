@@ -53,8 +53,12 @@ class KindSpec:
 class TaskRef:
     """One `--tasks` entry: its kind and the name or path after the kind's prefix."""
 
-    kind: str
+    kind: str  # a KINDS key
     name: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"task kind {self.kind!r} is not one of {', '.join(KINDS)}")
 
     @classmethod
     def parse(cls, text: str) -> TaskRef:
@@ -86,12 +90,16 @@ def _valid() -> str:
     return "write one of " + ", ".join(spec.written for spec in KINDS.values())
 
 
-def _file_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None):
+def _file_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
     path = registry.given_file("task", ref.name) or registry.find_file("tasks", ref.name)
     return [] if path is None else [file_ask(path, entry, max_tokens=cap, mc_method=mc)]
 
 
-def _judge_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None):
+def _judge_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
     path = Path(ref.name)
     if not path.is_file():
         return []  # check_selection reports it
@@ -121,20 +129,25 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
         return []  # the task's loader reports an unreadable data file
 
 
-# MT-Bench's protocol (FastChat gen_model_answer.py): 1,024 new tokens per turn, two turns.
+# MT-Bench's protocol: FastChat generates answers with up to 1,024 new tokens, per turn.
 MT_BENCH_MAX_TOKENS = 1024
 
 
-def _mt_bench_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None):
+def _mt_bench_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
     budget = min(MT_BENCH_MAX_TOKENS, cap or MT_BENCH_MAX_TOKENS)
     return [Ask(name=ref.name, max_tokens=budget, turns=2)]
 
 
-# Arena-Hard-Auto's answers (gen_answer.py's default max_tokens): one turn of 4,096 tokens.
+# Arena-Hard-Auto's answers: up to 4,096 new tokens (arena-hard-auto sets them per model in its
+# api_config.yaml, whose examples use these).
 ARENA_HARD_MAX_TOKENS = 4096
 
 
-def _arena_hard_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None):
+def _arena_hard_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
     return [Ask(name=ref.name, max_tokens=min(ARENA_HARD_MAX_TOKENS, cap or ARENA_HARD_MAX_TOKENS))]
 
 

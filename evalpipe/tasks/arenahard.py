@@ -35,8 +35,7 @@ from evalpipe.tasks.pairwise import BASELINE_FIRST, MODEL_FIRST, model_outcome, 
 CONFIG = Path("config", "arena-hard-v2.0.yaml")
 JUDGE_SETTINGS = Path("utils", "judge_utils.py")
 TASK_PREFIX = "arena_hard_"
-# Answers are generated greedily with up to 4096 new tokens (ARENA_HARD_MAX_TOKENS):
-# arena-hard-auto sets them per model in its api_config.yaml, whose examples use these.
+# Answers are generated greedily, with the protocol's budget (catalog/taskrefs.py).
 ANSWER_SAMPLING = SamplingSettings(max_tokens=ARENA_HARD_MAX_TOKENS, temperature=0.0)
 
 
