@@ -142,6 +142,25 @@ def test_same_scores_on_the_same_responses(folder: Path) -> None:
     )
 
 
+def test_max_tokens_caps_an_lm_eval_task_and_its_context_is_fitted(folder: Path) -> None:
+    """--max-tokens reaches lm-eval's tasks as lm-eval's `--gen_kwargs max_gen_toks=N` would;
+    a budget beyond the context is capped to fit it."""
+    from evalpipe.catalog.budgets import TEMPLATE_TOKENS
+    from evalpipe.catalog.registry import load_preset
+    from evalpipe.tasks.kinds import load_selection
+
+    options = LoadOptions(preset=load_preset("tiny_random"), backend="fake")
+    (capped,) = load_selection([f"lm_eval:{folder}/ep_arith.yaml"], options, max_tokens=5).tasks
+    assert isinstance(capped, LmEvalTask) and capped.sampling.max_tokens == 5
+    assert capped.sampling.stop == ("Question:", "\n\n")  # lm-eval's other settings kept
+    # The context is fitted to lm-eval's own prompts (two-shot here) and the budget.
+    (task,) = load(f"lm_eval:{folder}/ep_arith.yaml")
+    prompt = TEMPLATE_TOKENS + max(len(str(s.prompt).encode()) for s in task.samples())
+    for length, budget in ((prompt + 12, 12), (prompt + 6, 6)):
+        chosen = load_selection([f"lm_eval:{folder}/ep_arith.yaml"], options, max_model_len=length)
+        assert chosen.tasks[0].sampling.max_tokens == budget
+
+
 def test_requests_one_sample_per_document(folder: Path) -> None:
     """Few-shot contexts as lm-eval builds them; options for scored types; sampling from the
     task's generation_kwargs with its repeats as n; --limit keeps the first documents."""

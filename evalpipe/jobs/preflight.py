@@ -286,7 +286,7 @@ def check_datasets(tasks: Sequence[Any], site: Site) -> list[Finding]:
 
     found = []
     for task in tasks:
-        if isinstance(task, LmEvalTask):  # lm-eval loaded its datasets in load_tasks already
+        if isinstance(task, LmEvalTask):  # lm-eval loaded its datasets as its tasks loaded
             continue
         cfg = task.config
         source = cfg.source

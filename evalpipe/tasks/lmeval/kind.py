@@ -8,11 +8,13 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 
+from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import TaskRef
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.lmeval import LmEvalTask, lm_eval_prompting, load_lmeval_tasks
+from evalpipe.tasks.lmeval.task import GENERATE
 
 
 class LmEvalKind(TaskKind):
@@ -28,6 +30,19 @@ class LmEvalKind(TaskKind):
             reasoning_parser=options.reasoning_parser,
         )
         return Loaded(tasks=tuple(tasks))
+
+    def ask(self, task: Task) -> Ask:
+        assert isinstance(task, LmEvalTask)  # this kind loads only these
+        # lm-eval renders every prompt (few-shot examples included) as it builds the requests,
+        # which the run does anyway: the longest bounds the prompt allowance.
+        longest = max((len(str(s.prompt).encode()) for s in task.samples()), default=None)
+        return Ask(
+            name=task.name,
+            max_tokens=task.sampling.max_tokens,
+            n=task.sampling.n,
+            prompt_bytes=longest,
+            generates=task.output_type == GENERATE,
+        )
 
     def with_max_tokens(self, task: Task, max_tokens: int) -> Task:
         assert isinstance(task, LmEvalTask)  # this kind loads only these
