@@ -17,6 +17,7 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import FILE, KINDS, TaskRef, expand_refs
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
+from evalpipe.tasks.generation import with_generation_config
 from evalpipe.tasks.judging import Grading
 from evalpipe.tasks.kind import Listed, Loaded, LoadOptions, TaskKind
 
@@ -113,8 +114,6 @@ def load_selection(
     effective generation settings (`generation_model`: where the model's generation_config.json
     is; None: not read), fitted to `max_tokens` and the context (`max_model_len`: given or
     chosen), with the kinds' notes."""
-    from evalpipe.tasks.generation import with_generation_config
-
     preset = options.preset
     if preset is None:
         raise ValueError("load_selection needs options.preset: the context is fitted to it")
