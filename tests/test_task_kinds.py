@@ -19,7 +19,7 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.tasks.kind import LoadOptions, TaskKind
-from evalpipe.tasks.kinds import get_kind, load_selection
+from evalpipe.tasks.kinds import get_kind, load_refs, load_selection
 
 
 @pytest.mark.parametrize(
@@ -145,3 +145,10 @@ def test_render_sizes_every_kind_without_loading_task_code(tmp_path: Path) -> No
     rows = {words[0]: words[1:] for words in lines if words}
     assert rows["mt_bench"] == ["1", "64"] and rows["arena_hard"] == ["1", "64"]
     assert done.stdout.rstrip().endswith("[]")  # no module of evalpipe.tasks was imported
+
+
+def test_two_kinds_naming_one_task_are_refused(tmp_path: Path) -> None:
+    judged = _judged_file(tmp_path)
+    judged.write_text(judged.read_text().replace("name: primes", "name: arithmetic"))
+    with pytest.raises(ConfigError, match="'arithmetic' comes from both file and judge"):
+        load_refs(["arithmetic", f"judge:{judged}"], LoadOptions())
