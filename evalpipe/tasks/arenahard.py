@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,19 @@ class Baseline:
 
     name: str
     answers: Mapping[str, str]
+
+
+def run_baseline(name: str, answered: Iterable[tuple[str, str, str]], source: str) -> Baseline:
+    """The baseline a run of `arena_hard` gives: each question's first answer among `answered`
+    (task, question uid, answer), the other tasks' left out; DatasetError naming `source` when
+    none is Arena-Hard's."""
+    answers = {uid: text for task, uid, text in answered if task.startswith(TASK_PREFIX)}
+    if not answers:
+        raise DatasetError(
+            f"{source}: the run answered no arena_hard question; give a run of --tasks "
+            "arena_hard, or a model_answer file."
+        )
+    return Baseline(name=name, answers=answers)
 
 
 def read_model_answers(path: Path) -> Baseline:
