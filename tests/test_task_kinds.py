@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe.catalog.budgets import fit_context
 from evalpipe.catalog.registry import load_preset
 from evalpipe.catalog.taskrefs import KINDS, TaskRef, named_asks
 from evalpipe.cli import main
@@ -152,3 +153,13 @@ def test_two_kinds_naming_one_task_are_refused(tmp_path: Path) -> None:
     judged.write_text(judged.read_text().replace("name: primes", "name: arithmetic"))
     with pytest.raises(ConfigError, match="'arithmetic' comes from both file and judge"):
         load_refs(["arithmetic", f"judge:{judged}"], LoadOptions())
+
+
+def test_render_and_the_run_size_mt_bench_alike() -> None:
+    """The catalog's bound on MT-Bench's prompts is its longest conversation, so the context
+    `render` plans is the one the run fits its two turns to."""
+    preset = load_preset("smollm2_135m")  # a context to raise: 2,048 of 8,192 positions
+    planned = fit_context(preset, named_asks(["mt_bench"]), None)
+    run = load_selection(["mt_bench"], LoadOptions(preset=preset)).context
+    assert planned.max_model_len == run.max_model_len > preset.max_model_len
+    assert set(run.budgets.values()) == {1024}  # no answer cut to fit

@@ -129,15 +129,18 @@ def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
         return []  # the task's loader reports an unreadable data file
 
 
-# MT-Bench's protocol: FastChat generates answers with up to 1,024 new tokens, per turn.
+# MT-Bench's protocol: FastChat generates answers with up to 1,024 new tokens, per turn; its
+# longest conversation has 1,756 bytes of user text over its two turns (an extraction question),
+# so `render` sizes the context as the run does from the questions.
 MT_BENCH_MAX_TOKENS = 1024
+MT_BENCH_PROMPT_BYTES = 1756
 
 
 def _mt_bench_asks(
     ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
 ) -> list[Ask]:
     budget = min(MT_BENCH_MAX_TOKENS, cap or MT_BENCH_MAX_TOKENS)
-    return [Ask(name=ref.name, max_tokens=budget, turns=2)]
+    return [Ask(name=ref.name, max_tokens=budget, prompt_bytes=MT_BENCH_PROMPT_BYTES, turns=2)]
 
 
 # Arena-Hard-Auto's answers: up to 4,096 new tokens (arena-hard-auto sets them per model in its
