@@ -22,6 +22,9 @@ from evalpipe.rundir.manifest import read_manifest
 from evalpipe.tasks.kind import LoadOptions, TaskKind
 from evalpipe.tasks.kinds import get_kind, load_refs, load_selection
 
+# A small copy of arena-hard-auto's layout (tests/test_arena_hard.py).
+ARENA_HARD_DATA = Path(__file__).parent / "fixtures" / "arena_hard"
+
 
 @pytest.mark.parametrize(
     ("text", "kind", "name"),
@@ -79,7 +82,7 @@ def _judged_file(tmp_path: Path, max_tokens: int = 900) -> Path:
     return path
 
 
-@pytest.mark.parametrize("reference", ["arithmetic", "mt_bench", "suite", "judge"])
+@pytest.mark.parametrize("reference", ["arithmetic", "mt_bench", "suite", "judge", "arena_hard"])
 def test_tasks_show_works_for_each_kind(
     reference: str, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -88,7 +91,8 @@ def test_tasks_show_works_for_each_kind(
     if reference == "suite":
         (tmp_path / "mine.yaml").write_text("tasks: [{task: arithmetic}]\n")
         reference = f"suite:{tmp_path / 'mine.yaml'}"
-    assert main(["tasks", "show", reference, "--limit", "1"]) == exitcodes.OK
+    data = ["--judge-data", str(ARENA_HARD_DATA)] if reference == "arena_hard" else []
+    assert main(["tasks", "show", reference, "--limit", "1", *data]) == exitcodes.OK
     shown = capsys.readouterr().out
     assert shown.count("\n") == 1 and '"prompt"' in shown
 

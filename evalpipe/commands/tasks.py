@@ -26,7 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     listing.add_argument("--json", action="store_true", help="print a JSON list")
     show = actions.add_parser("show", help="print a task's samples as JSON lines")
     show.add_argument("task", help="a task reference of any kind (`evalpipe tasks list`)")
-    show.add_argument("--judge-data", type=Path, help="a judged benchmark's data folder")
     show.add_argument("--limit", type=int, default=3, help="how many samples (default 3)")
     fetch = actions.add_parser(
         "fetch",
@@ -34,6 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(run on a machine with network; set HF_DATASETS_CACHE to a shared folder)",
     )
     fetch.add_argument("tasks", nargs="+", help="task references of any kind")
+    for action in (show, fetch):
+        action.add_argument("--judge-data", type=Path, help="a judged benchmark's data folder")
     parser.set_defaults(json=False)
 
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         from evalpipe.tasks.kinds import load_refs
 
         # Loading every sample fills the cache (lm-eval's tasks as lm-eval builds them).
-        loaded, _ = load_refs(args.tasks, LoadOptions())
+        loaded, _ = load_refs(args.tasks, LoadOptions(judge_data=args.judge_data))
         for task in loaded.tasks:
             print(f"{task.name}: {len(task.samples())} samples available")
         return 0
