@@ -143,14 +143,15 @@ def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> An
 
     from evalpipe.catalog import models
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.tasks import load_tasks
-    from evalpipe.tasks.lmeval import lm_eval_prompting
+    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kinds import load_refs
 
     os.environ.update(VLLM_ENV)
     sys.path.append(str(LM_EVAL_DIR))
     preset = load_preset(preset_name)
-    tasks = load_tasks(tasks=[f"lm_eval:{folder}", f"lm_eval:{TASK}"],
-                       lm_eval=lm_eval_prompting(preset, "vllm"))  # fmt: skip
+    loaded, _ = load_refs([f"lm_eval:{folder}", f"lm_eval:{TASK}"],
+                          LoadOptions(preset=preset, backend="vllm"))  # fmt: skip
+    tasks = list(loaded.tasks)
     tokenizer = AutoTokenizer.from_pretrained(models.model_source(preset))
 
     def decode(ids: Any) -> str:  # as the bridge asks vLLM to: special tokens kept

@@ -28,7 +28,8 @@ from lmeval_support import (
 
 from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
-from evalpipe.tasks import load_tasks
+from evalpipe.tasks.kind import LoadOptions
+from evalpipe.tasks.kinds import load_refs
 from evalpipe.tasks.lmeval import LmEvalTask
 from evalpipe.tasks.lmeval.results import lm_eval_results
 
@@ -42,6 +43,11 @@ REFERENCE_KEYS = ("results", "groups", "group_subtasks", "versions", "n-shot",
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tasks(tmp_path_factory.mktemp("lmeval-tasks"))
+
+
+def load(*refs: str, **options: Any) -> list[Any]:
+    """The tasks `refs` name, loaded through the kinds' registry as a run loads them."""
+    return list(load_refs(refs, LoadOptions(**options))[0].tasks)
 
 
 def _digest(*parts: object) -> int:
@@ -111,7 +117,7 @@ def test_same_scores_on_the_same_responses(folder: Path) -> None:
     )
     reference = json.loads(json.dumps(reference, default=handle_non_serializable))
 
-    tasks = load_tasks(tasks=[f"lm_eval:{folder}", *(f"lm_eval:{name}" for name in TASKS)])
+    tasks = load(f"lm_eval:{folder}", *(f"lm_eval:{name}" for name in TASKS))
     assert sorted(t.name for t in tasks) == sorted(reference["results"].keys() - {"ep_group"})
     found: dict[str, list[tuple[str, dict[str, float]]]] = {}
     checked = 0
@@ -144,11 +150,30 @@ def test_same_scores_on_the_same_responses(folder: Path) -> None:
     )
 
 
+def test_max_tokens_caps_an_lm_eval_task_and_its_context_is_fitted(folder: Path) -> None:
+    """--max-tokens reaches lm-eval's tasks as lm-eval's `--gen_kwargs max_gen_toks=N` would;
+    a budget beyond the context is capped to fit it."""
+    from evalpipe.catalog.budgets import TEMPLATE_TOKENS
+    from evalpipe.catalog.preset import load_preset
+    from evalpipe.tasks.kinds import load_selection
+
+    options = LoadOptions(preset=load_preset("tiny_random"), backend="fake")
+    (capped,) = load_selection([f"lm_eval:{folder}/ep_arith.yaml"], options, max_tokens=5).tasks
+    assert isinstance(capped, LmEvalTask) and capped.sampling.max_tokens == 5
+    assert capped.sampling.stop == ("Question:", "\n\n")  # lm-eval's other settings kept
+    # The context is fitted to lm-eval's own prompts (two-shot here) and the budget.
+    (task,) = load(f"lm_eval:{folder}/ep_arith.yaml")
+    prompt = TEMPLATE_TOKENS + max(len(str(s.prompt).encode()) for s in task.samples())
+    for length, budget in ((prompt + 12, 12), (prompt + 6, 6)):
+        chosen = load_selection([f"lm_eval:{folder}/ep_arith.yaml"], options, max_model_len=length)
+        assert chosen.tasks[0].sampling.max_tokens == budget
+
+
 def test_requests_one_sample_per_document(folder: Path) -> None:
     """Few-shot contexts as lm-eval builds them; options for scored types; sampling from the
     task's generation_kwargs with its repeats as n; --limit keeps the first documents."""
-    tasks = {t.name: t for t in load_tasks(tasks=[f"lm_eval:{folder}/ep_group.yaml",
-                                                  f"lm_eval:{folder}/ep_vote.yaml"])}  # fmt: skip
+    tasks = {t.name: t for t in load(f"lm_eval:{folder}/ep_group.yaml",
+                                     f"lm_eval:{folder}/ep_vote.yaml")}  # fmt: skip
     vote = tasks["ep_vote"]
     assert (vote.sampling.n, vote.sampling.temperature, vote.sampling.stop) == (3, 0.8, ("\n",))
     assert vote.sampling.skip_special_tokens is False  # as lm-eval's vLLM backend decodes
@@ -182,7 +207,7 @@ def test_lm_eval_tasks_mix_with_evalpipes_and_show_estimate(folder: Path) -> Non
 
     from evalpipe.tasks.lmeval.loader import _candidates
 
-    chosen = load_tasks(tasks=["arithmetic", f"lm_eval:{folder}/ep_cloze.yaml"])
+    chosen = load("arithmetic", f"lm_eval:{folder}/ep_cloze.yaml")
     assert [(t.name, t.category) for t in chosen] == [("arithmetic", "math"),
                                                       ("ep_cloze", "lm_eval")]  # fmt: skip
     assert _candidates(Path(shipped).parent, "arc_easy") == [Path(shipped).parent / "arc"]
@@ -201,7 +226,7 @@ def test_lm_eval_tasks_mix_with_evalpipes_and_show_estimate(folder: Path) -> Non
 def test_reasoning_is_kept_out_of_what_lm_eval_scores(folder: Path) -> None:
     """A reasoning preset's parser runs before lm-eval's filters: the number in the reasoning
     is not extracted, a completion cut off inside it is unanswered, and the results say so."""
-    (task,) = load_tasks(tasks=[f"lm_eval:{folder}/ep_arith.yaml"], reasoning_parser="deepseek_r1")
+    (task,) = load(f"lm_eval:{folder}/ep_arith.yaml", reasoning_parser="deepseek_r1")
     assert isinstance(task, LmEvalTask)
     sample = task.samples(limit=1)[0]  # 1 + 2
     texts = ("<think>#### 9?</think> It is 3. #### 3", "<think>#### 3, or")
@@ -224,7 +249,7 @@ def test_unsupported_tasks_are_refused_before_anything_runs(tmp_path: Path) -> N
         "doc_to_target: '{{text}}'\nmetric_list:\n  - metric: word_perplexity\n"
     )
     with pytest.raises(ConfigError, match="loglikelihood_rolling requests"):
-        load_tasks(tasks=[f"lm_eval:{rolling}"])
+        load(f"lm_eval:{rolling}")
 
 
 def test_generation_kwargs_out_of_bounds_are_refused_naming_the_task(tmp_path: Path) -> None:
@@ -234,7 +259,7 @@ def test_generation_kwargs_out_of_bounds_are_refused_naming_the_task(tmp_path: P
               generation_kwargs={"until": ["\n"], "top_p": 0.0},
               metric_list=mean_of("exact_match"))  # fmt: skip
     with pytest.raises(ConfigError, match=r"'ep_bad_top_p'.*top_p must be in \(0, 1\], got 0.0"):
-        load_tasks(tasks=[f"lm_eval:{tmp_path}/ep_bad_top_p.yaml"])
+        load(f"lm_eval:{tmp_path}/ep_bad_top_p.yaml")
 
 
 def test_without_lm_eval_one_message_names_the_extra(tmp_path: Path) -> None:
@@ -242,10 +267,11 @@ def test_without_lm_eval_one_message_names_the_extra(tmp_path: Path) -> None:
     tasks never import it."""
     code = (
         "import sys; sys.path = [p for p in sys.path if 'lm-eval' not in p]\n"
-        "from evalpipe.tasks import load_tasks\n"
-        "load_tasks(tasks=['arithmetic'])\n"
+        "from evalpipe.tasks.kind import LoadOptions\n"
+        "from evalpipe.tasks.kinds import load_refs\n"
+        "load_refs(['arithmetic'], LoadOptions())\n"
         "assert 'lm_eval' not in sys.modules\n"
-        "try:\n    load_tasks(tasks=['lm_eval:gsm8k'])\n"
+        "try:\n    load_refs(['lm_eval:gsm8k'], LoadOptions())\n"
         f"except {MissingDependencyError.__name__} as e:\n    print(e)\n"
     )
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -275,11 +301,10 @@ def _evaluate(folder: Path, out: Path, shard: Any = None) -> Path:
     from evalpipe.catalog.preset import load_preset
     from evalpipe.engine.fake import FakeEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
-    from evalpipe.tasks.lmeval import lm_eval_prompting
 
     preset = load_preset("tiny_random")
-    tasks = load_tasks(tasks=[f"lm_eval:{folder}", *(f"lm_eval:{t}" for t in TASKS)],
-                       lm_eval=lm_eval_prompting(preset, "fake"))  # fmt: skip
+    tasks = load(f"lm_eval:{folder}", *(f"lm_eval:{t}" for t in TASKS), preset=preset,
+                 backend="fake")  # fmt: skip
     options = RunOptions(backend="fake", window=2, shard=shard)
     run_evaluation(lambda s: FakeEngine(preset, s), tasks, out, preset=preset, options=options)
     return out

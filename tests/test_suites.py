@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 from test_livecodebench import hub_cache
 
-from evalpipe.catalog.budgets import Ask, fit_context, named_asks
+from evalpipe.catalog.budgets import Ask, fit_context
 from evalpipe.catalog.clusters import load_cluster
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.suites import load_suite, suite_names
-from evalpipe.catalog.taskfiles import check_selection
+from evalpipe.catalog.taskrefs import check_selection, named_asks
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, UnknownNameError

@@ -9,7 +9,8 @@ import pytest
 from evalpipe.tasks import ConfiguredTask, load_task
 from evalpipe.tasks.base import Sample
 from evalpipe.tasks.config import ScorerConfig
-from evalpipe.tasks.scorers import build_scorer, pass_at_k
+from evalpipe.tasks.scorerkinds import build_scorer
+from evalpipe.tasks.scorers import pass_at_k
 
 
 @pytest.fixture(scope="module")

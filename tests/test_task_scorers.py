@@ -9,7 +9,8 @@ import pytest
 
 from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
-from evalpipe.tasks.scorers import build_scorer, extract_math, pass_at_k
+from evalpipe.tasks.scorerkinds import build_scorer
+from evalpipe.tasks.scorers import extract_math, pass_at_k
 
 CHOICES = ["Paris", "London", "Berlin", "New York City"]
 

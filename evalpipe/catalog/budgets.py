@@ -1,5 +1,6 @@
-"""Token budgets and the context length they need (pure), and the budgets of named tasks read
-from their files alone, so `render` sizes a job without loading any task code.
+"""Token budgets and the context length they need (pure). Each task kind says what its tasks
+ask (evalpipe/catalog/taskrefs.py from files alone, so `render` sizes a job without loading any
+task code; evalpipe/tasks/kinds.py from the loaded tasks).
 
 A reasoning task's budget (AIME: 32,768 tokens) is often longer than a preset's default
 max_model_len. When a budget and the least its prompt can take (the chat template's share, and
@@ -17,12 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evalpipe.catalog.configpath import find_file, given_file
 from evalpipe.catalog.preset import Preset
-from evalpipe.catalog.suites import expand
-from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX, is_judged
-from evalpipe.core.configio import read_yaml
-from evalpipe.records.sampling import DEFAULT_MAX_TOKENS, DEFAULT_N
+from evalpipe.records.sampling import DEFAULT_N
 
 # Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt).
 TEMPLATE_TOKENS = 64
@@ -41,6 +38,8 @@ class Ask:
     prompt_bytes: int | None = None  # the mean the task file records, if it does
     template_bytes: int = 0  # the prompt template's own text (system prompt included)
     generates: bool = True  # false: options ranked by log-probability, nothing generated
+    # Answers per conversation: a later turn's prompt holds the earlier answers (MT-Bench: 2).
+    turns: int = 1
 
     @property
     def allowance(self) -> int:
@@ -52,7 +51,16 @@ class Ask:
     @property
     def least(self) -> int:
         """The shortest sequence the budget can take: whether a context must change."""
-        return TEMPLATE_TOKENS + (self.prompt_bytes or self.template_bytes) + self.max_tokens
+        return TEMPLATE_TOKENS + (self.prompt_bytes or self.template_bytes) + self.answers
+
+    @property
+    def answers(self) -> int:
+        """Tokens the answers of one conversation take at most."""
+        return self.turns * self.max_tokens
+
+    def room(self, length: int) -> int:
+        """The budget per answer that fits `length` with the prompt allowance."""
+        return (length - self.allowance) // self.turns
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +76,7 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
     """The context for `asks` on `preset`; `given` is --max-model-len (None: choose)."""
     ceiling = preset.architecture.max_position_embeddings
     long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
-    wanted = max((a.allowance + a.max_tokens for a in long), default=0)
+    wanted = max((a.allowance + a.answers for a in long), default=0)
     length = given or min(max(preset.max_model_len, wanted), ceiling)
     notes = []
     if length > preset.max_model_len and given is None:
@@ -79,8 +87,8 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
     limit = "--max-model-len" if given else "the model's max_position_embeddings"
     budgets = {a.name: a.max_tokens for a in asks if a.generates}
     for ask in long:
-        room = length - ask.allowance
-        if ask.allowance + ask.max_tokens <= length:
+        room = ask.room(length)
+        if ask.allowance + ask.answers <= length:
             continue
         if room < 1:  # the allowance is a bound, not a measurement: vLLM stops at the limit
             notes.append(
@@ -94,39 +102,6 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
             f"max_model_len {length}, {limit}"
         )
     return Context(max_model_len=length, budgets=budgets, notes=tuple(notes))
-
-
-def named_asks(
-    tasks: Sequence[str], *, max_tokens: int | None = None, mc_method: str | None = None
-) -> list[Ask]:
-    """The asks of the tasks a command line names (suites expanded, their n and max_tokens
-    applied, --max-tokens capping), read from the task files without loading the tasks."""
-    asks = []
-    for ref, entry in expand(tasks):
-        if ref.startswith(LM_EVAL_PREFIX) or is_judged(ref):
-            continue  # their generation settings are known once their tasks load
-        path = given_file("task", ref) or find_file("tasks", ref)
-        if path is None:
-            continue  # check_selection reports it
-        data = read_yaml(path)
-        sampling, source = data.get("sampling") or {}, data.get("source") or {}
-        scorer = data.get("scorer") or {}
-        prompt = data.get("prompt") or {}
-        method = scorer.get("method", "generate")
-        if mc_method and scorer.get("kind") == "multiple_choice":
-            method = mc_method
-        budget = (entry and entry.max_tokens) or sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
-        asks.append(
-            Ask(
-                name=str(data.get("name", path.stem)),
-                max_tokens=min(budget, max_tokens or budget),
-                n=(entry and entry.n) or sampling.get("n", DEFAULT_N),
-                prompt_bytes=source.get("prompt_bytes"),
-                template_bytes=template_bytes(prompt.get("template"), prompt.get("system")),
-                generates=method != "logprobs",
-            )
-        )
-    return asks
 
 
 def template_bytes(*texts: str | None) -> int:

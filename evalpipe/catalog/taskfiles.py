@@ -7,29 +7,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
-from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.configpath import find_file, given_file, names
-from evalpipe.catalog.suites import is_suite, load_suite
-from evalpipe.core.configio import read_yaml, unknown_name
+from evalpipe.catalog.budgets import Ask, template_bytes
+from evalpipe.catalog.configpath import find_file, names
+from evalpipe.catalog.suites import SuiteEntry
+from evalpipe.core.configio import read_yaml
+from evalpipe.records.sampling import DEFAULT_MAX_TOKENS, DEFAULT_N
 
 # How a multiple-choice answer is obtained: extracted from a generated completion, or the
 # option letter the model finds most likely after the prompt (one scoring pass per option).
 MC_METHODS = ("generate", "logprobs")
-# A --tasks entry of EleutherAI lm-eval's (evalpipe/tasks/lmeval): lm-eval checks its names when
-# the task loads.
-LM_EVAL_PREFIX = "lm_eval:"
-
-# Judged tasks (evalpipe/tasks/judged.py), named on --tasks beside the task files: MT-Bench,
-# Arena-Hard-Auto, and a custom judge task file as judge:PATH.
-MTBENCH = "mt_bench"
-ARENA_HARD = "arena_hard"
-JUDGE_PREFIX = "judge:"
-
-
-def is_judged(task: str) -> bool:
-    return task in (MTBENCH, ARENA_HARD) or task.startswith(JUDGE_PREFIX)
 
 
 def parse_day(value: Any, what: str) -> datetime.date:
@@ -70,21 +59,23 @@ def category_names() -> list[str]:
     return sorted({str(read_yaml(path).get("category")) for path in found if path is not None})
 
 
-def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | None) -> None:
-    """Refuse a category no task file names, or a task that is neither a task file's name nor a
-    path to a task file, nor `suite:NAME` of a suite whose tasks all exist (UnknownNameError with
-    near matches; ConfigError for a missing file)."""
-    if categories:
-        known = category_names()
-        for category in categories:
-            if category not in known:
-                raise unknown_name("category", category, known)
-    for ref in tasks or ():
-        if ref.startswith(LM_EVAL_PREFIX) or is_judged(ref):
-            continue
-        in_suite = is_suite(ref)
-        for task in load_suite(ref).task_refs() if in_suite else [ref]:
-            if given_file("task", task) or find_file("tasks", task):
-                continue
-            error = unknown_name("task", task, task_names())
-            raise type(error)(f"Suite {ref!r}: {error}") if in_suite else error
+def file_ask(
+    path: Path, entry: SuiteEntry | None, *, max_tokens: int | None, mc_method: str | None
+) -> Ask:
+    """What the task file at `path` asks of the context (its suite entry's n and max_tokens
+    applied, --max-tokens capping), read from the file without loading the task."""
+    data = read_yaml(path)
+    sampling, source = data.get("sampling") or {}, data.get("source") or {}
+    scorer, prompt = data.get("scorer") or {}, data.get("prompt") or {}
+    method = scorer.get("method", "generate")
+    if mc_method and scorer.get("kind") == "multiple_choice":
+        method = mc_method
+    budget = (entry and entry.max_tokens) or sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
+    return Ask(
+        name=str(data.get("name", path.stem)),
+        max_tokens=min(budget, max_tokens or budget),
+        n=(entry and entry.n) or sampling.get("n", DEFAULT_N),
+        prompt_bytes=source.get("prompt_bytes"),
+        template_bytes=template_bytes(prompt.get("template"), prompt.get("system")),
+        generates=method != "logprobs",
+    )

@@ -11,7 +11,8 @@ from __future__ import annotations
 VERBS: dict[str, str] = {
     "presets": "List the model presets with their size, dtype and default layout.",
     "tasks": (
-        "List evaluation tasks and suites, show their rendered samples, or fetch their datasets."
+        "List evaluation tasks, suites and task kinds, show their rendered samples, or fetch their "
+        "datasets."
     ),
     "models": (
         "Prepare models without a hub (`models prepare NAME`) and list where each preset's is."

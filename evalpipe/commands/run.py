@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_options(endpoint, RunnerOptions, groups=(ENDPOINT,))
     judge = parser.add_argument_group(
-        "judge (judged tasks: --tasks mt_bench or judge:FILE; docs/judge.md)"
+        "judge (judged tasks: the kinds `evalpipe tasks list` says need a judge; docs/judge.md)"
     )
     add_options(judge, RunnerOptions, groups=(JUDGE,))
 
@@ -186,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     args.preset = presets[0]
     from evalpipe.catalog.models import find_model
     from evalpipe.catalog.preset import load_preset
+    from evalpipe.catalog.taskrefs import names_judged
     from evalpipe.core.errors import ConfigError
     from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
@@ -200,11 +201,8 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.rundir.layout import MANIFEST, RunDir
     from evalpipe.rundir.results import new_run_dir
     from evalpipe.rundir.summarytext import format_summary
-    from evalpipe.tasks import load_tasks
-    from evalpipe.tasks.budgets import fit_tasks
-    from evalpipe.tasks.generation import with_generation_config
-    from evalpipe.tasks.judged import select_judged
-    from evalpipe.tasks.lmeval import lm_eval_prompting
+    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kinds import load_selection
 
     # Handle the stop signals from the start: one that arrives while tasks and the model load
     # must still end in a checkpoint and exit 75, not kill the process.
@@ -218,33 +216,29 @@ def run(args: argparse.Namespace) -> int:
                 "Drop --resume to start a new run there."
             )
         categories = given.categories or (None if given.tasks else preset.categories)
-        judged = select_judged(
-            given.tasks or (),
-            Path(given.judge_data) if given.judge_data else None,
-            read_baseline(Path(given.judge_baseline)) if given.judge_baseline else None,
-        )
-        placement = _placement(given, bool(judged.gradings))
+        placement = _placement(given, names_judged(given.tasks or ()))
         if placement == "after":
             out = args.out or new_run_dir(Path("results"), preset.name)
             return _phases_apart(args, given, out, stop)
-        tasks, generation_notes = with_generation_config(
-            preset,
-            load_tasks(
-                categories=categories,
-                tasks=judged.rest,
+        selection = load_selection(
+            given.tasks,
+            LoadOptions(
+                preset=preset,
+                backend=given.backend,
+                categories=tuple(categories) if categories else None,
                 mc_method=given.mc_method,
                 since=given.since,
                 until=given.until,
-                lm_eval=lm_eval_prompting(preset, given.backend),
-            )
-            if categories or judged.rest or not judged.tasks
-            else [],
-            find_model(preset),
+                judge_data=Path(given.judge_data) if given.judge_data else None,
+                baseline=read_baseline(Path(given.judge_baseline))
+                if given.judge_baseline
+                else None,
+            ),
+            max_tokens=given.max_tokens,
+            max_model_len=given.max_model_len,
+            generation_model=find_model(preset),
         )
-        tasks, context = fit_tasks(
-            preset, tasks, max_tokens=given.max_tokens, given=given.max_model_len
-        )
-        tasks = [*tasks, *judged.tasks]
+        tasks, context = list(selection.tasks), selection.context
         judge_beside = placement == "side-by-side"
         judge_gpus = _split_gpus(given) if judge_beside and given.backend == "vllm" else None
         layout = plan_local(
@@ -295,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
             f"{layout.device}" + "".join(f"\n  note: {n}" for n in layout.notes)
         )
         print(f"evalpipe run: {where}", file=sys.stderr, flush=True)
-        for note in [*generation_notes, *context.notes]:
+        for note in selection.notes:
             print(f"evalpipe run: {note}", file=sys.stderr, flush=True)
 
         def start(settings: EngineSettings):
@@ -304,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             return ReplicaPool.start(given.backend, preset, settings, layout.envs)
 
         if given.phase == "judge":
-            return _judge(given, preset, judged, tasks, options, out, stop)
+            return _judge(given, preset, selection, tasks, options, out, stop)
         limits = stall_limits(preset, given.stall_timeout)
         # In a multi-node job (vLLM over Ray, or a server whose Ray workers run there) the
         # other nodes' monitors follow this one's phase and clock, and its summary adds their
@@ -445,7 +439,7 @@ def _judge(given: RunnerOptions, preset, judged, tasks, options, out: Path, stop
     if not judged.gradings or not _judging(given):
         raise ConfigError(
             "--phase judge needs a judge (--judge PRESET or --judge-base-url URL) and judged "
-            "tasks (--tasks mt_bench or judge:FILE)."
+            "tasks (`evalpipe tasks list` shows the kinds that need a judge)."
         )
     from evalpipe.run.placement import generation_open
 

@@ -4,31 +4,31 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
     from evalpipe.tasks.base import Task
-    from evalpipe.tasks.config import ScorerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     listing = actions.add_parser(
-        "list", help="list the tasks, then the suites (the default action)"
+        "list", help="list the task files, the suites, then every kind of task (the default action)"
     )
     listing.add_argument("--json", action="store_true", help="print a JSON list")
     show = actions.add_parser("show", help="print a task's samples as JSON lines")
-    show.add_argument("task", help="task name or task file")
+    show.add_argument("task", help="a task reference of any kind (`evalpipe tasks list`)")
     show.add_argument("--limit", type=int, default=3, help="how many samples (default 3)")
     fetch = actions.add_parser(
         "fetch",
         help="load every split the tasks read, filling the Hugging Face cache "
         "(run on a machine with network; set HF_DATASETS_CACHE to a shared folder)",
     )
-    fetch.add_argument(
-        "tasks", nargs="+", help="task names or task files (lm_eval:NAME for lm-eval's)"
-    )
+    fetch.add_argument("tasks", nargs="+", help="task references of any kind")
+    for action in (show, fetch):
+        action.add_argument("--judge-data", type=Path, help="a judged benchmark's data folder")
     parser.set_defaults(json=False)
 
 
@@ -36,16 +36,22 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe import tasks
 
     if args.action == "show":
-        task = _one(args.task)
+        task = _one(args.task, args.judge_data)
         for sample in task.samples(limit=args.limit):
             row = {"id": sample.id, "prompt": sample.prompt, "target": sample.target}
+            if sample.turns:  # a conversation: the user's later turns
+                row["turns"] = list(sample.turns)
             if sample.options:  # ranked by log-probability: what is scored after the prompt
                 row["options"] = [o.continuation for o in sample.options]
             print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
         return 0
     if args.action == "fetch":
-        # lm_eval: tasks load their datasets (into the cache) as lm-eval builds them.
-        for task in tasks.load_tasks(tasks=args.tasks):
+        from evalpipe.tasks.kind import LoadOptions
+        from evalpipe.tasks.kinds import load_refs
+
+        # Loading every sample fills the cache (lm-eval's tasks as lm-eval builds them).
+        loaded, _ = load_refs(args.tasks, LoadOptions(judge_data=args.judge_data))
+        for task in loaded.tasks:
             print(f"{task.name}: {len(task.samples())} samples available")
         return 0
     rows = [_describe(tasks.load_task(name)) for name in tasks.task_names()]
@@ -71,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     if suites:
         print("\nSuites (--tasks suite:NAME):\n")
         print(format_table(("suite", "tasks", "description"), suites))
+    from evalpipe.tasks.kinds import listing
+
+    kinds = [(row.reference, row.kind, row.needs or "-", row.about) for row in listing()]
+    print("\nTask kinds (--tasks REFERENCE; `evalpipe tasks show REFERENCE`):\n")
+    print(format_table(("reference", "kind", "needs", "what"), kinds))
     return 0
 
 
@@ -84,32 +95,25 @@ def _suites() -> list[tuple[str, str, str]]:
     return rows
 
 
-def _one(name: str) -> Task:
-    """One task by name or file; an lm_eval: name may stand for several (a group): its first."""
-    from evalpipe import tasks
+def _one(reference: str, judge_data: Path | None) -> Task:
+    """The first task `reference` names: a group, suite or benchmark may stand for several."""
+    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kinds import load_refs
 
-    return tasks.load_tasks(tasks=[name])[0]
+    loaded, _ = load_refs([reference], LoadOptions(judge_data=judge_data))
+    return loaded.tasks[0]
 
 
 def _describe(task: ConfiguredTask) -> dict[str, object]:
+    from evalpipe.tasks.scorerkinds import scorer_kind
+
     config = task.config
     return {
         "name": config.name,
         "category": config.category,
         "default": config.default,
         "source": config.source.uri,
-        "scoring": _scoring(config.scorer),
+        "scoring": scorer_kind(config.scorer).describe(config.scorer),
         "metrics": ",".join(task.metrics),
         "description": config.description,
     }
-
-
-def _scoring(scorer: ScorerConfig) -> str:
-    """How answers are obtained and judged, in a few words: 'logprobs (text)', 'code (mbpp)'."""
-    if scorer.kind == "code":
-        return f"code ({scorer.harness})"
-    if scorer.kind == "math":
-        return f"math ({scorer.extractor_name})"
-    if scorer.method == "logprobs":
-        return f"logprobs ({scorer.continuation or 'letter'})"
-    return f"generate ({scorer.extractor_name})"

@@ -41,7 +41,7 @@ class Selection:
     max_tokens: int | None = None  # --max-tokens
     since: str | None = None
     until: str | None = None
-    judge_data: str | None = None  # --judge-data: FastChat llm_judge data for mt_bench
+    judge_data: str | None = None  # --judge-data: a judged benchmark's data folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,22 +105,26 @@ def predictor(
 ) -> Prediction:
     """Load the tasks (their data only where it is local) and what `results` and
     `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible."""
-    from evalpipe.tasks.budgets import fit_tasks
-    from evalpipe.tasks.judged import load_selection
+    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kinds import load_selection
 
-    # The same selection as `evalpipe run`: named tasks alone, else the preset's categories;
-    # judged tasks (mt_bench, judge:FILE) beside the task files'.
-    tasks, judged = load_selection(
-        selection.categories or (None if selection.tasks else preset.categories),
+    # The same selection as `evalpipe run`: named tasks alone, else the preset's categories,
+    # with the budgets the run will generate with in the plan's context.
+    categories = selection.categories or (None if selection.tasks else preset.categories)
+    chosen = load_selection(
         selection.tasks,
-        mc_method=selection.mc_method,
-        data=Path(selection.judge_data) if selection.judge_data else None,
-        since=selection.since,
-        until=selection.until,
+        LoadOptions(
+            preset=preset,
+            categories=tuple(categories) if categories else None,
+            mc_method=selection.mc_method,
+            since=selection.since,
+            until=selection.until,
+            judge_data=Path(selection.judge_data) if selection.judge_data else None,
+        ),
+        max_tokens=selection.max_tokens,
+        max_model_len=plan.max_model_len,
     )
-    # The budgets the run will generate with, in the plan's context (capped as the runner caps).
-    tasks, _ = fit_tasks(preset, tasks, max_tokens=selection.max_tokens, given=plan.max_model_len)
-    tasks = [*tasks, *judged.tasks]
+    tasks = chosen.tasks
     jobs = load_history([p for p in results if p.is_dir()], load_gpus())
     counter = token_counter(preset)
     work = tuple(
@@ -135,10 +139,10 @@ def predictor(
     )
     # A judged task's turns are requests of their own (the task files' tasks have one turn).
     work = tuple(
-        turns_work(t, w, selection.limit) if t.name in judged.gradings else w
+        turns_work(t, w, selection.limit) if t.name in chosen.gradings else w
         for t, w in zip(tasks, work, strict=True)
     )
-    pairs = tuple((t, judged.gradings[t.name]) for t in judged.tasks)
+    pairs = tuple((t, chosen.gradings[t.name]) for t in tasks if t.name in chosen.gradings)
     return Prediction(preset=preset, plan=plan, work=work, basis=how, judged=pairs)
 
 

@@ -5,8 +5,9 @@ named tasks and suites raise the context."""
 
 from __future__ import annotations
 
-from evalpipe.catalog.budgets import fit_context, named_asks
+from evalpipe.catalog.budgets import fit_context
 from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.taskrefs import named_asks
 from evalpipe.core.textable import format_table
 from evalpipe.run.options import RunnerOptions
 

@@ -12,7 +12,7 @@ from evalpipe.catalog.clusters import Cluster, check_max_restarts
 from evalpipe.catalog.gpus import Gpu, get_gpu
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.slurmtime import check_signal_seconds, slurm_minutes
-from evalpipe.catalog.taskfiles import check_selection
+from evalpipe.catalog.taskrefs import check_selection
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.core.options import (
     check_options,
@@ -397,7 +397,7 @@ def make_jobspec(
         )
 
     # A context raised for long budgets that does not fit falls back to the preset's; the
-    # runner then caps the budgets to fit it, with a note (evalpipe/tasks/budgets.py).
+    # runner then caps the budgets to fit it, with a note (evalpipe/tasks/kinds.py).
     raised = wanted != run.max_model_len
     try:
         try:

@@ -287,7 +287,7 @@ def check_datasets(tasks: Sequence[Any], site: Site) -> list[Finding]:
 
     found = []
     for task in tasks:
-        if isinstance(task, LmEvalTask):  # lm-eval loaded its datasets in load_tasks already
+        if isinstance(task, LmEvalTask):  # lm-eval loaded its datasets as its tasks loaded
             continue
         cfg = task.config
         source = cfg.source
@@ -338,11 +338,13 @@ def check(
             findings += check_folder(preset, folder)
             findings += check_chat_template(preset, folder)
     try:
-        from evalpipe.tasks.judged import load_selection
+        from evalpipe.tasks.kind import LoadOptions
+        from evalpipe.tasks.kinds import load_refs
 
-        # Judged tasks are loaded too (a missing task file or MT-Bench package is an error
-        # here); their data is local, so only the task files' datasets are checked for caching.
-        chosen, _ = load_selection(categories, tasks)
+        # Every kind's tasks are loaded (a missing task file or judged benchmark's package is
+        # an error here); the judged ones' data is local, so only the others' is checked.
+        loaded, _ = load_refs(tasks, LoadOptions(categories=tuple(categories or ()) or None))
+        chosen = [task for task in loaded.tasks if task.name not in loaded.gradings]
     except EvalpipeError as exc:
         findings.append(Finding(level="error", check="dataset", message=str(exc)))
     else:

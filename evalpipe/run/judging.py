@@ -48,7 +48,7 @@ from evalpipe.rundir.results import (
     repair_samples,
     salvage_samples,
 )
-from evalpipe.tasks.arenahard import TASK_PREFIX, Baseline, read_model_answers
+from evalpipe.tasks.arenahard import Baseline, read_model_answers, run_baseline
 from evalpipe.tasks.base import Sample, Scored, Task
 from evalpipe.tasks.judging import Grading
 
@@ -131,27 +131,19 @@ def judge_for(
 
 
 def read_baseline(path: Path) -> Baseline:
-    """Arena-Hard's baseline answers from `--judge-baseline`: a file in arena-hard-auto's
-    model_answer layout, or an evalpipe run directory that answered arena_hard (named after its
-    preset; each question's first completion)."""
+    """The baseline answers `--judge-baseline` names: a file of the benchmark's own answer
+    layout, or an evalpipe run directory that answered it (named after its preset; each
+    question's first completion)."""
     if not path.is_dir():
         return read_model_answers(path)
     files = RunDir(path)
     manifest = read_manifest(files)
     if manifest is None:
         raise RunDirError(f"--judge-baseline {path}: no run directory (no {files.manifest.name}).")
-    answers = {
-        r.sample_id: r.completions[0]
-        for r in read_samples(files.samples).records
-        if r.task.startswith(TASK_PREFIX) and r.completions
-    }
-    if not answers:
-        raise RunDirError(
-            f"--judge-baseline {path}: the run answered no arena_hard question; give a run of "
-            "--tasks arena_hard, or a model_answer file."
-        )
+    records = read_samples(files.samples).records
+    answered = ((r.task, r.sample_id, r.completions[0]) for r in records if r.completions)
     name = str((manifest.preset or {}).get("name") or path.name)
-    return Baseline(name=name, answers=answers)
+    return run_baseline(name, answered, f"--judge-baseline {path}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,7 +11,7 @@ from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lmeval import read_lm_eval_results, write_lm_eval_results
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.lmeval import PREFIX, LmEvalTask, load_lmeval_tasks
+from evalpipe.tasks.lmeval import LmEvalTask, load_lmeval_tasks
 
 
 def write_results(files: RunDir, tasks: Sequence[Task], records: Sequence[SampleRecord]) -> None:
@@ -40,7 +40,7 @@ def merge_results(files: RunDir, shards: Sequence[RunDir], records: Sequence[Sam
     names, folders = _given(found[0])
     separated = set(found[0].get("evalpipe_reasoning_separated", {}).values())
     tasks = load_lmeval_tasks(
-        [*(f"{PREFIX}{folder}" for folder in folders), *(f"{PREFIX}{name}" for name in names)],
+        [*folders, *names],
         reasoning_parser=separated.pop() if separated else None,
     )
     write_results(files, tasks, records)

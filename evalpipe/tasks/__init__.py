@@ -5,7 +5,8 @@ shipped defaults need no network — the generated offline sets and HumanEval, w
 package — so `--categories reasoning,math,coding` runs anywhere. Hub-backed tasks (ARC, MMLU,
 BBH, GSM8K, MATH-500, MBPP) run when named (`--tasks gsm8k,mmlu`). They are not added
 automatically when their data happens to be cached: a run's task list must not depend on the
-state of a cache. `lm_eval:NAME` entries are EleutherAI lm-eval's tasks (evalpipe/tasks/lmeval).
+state of a cache. Other kinds of `--tasks` reference (lm-eval's, judged tasks) load through the
+kinds' registry: evalpipe/tasks/kinds.py.
 """
 
 from __future__ import annotations
@@ -19,13 +20,18 @@ from evalpipe.catalog.suites import SuiteEntry, expand
 from evalpipe.catalog.taskfiles import task_names
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError
-from evalpipe.tasks.base import Task
 from evalpipe.tasks.config import TaskConfig, load_task_config
-from evalpipe.tasks.lmeval import Prompting, is_lmeval, load_lmeval_tasks
 from evalpipe.tasks.scorers import RunPrograms
 from evalpipe.tasks.task import ConfiguredTask
 
-__all__ = ["ConfiguredTask", "category_names", "load_task", "load_tasks", "task_names"]
+__all__ = [
+    "ConfiguredTask",
+    "category_names",
+    "load_task",
+    "load_task_files",
+    "load_tasks",
+    "task_names",
+]
 
 
 def _shipped() -> dict[str, tuple[TaskConfig, Path]]:
@@ -71,14 +77,36 @@ def load_tasks(
     until: str | None = None,
     run_programs: RunPrograms | None = None,
     reasoning_parser: str | None = None,
-    lm_eval: Prompting | None = None,
-) -> list[Task]:
-    """The tasks to run: the default tasks of `categories`, then the named `tasks`, then the
-    `lm_eval:` ones (loaded together, so their groups are whole; `lm_eval` says how lm-eval
-    renders their prompts).
+) -> list[ConfiguredTask]:
+    """The task files to run: the default tasks of `categories`, then the named `tasks` (task
+    names, task-file paths or `suite:NAME`, the suite's tasks with the n and max_tokens it sets,
+    evalpipe/catalog/suites.py); with neither, every category's default tasks. The options:
+    `load_task_files`."""
+    return load_task_files(
+        categories,
+        expand(tasks or ()),
+        mc_method=mc_method,
+        since=since,
+        until=until,
+        run_programs=run_programs,
+        reasoning_parser=reasoning_parser,
+    )
 
-    With neither, every category's default tasks. Names may be task names, task-file paths or
-    `suite:NAME` (the suite's tasks with the n and max_tokens it sets, evalpipe/catalog/suites.py).
+
+def load_task_files(
+    categories: Sequence[str] | None,
+    named: Sequence[tuple[str, SuiteEntry | None]],
+    *,
+    mc_method: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    run_programs: RunPrograms | None = None,
+    reasoning_parser: str | None = None,
+) -> list[ConfiguredTask]:
+    """The default tasks of `categories`, then the `named` task files (a name or path, with the
+    suite entry whose n and max_tokens it runs with, or None); with neither, every category's
+    default tasks.
+
     `mc_method` overrides the scorer method of every multiple-choice task (None: each file's).
     `since`/`until` move the ends of every date window (None: each file's); ConfigError when no
     chosen task has one.
@@ -86,11 +114,9 @@ def load_tasks(
     `reasoning_parser` (the preset's) separates reasoning from the scored answer.
     """
     made = {"run_programs": run_programs, "reasoning_parser": reasoning_parser}
-    lm_names = [name for name in tasks or () if is_lmeval(name)]
-    tasks = [name for name in tasks or () if not is_lmeval(name)]
     shipped = _shipped()
     known = sorted({config.category for config, _ in shipped.values()})
-    if not categories and not tasks and not lm_names:
+    if not categories and not named:
         # every category's defaults; hub-only ones have none
         categories = sorted({c.category for c, _ in shipped.values() if c.default})
     chosen: dict[str, ConfiguredTask] = {}
@@ -109,7 +135,7 @@ def load_tasks(
         for name in defaults:
             config, path = shipped[name]
             chosen[name] = ConfiguredTask(config, path=path, **made)
-    for name_or_path, entry in expand(tasks or ()):
+    for name_or_path, entry in named:
         task = _with_protocol(load_task(name_or_path, **made), entry)
         previous = chosen.get(task.name)
         if previous is not None and previous.path.resolve() != task.path.resolve():
@@ -121,19 +147,7 @@ def load_tasks(
     found = list(chosen.values())
     if since is not None or until is not None:
         found = with_window(found, since, until)
-    own: list[Task] = list(
-        found if mc_method is None else (_with_method(t, mc_method) for t in found)
-    )
-    if not lm_names:
-        return own
-    bridged = load_lmeval_tasks(lm_names, prompting=lm_eval, reasoning_parser=reasoning_parser)
-    clash = sorted({t.name for t in own} & {t.name for t in bridged})
-    if clash:
-        raise ConfigError(
-            f"evalpipe's task(s) {', '.join(clash)} and lm-eval's of the same name(s) cannot "
-            "run together (results are keyed by task name); run them apart."
-        )
-    return own + list(bridged)
+    return found if mc_method is None else [_with_method(t, mc_method) for t in found]
 
 
 def with_window(

@@ -15,25 +15,28 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from evalpipe.core.errors import DatasetError
+from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.suites import SuiteEntry
+from evalpipe.catalog.taskrefs import ARENA_HARD_MAX_TOKENS, TaskRef
+from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, check_limit
+from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.judging import JudgeAsk, JudgedAnswers
+from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.pairwise import BASELINE_FIRST, MODEL_FIRST, model_outcome, read_verdict
 
 CONFIG = Path("config", "arena-hard-v2.0.yaml")
 JUDGE_SETTINGS = Path("utils", "judge_utils.py")
 TASK_PREFIX = "arena_hard_"
-# Answers are generated greedily with up to 4096 new tokens: arena-hard-auto sets them per
-# model in its api_config.yaml, whose examples use these.
-ANSWER_SAMPLING = SamplingSettings(max_tokens=4096, temperature=0.0)
+# Answers are generated greedily, with the protocol's budget (catalog/taskrefs.py).
+ANSWER_SAMPLING = SamplingSettings(max_tokens=ARENA_HARD_MAX_TOKENS, temperature=0.0)
 
 
 def _need(root: Path, relative: Path) -> Path:
@@ -140,6 +143,19 @@ class Baseline:
 
     name: str
     answers: Mapping[str, str]
+
+
+def run_baseline(name: str, answered: Iterable[tuple[str, str, str]], source: str) -> Baseline:
+    """The baseline a run of `arena_hard` gives: each question's first answer among `answered`
+    (task, question uid, answer), the other tasks' left out; DatasetError naming `source` when
+    none is Arena-Hard's."""
+    answers = {uid: text for task, uid, text in answered if task.startswith(TASK_PREFIX)}
+    if not answers:
+        raise DatasetError(
+            f"{source}: the run answered no arena_hard question; give a run of --tasks "
+            "arena_hard, or a model_answer file."
+        )
+    return Baseline(name=name, answers=answers)
 
 
 def read_model_answers(path: Path) -> Baseline:
@@ -290,3 +306,29 @@ def arena_hard(root: Path, baseline: Baseline | None = None) -> ArenaHard:
             sampling=config.sampling,
         )
     return ArenaHard(tasks=tasks, gradings=gradings, published=config.judge_model)
+
+
+class ArenaHardKind(TaskKind):
+    """`arena_hard`: one task per category from a copy of arena-hard-auto (--judge-data); it
+    honours --max-tokens (4,096 otherwise)."""
+
+    name = "arena_hard"
+
+    def load(
+        self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
+    ) -> Loaded:
+        if options.judge_data is None:
+            raise ConfigError(
+                "arena_hard reads its questions, judge prompts and baseline answers from a "
+                "copy of the arena-hard-auto repository: give its folder with --judge-data DIR."
+            )
+        bench = arena_hard(options.judge_data, options.baseline)
+        return Loaded(tasks=tuple(bench.tasks), gradings=bench.gradings, published=bench.published)
+
+    def ask(self, task: Task) -> Ask:
+        assert isinstance(task, ArenaHardTask)  # this kind loads only these
+        longest = max(len(str(row["prompt"]).encode()) for row in task.rows)
+        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
+
+
+KIND = ArenaHardKind()

@@ -14,27 +14,41 @@ from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.window import DateWindow
 
 SCHEMES = ("hf", "jsonl", "parquet", "package", "generated")
-SCORERS = ("multiple_choice", "math", "code", "ifeval")
-# The extractor each scorer kind accepts; the first is its default.
-EXTRACTORS = {
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScorerFacts:
+    """What a task file may say of one scorer kind, checked with its config (how the kind
+    scores: tasks/scorerkinds.py)."""
+
+    extractors: tuple[str, ...]  # the ones it accepts; the first is its default
+    fields: tuple[str, ...]  # read from every record after the field mapping (code: per harness)
+    options: bool = False  # its records hold options (ranked by logprobs, shuffled)
+    k: bool = False  # `k` applies: pass@k (and maj@k of sampled answers)
+
+
+SCORERS: dict[str, ScorerFacts] = {
     # letter: evalpipe's lenient cascade; answer_line (GPQA) and answer_stages (MMLU-Pro):
     # simple-evals' extraction for those benchmarks (tasks/mcq.py).
-    "multiple_choice": ("letter", "answer_line", "answer_stages"),
-    "math": ("answer", "boxed", "last_number"),
-    "code": ("python",),
-    "ifeval": ("instructions",),  # tasks/ifeval.py: the whole completion, checked as written
+    "multiple_choice": ScorerFacts(
+        extractors=("letter", "answer_line", "answer_stages"),
+        fields=("question", "answer"),
+        options=True,
+    ),
+    "math": ScorerFacts(
+        extractors=("answer", "boxed", "last_number"), fields=("question", "answer"), k=True
+    ),
+    "code": ScorerFacts(extractors=("python",), fields=(), k=True),
+    # tasks/ifeval.py: the whole completion, checked as written
+    "ifeval": ScorerFacts(
+        extractors=("instructions",), fields=("prompt", "instruction_id_list", "kwargs")
+    ),
 }
 HARNESSES = ("humaneval", "mbpp", "livecodebench")
 # What a logprobs method scores after the prompt: the option's letter (" B", MMLU-style) or its
 # text (" Paris", the cloze form that small base models answer above chance).
 CONTINUATIONS = ("letter", "text")
-# Fields a scorer reads from every record, after the task's field mapping.
-REQUIRED_FIELDS = {
-    "multiple_choice": ("question", "answer"),
-    "math": ("question", "answer"),
-    "code": (),  # per harness, below
-    "ifeval": ("prompt", "instruction_id_list", "kwargs"),
-}
+# The fields each code harness reads from every record, after the task's field mapping.
 HARNESS_FIELDS = {
     "humaneval": ("prompt", "test", "entry_point"),
     "mbpp": ("tests",),
@@ -210,9 +224,10 @@ class ScorerConfig:
     def __post_init__(self) -> None:
         if self.kind not in SCORERS:
             raise ValueError(f"scorer kind {self.kind!r} is not one of {', '.join(SCORERS)}")
+        facts = self.facts
         if self.method not in MC_METHODS:
             raise ValueError(f"scorer method {self.method!r} is not one of {', '.join(MC_METHODS)}")
-        if self.method == "logprobs" and self.kind != "multiple_choice":
+        if self.method == "logprobs" and not facts.options:
             raise ValueError(
                 f"method logprobs ranks option letters, so it applies to multiple_choice "
                 f"scorers only, not {self.kind!r}; use method: generate"
@@ -224,15 +239,13 @@ class ScorerConfig:
                 raise ValueError(
                     f"continuation {self.continuation!r} is not one of {', '.join(CONTINUATIONS)}"
                 )
-        valid = EXTRACTORS[self.kind]
+        valid = facts.extractors
         if self.extractor is not None and self.extractor not in valid:
             raise ValueError(
                 f"extractor {self.extractor!r} does not fit scorer {self.kind!r}; "
                 f"valid: {', '.join(valid)}"
             )
-        if self.kind in ("code", "math") and (
-            not self.k or any(not isinstance(k, int) or k < 1 for k in self.k)
-        ):
+        if facts.k and (not self.k or any(not isinstance(k, int) or k < 1 for k in self.k)):
             raise ValueError(f"k must list positive integers, got {list(self.k)!r}")
         if self.kind == "code":
             if self.harness not in HARNESSES:
@@ -243,19 +256,23 @@ class ScorerConfig:
                 raise ValueError(f"timeout_s must be positive, got {self.timeout_s!r}")
         elif self.harness is not None:
             raise ValueError("harness applies to code scorers only")
-        elif self.kind != "math" and self.k != (1,):
+        elif not facts.k and self.k != (1,):
             raise ValueError("k applies to code and math scorers only")
         if not isinstance(self.by_subset, bool):
             raise ValueError(f"by_subset must be true or false, got {self.by_subset!r}")
 
     @property
+    def facts(self) -> ScorerFacts:
+        return SCORERS[self.kind]
+
+    @property
     def extractor_name(self) -> str:
-        return self.extractor or EXTRACTORS[self.kind][0]
+        return self.extractor or self.facts.extractors[0]
 
     def required_fields(self) -> tuple[str, ...]:
         if self.kind == "code":
             return HARNESS_FIELDS[str(self.harness)]
-        return REQUIRED_FIELDS[self.kind]
+        return self.facts.fields
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,7 +325,7 @@ class TaskConfig:
             raise ValueError("fields must map names to column names (strings)")
         check_sampling(self.sampling, self.scorer)
         if self.shuffle is not None:
-            if self.scorer.kind != "multiple_choice" or self.subsets is not None:
+            if not self.scorer.facts.options or self.subsets is not None:
                 raise ValueError("shuffle applies to multiple_choice tasks without subsets")
             if self.sampling.n != 1:
                 raise ValueError(

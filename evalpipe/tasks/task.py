@@ -14,13 +14,12 @@ from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import ShuffleConfig, TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
-from evalpipe.tasks.ifeval import METRICS as IFEVAL_METRICS
-from evalpipe.tasks.math_metrics import sampled_metrics
 from evalpipe.tasks.mcq import shuffled_rows
 from evalpipe.tasks.prompts import PromptBuilder
 from evalpipe.tasks.reasoning import split
-from evalpipe.tasks.records import Record, build_record, lookup, target
-from evalpipe.tasks.scorers import COUNTS_NO_ANSWER, RunPrograms, build_scorer
+from evalpipe.tasks.records import Record, build_record, lookup
+from evalpipe.tasks.scorerkinds import build_scorer, scorer_kind
+from evalpipe.tasks.scorers import RunPrograms
 
 # (sample id, subset or None, raw row)
 Item = tuple[str, str | None, Row]
@@ -88,15 +87,7 @@ class ConfiguredTask:
     def metrics(self) -> tuple[str, ...]:
         """Names of the per-sample metrics `score` reports."""
         scorer = self.config.scorer
-        if scorer.kind == "code":
-            return tuple(f"pass@{k}" for k in scorer.k)
-        if scorer.kind == "ifeval":
-            return IFEVAL_METRICS
-        if scorer.kind == "multiple_choice" and scorer.extractor_name in COUNTS_NO_ANSWER:
-            return ("accuracy", "no_answer")
-        if scorer.kind == "math":
-            return sampled_metrics(self.sampling.n, scorer.k)
-        return ("accuracy",)
+        return scorer_kind(scorer).metrics(scorer, self.sampling.n)
 
     def definition(self) -> dict[str, Any]:
         """The resolved task file, without its path (the same task resumes on another host)."""
@@ -165,7 +156,7 @@ class ConfiguredTask:
         sample_id, subset, _ = item
         record = self._record(item)
         try:
-            reference = target(record, self.config.scorer)
+            reference = scorer_kind(self.config.scorer).target(record, self.config.scorer)
         except DatasetError as exc:
             raise self._at(sample_id, exc) from exc
         examples = shots.get(subset if subset in shots else None, [])

@@ -13,34 +13,28 @@ from collections.abc import Sequence
 
 from evalpipe.catalog.models import find_model
 from evalpipe.catalog.preset import Preset
-from evalpipe.tasks.lmeval.loader import PREFIX, load, split_specs
+from evalpipe.tasks.lmeval.loader import load, split_specs
 from evalpipe.tasks.lmeval.task import LmEvalTask, Prompting
 
 __all__ = [
-    "PREFIX",
     "LmEvalTask",
     "Prompting",
-    "is_lmeval",
     "lm_eval_prompting",
     "load_lmeval_tasks",
 ]
 
 
-def is_lmeval(name: str) -> bool:
-    """Whether a --tasks entry names an lm-eval task."""
-    return name.startswith(PREFIX)
-
-
 def load_lmeval_tasks(
-    names: Sequence[str],
+    specs: Sequence[str],
     *,
     prompting: Prompting | None = None,
     reasoning_parser: str | None = None,
 ) -> list[LmEvalTask]:
-    """The leaf tasks of the `lm_eval:` entries in `names` (groups expand to their tasks),
-    in lm-eval's order, each knowing the groups it belongs to for the results record.
+    """The leaf tasks `specs` name (what `lm_eval:` references give after their prefix; groups
+    expand to their tasks), in lm-eval's order, each knowing the groups it belongs to for the
+    results record.
     `reasoning_parser` (a reasoning preset's) keeps reasoning out of what lm-eval scores."""
-    wanted, folders = split_specs(names)
+    wanted, folders = split_specs(specs)
     loaded = load(wanted, folders)
     made = {"prompting": prompting or Prompting(), "groups": loaded.get("groups", {}),
             "reasoning_parser": reasoning_parser}  # fmt: skip

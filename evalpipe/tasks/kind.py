@@ -1,0 +1,91 @@
+"""The task-kind base: what a kind of `--tasks` reference declares (how its tasks load, are
+listed, shown, fetched and budgeted), as hooks with defaults a kind overrides. The catalog half
+of a kind (its reference syntax, needs, budgets from files alone) is its `KindSpec`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.suites import SuiteEntry
+from evalpipe.catalog.taskrefs import KINDS, KindSpec, TaskRef
+from evalpipe.tasks.base import Task
+from evalpipe.tasks.judging import Grading
+from evalpipe.tasks.scorers import RunPrograms
+
+if TYPE_CHECKING:
+    from evalpipe.tasks.arenahard import Baseline
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadOptions:
+    """What a run tells the kinds as they load; each reads the fields it has use for."""
+
+    preset: Preset | None = None  # the model the tasks are rendered for (None: plain text)
+    backend: str = "vllm"
+    categories: tuple[str, ...] | None = None  # task files' categories (their default tasks)
+    mc_method: str | None = None
+    since: str | None = None
+    until: str | None = None
+    run_programs: RunPrograms | None = None  # code tasks' sandbox (None: the real one)
+    reasoning_parser: str | None = None  # separates reasoning from the scored answer
+    judge_data: Path | None = None  # --judge-data
+    baseline: Baseline | None = None  # --judge-baseline, read
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loaded:
+    """A kind's tasks, the gradings of those a judge scores, and the benchmark's judge."""
+
+    tasks: tuple[Task, ...] = ()
+    gradings: Mapping[str, Grading] = field(default_factory=dict)
+    published: str | None = None  # the judge the benchmark publishes with (MT-Bench: gpt-4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listed:
+    """One row of `evalpipe tasks list`'s table of kinds."""
+
+    reference: str  # as written on --tasks
+    kind: str
+    needs: str
+    about: str
+
+
+class TaskKind:
+    """A kind of task reference. `load` is the one hook every kind implements."""
+
+    name: str  # its KINDS key
+
+    @property
+    def spec(self) -> KindSpec:
+        return KINDS[self.name]
+
+    def load(
+        self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
+    ) -> Loaded:
+        raise NotImplementedError
+
+    def listing(self) -> list[Listed]:
+        """The rows `tasks list` shows for this kind: by default, how it is written."""
+        spec = self.spec
+        return [Listed(reference=spec.written, kind=spec.name, needs=spec.needs,
+                       about=spec.summary)]  # fmt: skip
+
+    def ask(self, task: Task) -> Ask:
+        """What one loaded task asks of the context (its prompts' size unknown by default)."""
+        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, n=task.sampling.n)
+
+    def with_max_tokens(self, task: Task, max_tokens: int) -> Task:
+        """`task` generating at most `max_tokens` per answer."""
+        sampling = dataclasses.replace(task.sampling, max_tokens=max_tokens)
+        return dataclasses.replace(task, sampling=sampling)  # type: ignore[type-var]
+
+    def notes(self, tasks: Sequence[Task]) -> list[str]:
+        """What a run of these tasks should be told once (printed with its other notes)."""
+        return []
