@@ -36,7 +36,8 @@ from benchlib import (
 )
 
 from evalpipe.catalog import registry
-from evalpipe.estimate.predict import Selection, predictor
+from evalpipe.catalog.selection import Selection
+from evalpipe.estimate.predict import predictor
 from evalpipe.planning import planner
 
 DEVICE = "cpu"

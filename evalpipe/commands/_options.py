@@ -4,23 +4,11 @@ the job commands' (`render`, `submit`) options, added from the records that decl
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from evalpipe.core.options import add_options, from_args
 from evalpipe.jobs.jobspec import JOB, JOB_RUNNER_GROUPS, JobOptions
 from evalpipe.run.options import RunnerOptions
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:

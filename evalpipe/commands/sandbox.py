@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from evalpipe.commands._options import seconds
 from evalpipe.core import exitcodes
+from evalpipe.core.options import seconds
 
 HELP = "Run a Python file in the code sandbox; it passes if it runs to its end cleanly."
 ORDER = 80

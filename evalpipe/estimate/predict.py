@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evalpipe.catalog import registry
 from evalpipe.catalog.registry import Gpu, Preset
+from evalpipe.catalog.selection import Selection
 from evalpipe.estimate.autosize import Choice, Limit, choose
 from evalpipe.estimate.calibration import SHARED_FOLDER, SUFFIX, Calibration, load_calibrations
 from evalpipe.estimate.cost import Basis, Estimate, basis, estimate
@@ -28,20 +29,6 @@ from evalpipe.tasks.base import Task
 from evalpipe.tasks.judging import Grading
 
 DEFAULT_RESULTS = Path("results")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Selection:
-    """The tasks a job runs, as `evalpipe run` selects them."""
-
-    categories: tuple[str, ...] | None = None
-    tasks: tuple[str, ...] | None = None
-    limit: int | None = None
-    mc_method: str | None = None
-    max_tokens: int | None = None  # --max-tokens
-    since: str | None = None
-    until: str | None = None
-    judge_data: str | None = None  # --judge-data: FastChat llm_judge data for mt_bench
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,22 +86,24 @@ def predictor(
     plan: Plan,
     selection: Selection,
     *,
+    judge_data: str | None = None,
     results: Sequence[Path] = (DEFAULT_RESULTS,),
     calibration_dirs: Sequence[Path] = (),
     calibrate_on_runs: bool = True,
 ) -> Prediction:
     """Load the tasks (their data only where it is local) and what `results` and
-    `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible."""
+    `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible.
+    `judge_data` is --judge-data: FastChat llm_judge's data for mt_bench."""
     from evalpipe.tasks.budgets import fit_tasks
     from evalpipe.tasks.judged import load_selection
 
     # The same selection as `evalpipe run`: named tasks alone, else the preset's categories;
     # judged tasks (mt_bench, judge:FILE) beside the task files'.
     tasks, judged = load_selection(
-        selection.categories or (None if selection.tasks else preset.categories),
+        selection.categories_for(preset.categories),
         selection.tasks,
         mc_method=selection.mc_method,
-        data=Path(selection.judge_data) if selection.judge_data else None,
+        data=Path(judge_data) if judge_data else None,
         since=selection.since,
         until=selection.until,
     )
