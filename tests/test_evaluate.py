@@ -138,3 +138,19 @@ def test_the_docs_example_runs(tmp_path: Path) -> None:
                           cwd=tmp_path, env=env, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "arithmetic: " in done.stdout and "ordering: " in done.stdout
+
+
+@pytest.mark.vllm
+def test_evaluate_on_the_real_engine_then_resume(
+    tmp_path: Path, vllm_env: dict[str, str], tiny_random_path: Path
+) -> None:
+    """The issue's example: tiny_random is a real vLLM model with random weights."""
+    out = tmp_path / "run"
+    result = evalpipe.evaluate(preset="tiny_random", tasks=["arithmetic"], limit=4, out=out)
+    assert result.status == "complete" and "arithmetic accuracy: " in str(result)
+    assert result.tasks["arithmetic"].metrics["accuracy"].n == 4
+    samples = (out / "samples.jsonl").read_bytes()
+    again = evalpipe.evaluate(preset="tiny_random", tasks=["arithmetic"], limit=4, out=out)
+    assert (out / "samples.jsonl").read_bytes() == samples
+    assert len(read_json(out / "manifest.json")["attempts"]) == 1
+    assert again.tasks == result.tasks
