@@ -254,7 +254,7 @@ def test_layout_help_says_where_the_default_comes_from(capsys: pytest.CaptureFix
         (lambda: EngineOptions(deterministic="yes"), "--deterministic: expected True or False"),
         (
             lambda: record_from(RunnerOptions, {"tp": 2, "tensor_parallel": 2}),
-            "Unknown RunnerOptions option 'tensor_parallel'",
+            "Unknown option 'tensor_parallel'",
         ),
         (lambda: JobOptions(margin=1.5), "--margin: 1.5 must be a share of the time limit"),
         (lambda: JobOptions(shards=0), "--shards: must be a positive integer, got 0"),

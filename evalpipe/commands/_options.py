@@ -1,5 +1,5 @@
-"""Command-line options shared by subcommands: the argument types the records do not own, and
-the job commands' (`render`, `submit`) options, added from the records that declare them."""
+"""Command-line options shared by subcommands: the cluster and the results folders, and the job
+commands' (`render`, `submit`) options, added from the records that declare them."""
 
 from __future__ import annotations
 

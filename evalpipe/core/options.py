@@ -204,7 +204,7 @@ def record_from(cls: type, values: Mapping[str, Any]) -> Any:
     valid = [*by_path.values(), *plain]
     for name in values:
         if name not in valid:
-            raise unknown_name(f"{cls.__name__} option", name, valid)
+            raise unknown_name("option", name, valid)
     record = _build(cls, dict(values), (), by_path)
     extra = {name: values[name] for name in plain if name in values}
     return dataclasses.replace(record, **extra) if extra else record

@@ -239,11 +239,7 @@ class _Session:
 
     def run(self, out: Path, judge_tracking: JudgeTracking | None) -> RunResult:
         given = self.given
-        judged = select_judged(
-            given.selection.tasks or (),
-            Path(given.judge.data) if given.judge.data else None,
-            read_baseline(Path(given.judge.baseline)) if given.judge.baseline else None,
-        )
+        judged = judged_tasks(given)
         placement = self._placement(bool(judged.gradings))
         if placement == "after":
             return self._phases_apart(out)
@@ -479,6 +475,20 @@ class _Fitted:
 
     max_model_len: int | None
     notes: tuple[str, ...]
+
+
+# Task loading, in two steps: which named tasks are judged decides where the judge runs (a run
+# whose phases run apart loads no task in this process), then the tasks themselves.
+
+
+def judged_tasks(given: RunnerOptions) -> JudgedSelection:
+    """The judged tasks among the named ones (mt_bench, arena_hard, judge:FILE), loaded, and the
+    other names."""
+    return select_judged(
+        given.selection.tasks or (),
+        Path(given.judge.data) if given.judge.data else None,
+        read_baseline(Path(given.judge.baseline)) if given.judge.baseline else None,
+    )
 
 
 def load_and_fit(
