@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -69,6 +71,23 @@ def test_an_unknown_keyword_names_itself_and_the_valid_ones() -> None:
         evalpipe.evaluate("tiny_random", tensor_parallel=2)
     with pytest.raises(ConfigError, match="--window: must be a positive integer, got 0"):
         evalpipe.evaluate("tiny_random", window=0, **FAKE)
+
+
+def test_a_stop_flag_from_another_thread_checkpoints_and_a_new_call_resumes(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    stop = SimpleNamespace(requested="enough")  # asked before the first sample
+    results: list[evalpipe.RunResult] = []
+    worker = threading.Thread(target=lambda: results.append(evalpipe.evaluate(
+        "tiny_random", tasks=["arithmetic"], limit=4, out=out, stop=stop, **FAKE
+    )))  # fmt: skip
+    worker.start()
+    worker.join(timeout=120)
+    [stopped] = results
+    assert (stopped.status, stopped.exit_status) == ("interrupted", exitcodes.RESUMABLE)
+    done = evalpipe.evaluate("tiny_random", tasks=["arithmetic"], limit=4, out=out, **FAKE)
+    assert done.status == "complete" and len(list(done.samples())) == 4
 
 
 def _contents(run_dir: Path) -> dict[str, object]:
