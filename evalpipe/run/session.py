@@ -39,7 +39,13 @@ from evalpipe.run.localplan import LocalLayout, plan_local, visible_gpus
 from evalpipe.run.options import RunnerOptions
 from evalpipe.run.placement import JudgeBeside, beside_gpus, generation_open, wait_child
 from evalpipe.run.replicas import ReplicaPool
-from evalpipe.run.runner import RunOptions, StopFlag, run_evaluation, select_samples
+from evalpipe.run.runner import (
+    GenerationResult,
+    RunOptions,
+    StopFlag,
+    run_evaluation,
+    select_samples,
+)
 from evalpipe.run.trackers import BACKENDS
 from evalpipe.run.tracking import Tracking, exit_wait_s
 from evalpipe.run.watchdog import Watchdog, stall_limits
@@ -157,7 +163,7 @@ def run_session(
         model = given.model_preset(loaded)
         if resume and out is None:
             raise ConfigError("--resume needs --out DIR naming the run directory to resume.")
-        if resume and not (out / MANIFEST).is_file():  # type: ignore[operator]
+        if resume and out is not None and not (out / MANIFEST).is_file():
             raise ConfigError(
                 f"--resume: {out} holds no {MANIFEST}, so there is no run to resume. "
                 "Drop --resume to start a new run there."
@@ -214,7 +220,7 @@ class _NeverStop:
     requested: str | None = None
 
 
-def log_to_stderr() -> None:
+def _log_to_stderr() -> None:
     """Show evalpipe's own notes (monitor: NVML missing, devices watched) in the job log."""
     logger = logging.getLogger("evalpipe")
     if not logger.handlers:
@@ -243,7 +249,7 @@ class _Session:
         placement = self._placement(bool(judged.gradings))
         if placement == "after":
             return self._phases_apart(out)
-        tasks, notes = load_and_fit(self.preset, given, judged)
+        tasks, fitted = load_and_fit(self.preset, given, judged)
         judge_gpus = None
         if placement == "side-by-side" and given.engine.backend == "vllm":
             judge_gpus = self._split_gpus()
@@ -253,15 +259,15 @@ class _Session:
             pp=given.layout.pp,
             # A deterministic run is one engine unless asked otherwise (then refused, saying why).
             replicas=given.layout.replicas or (1 if given.engine.deterministic else None),
-            max_model_len=notes.max_model_len,
+            max_model_len=fitted.max_model_len,
             # Neither the fake engine nor a remote server uses this machine's GPUs.
             gpus=[] if given.engine.backend in ("fake", "openai") else None,
         )
-        options = self._run_options(layout, notes.max_model_len)
-        log_to_stderr()
+        options = self._run_options(layout, fitted.max_model_len)
+        _log_to_stderr()
         _say(f"run directory {out}")
         _say(self._where(layout))
-        for note in notes.notes:
+        for note in fitted.notes:
             _say(note)
         if given.judge.phase == "judge":
             return self._judge(judged, tasks, options, out, judge_tracking)
@@ -314,7 +320,9 @@ class _Session:
             + notes
         )
 
-    def _generate(self, layout: LocalLayout, tasks: list[Task], options: RunOptions, out: Path):
+    def _generate(
+        self, layout: LocalLayout, tasks: list[Task], options: RunOptions, out: Path
+    ) -> GenerationResult:
         given, preset = self.given, self.preset
 
         def start(settings: EngineSettings):
