@@ -451,9 +451,12 @@ class _Session:
         judge, start = judge_for(given, self.preset, judged.gradings, judged.published)
         work = [(t, select_samples(t, options)) for t in tasks if t.name in judged.gradings]
         finish = None
-        if given.tracking.track is not None and judge_tracking is not None:
-            # The run's tracked run gains the judge's figures (at most the tracker's usual wait).
-            finish = judge_tracking(given.tracking.track, out, judge.definition())
+        if given.tracking.track is not None:
+            if judge_tracking is None:
+                _say("note: the judge's figures reach the tracked run through `evalpipe run "
+                     "--phase judge`, not from Python")  # fmt: skip
+            else:  # the run's tracked run gains them (at most the tracker's usual wait)
+                finish = judge_tracking(given.tracking.track, out, judge.definition())
         # Side by side, the generating process holds this one's standard input until it ends.
         generating = generation_open() if given.judge.placement == "side-by-side" else None
         result = judge_run(
