@@ -37,7 +37,8 @@ from benchlib import (
 
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
-from evalpipe.estimate.predict import Selection, predictor
+from evalpipe.catalog.selection import Selection
+from evalpipe.estimate.predict import predictor
 from evalpipe.planning import planner
 
 DEVICE = "cpu"

@@ -123,10 +123,10 @@ def test_the_job_helper_says_why_the_server_is_not_usable_and_where_its_log_is(
 
 def test_serve_mode_needs_the_vllm_backend() -> None:
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.run.options import RunnerOptions
+    from evalpipe.run.options import EngineOptions, RunnerOptions
 
     with pytest.raises(ConfigError, match="--mode serve starts vLLM's server"):
-        JobOptions(mode="serve", run=RunnerOptions(backend="fake"))
+        JobOptions(mode="serve", run=RunnerOptions(engine=EngineOptions(backend="fake")))
     with pytest.raises(ConfigError, match="--mode 'remote' is not one of engine, serve"):
         JobOptions(mode="remote")  # type: ignore[arg-type]
 

@@ -13,6 +13,7 @@ import pytest
 from synthetic_runs import SyntheticRun, write_run
 from test_estimate import _calibration
 
+from evalpipe.catalog.selection import Selection
 from evalpipe.cli import main
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import prepare, submit_prepared
@@ -81,7 +82,9 @@ def test_plan_estimate_json_carries_every_figure(tmp_path: Path) -> None:
 
 def test_submission_records_the_estimate_and_the_choice(tmp_path: Path) -> None:
     options = JobOptions(
-        run=RunnerOptions(tasks=("arithmetic",), limit=20), shards="auto", time="auto"
+        run=RunnerOptions(selection=Selection(tasks=("arithmetic",), limit=20)),
+        shards="auto",
+        time="auto",
     )
     prepared = prepare("tiny_random", "local", options, tmp_path / "run", results=[tmp_path])
     assert prepared.choice is not None and prepared.estimate is not None
@@ -97,7 +100,7 @@ def test_report_shows_predicted_against_actual(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = tmp_path / "results" / "run"
-    options = JobOptions(run=RunnerOptions(tasks=("arithmetic",), limit=20))
+    options = JobOptions(run=RunnerOptions(selection=Selection(tasks=("arithmetic",), limit=20)))
     prepared = prepare("tiny_random", "local", options, run, results=[tmp_path / "none"])
     submit_prepared(prepared, slurm=FakeSlurm(), run_checks=False)
     write_run(run, SyntheticRun(run_id="run", preset="tiny_random", wall_s=100.0,

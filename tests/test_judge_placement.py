@@ -17,6 +17,7 @@ from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core.errors import DoesNotFitError
+from evalpipe.core.options import record_from
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.jobs.jobspec import JobOptions
@@ -80,24 +81,25 @@ def test_side_by_side_that_does_not_fit_is_refused_saying_why() -> None:
 
 
 def test_the_job_asks_for_both_phases_and_tells_the_runner(tmp_path: Path) -> None:
-    run = RunnerOptions(backend="fake", tasks=(f"judge:{JUDGED}",), judge="tiny_random")
+    options = {"backend": "fake", "tasks": (f"judge:{JUDGED}",), "judge": "tiny_random"}
+    run = record_from(RunnerOptions, options)
     beside = prepare("tiny_random", "local", JobOptions(run=run), tmp_path / "a")
     assert "#SBATCH --gres=gpu:h100:2" in beside.script
     assert "# Judge placement, side-by-side: both fit on one node at once" in beside.script
     assert "--judge-placement side-by-side" in beside.script
-    forced = RunnerOptions(**{**run.__dict__, "judge_placement": "after"})
+    forced = record_from(RunnerOptions, {**options, "judge_placement": "after"})
     after = prepare("tiny_random", "local", JobOptions(run=forced), tmp_path / "b")
     assert "#SBATCH --gres=gpu:h100:1" in after.script
     assert "# Judge placement, after: asked for;" in after.script
-    generate = RunnerOptions(**{**run.__dict__, "phase": "generate"})
+    generate = record_from(RunnerOptions, {**options, "phase": "generate"})
     plain = prepare("tiny_random", "local", JobOptions(run=generate), tmp_path / "c")
     assert "Judge placement" not in plain.script and "--judge-placement" not in plain.script
-    only = RunnerOptions(**{**run.__dict__, "phase": "judge"})
+    only = record_from(RunnerOptions, {**options, "phase": "judge"})
     judging = prepare("tiny_random", "local", JobOptions(run=only), tmp_path / "d")
     assert "# Judge placement, after: side by side does not fit (the job only judges" in (
         judging.script
     )
-    served = RunnerOptions(tasks=run.tasks, judge="tiny_random")
+    served = record_from(RunnerOptions, {"tasks": options["tasks"], "judge": "tiny_random"})
     serve = prepare("tiny_random", "local", JobOptions(run=served, mode="serve"), tmp_path / "e")
     assert "after: side by side does not fit (the job's vLLM server holds" in serve.script
 

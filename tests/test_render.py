@@ -15,12 +15,14 @@ import pytest
 import evalpipe
 from evalpipe.catalog.configpath import config_dir, names
 from evalpipe.catalog.preset import preset_names
+from evalpipe.catalog.selection import Selection
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, DoesNotFitError
+from evalpipe.core.options import record_from
 from evalpipe.jobs import render
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.submit import Prepared, prepare
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.options import LayoutOptions, RunnerOptions
 
 GOLDEN = Path(__file__).parent / "golden"
 # EVALPIPE_UPDATE_GOLDEN=1 pytest tests/test_render.py rewrites the golden files.
@@ -31,19 +33,21 @@ CASES = {
     "tiny_random-local": (
         "tiny_random",
         "local",
-        JobOptions(run=RunnerOptions(backend="fake", limit=5)),
+        JobOptions(run=record_from(RunnerOptions, {"backend": "fake", "limit": 5})),
     ),
     "tiny_random-local-shards2": (
         "tiny_random",
         "local",
-        JobOptions(shards=2, run=RunnerOptions(limit=5)),
+        JobOptions(shards=2, run=RunnerOptions(selection=Selection(limit=5))),
     ),
     "deepseek_v2_5-local": ("deepseek_v2_5", "local", JobOptions()),
     "llama3_3_70b-example-h100-site": (
         "llama3_3_70b",
         "example-h100-site",
         JobOptions(
-            run=RunnerOptions(categories=("reasoning", "coding"), mc_method="logprobs"),
+            run=RunnerOptions(
+                selection=Selection(categories=("reasoning", "coding"), mc_method="logprobs")
+            ),
             time="12:00:00",
         ),
     ),
@@ -51,7 +55,7 @@ CASES = {
     "tiny_random-local-serve": (
         "tiny_random",
         "local",
-        JobOptions(mode="serve", run=RunnerOptions(limit=5)),
+        JobOptions(mode="serve", run=RunnerOptions(selection=Selection(limit=5))),
     ),
     "deepseek_v2_5-local-serve": ("deepseek_v2_5", "local", JobOptions(mode="serve")),
 }
@@ -117,7 +121,7 @@ def test_every_preset_renders_shellcheck_clean_on_every_cluster(tmp_path: Path) 
     for cluster in names("clusters"):
         for preset in preset_names():
             for shards in (1, 3):
-                options = JobOptions(shards=shards, run=RunnerOptions(limit=2))
+                options = JobOptions(shards=shards, run=RunnerOptions(selection=Selection(limit=2)))
                 prepared = prepare(preset, cluster, options, tmp_path / "run")
                 for file, text in golden_texts(f"{preset}-{cluster}-{shards}", prepared).items():
                     (tmp_path / file).write_text(text)
@@ -135,7 +139,10 @@ def test_resources_follow_the_plan_and_the_profile() -> None:
     assert "ray" not in single.lower()
 
     multi = prepare(
-        "tiny_random", "local", JobOptions(run=RunnerOptions(tp=4, pp=2)), RUN_DIR
+        "tiny_random",
+        "local",
+        JobOptions(run=RunnerOptions(layout=LayoutOptions(tp=4, pp=2))),
+        RUN_DIR,
     ).script
     assert "#SBATCH --nodes=2\n" in multi and "#SBATCH --gres=gpu:h100:4\n" in multi
     assert "--distributed-executor-backend ray" in multi
@@ -280,10 +287,12 @@ def test_hostile_values_reach_the_runner_literally_and_run_nothing(
     run_dir = tmp_path / "run $(touch PWNED) dir"
     options = JobOptions(
         run=RunnerOptions(
-            categories=("math", "a b$(touch PWNED)"),
-            tasks=(HOSTILE,),
-            limit=3,
-            mc_method="logprobs",
+            selection=Selection(
+                categories=("math", "a b$(touch PWNED)"),
+                tasks=(HOSTILE,),
+                limit=3,
+                mc_method="logprobs",
+            )
         )
     )
     prepared = prepare(str(preset_file), str(site), options, run_dir)

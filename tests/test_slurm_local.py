@@ -26,7 +26,7 @@ from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.jobstatus import Job
 from evalpipe.jobs.submit import prepare, submit_prepared
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.options import LayoutOptions, RunnerOptions
 from evalpipe.slurm.client import UNKNOWN, Slurm
 
 pytestmark = pytest.mark.slurm
@@ -356,7 +356,10 @@ def test_an_impossible_request_is_refused_in_slurms_words(
 
     models.prepare("smollm2_135m")  # the submit checks find its weights before asking SLURM
     prepared = prepare(
-        "smollm2_135m", str(site), JobOptions(run=RunnerOptions(pp=3)), tmp_path / "run"
+        "smollm2_135m",
+        str(site),
+        JobOptions(run=RunnerOptions(layout=LayoutOptions(pp=3))),
+        tmp_path / "run",
     )
     assert prepared.spec.nodes == 3
     with pytest.raises(SlurmError, match="Requested node configuration is not available"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe.catalog.selection import Selection
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import (
@@ -62,7 +63,7 @@ def test_submit_validates_submits_and_records(tmp_path: Path) -> None:
     job = submit(
         "tiny_random",
         "local",
-        options=JobOptions(run=RunnerOptions(limit=4)),
+        options=JobOptions(run=RunnerOptions(selection=Selection(limit=4))),
         out=run_dir,
         slurm=fake,
     )

@@ -229,19 +229,20 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
 
 def test_a_raised_context_that_does_not_fit_falls_back_and_the_budget_is_capped() -> None:
     """qwen3_32b on one H100: 16,384 tokens fit beside the weights, AIME's 33,792 do not."""
+    from evalpipe.catalog.selection import Selection
     from evalpipe.jobs.budgets import budget_table
     from evalpipe.jobs.jobspec import JobOptions, make_jobspec
     from evalpipe.run.options import RunnerOptions
 
     cluster = dataclasses.replace(load_cluster("local"), gpus_per_node=1, max_nodes=1)
     preset = load_preset("qwen3_32b")
-    run = RunnerOptions(tasks=("aime2024",))
+    run = RunnerOptions(selection=Selection(tasks=("aime2024",)))
     spec = make_jobspec(
         preset=preset, preset_ref="qwen3_32b", cluster=cluster, gpu=get_gpu(cluster.gpu),
         options=JobOptions(run=run), run_dir="/scratch/r",
     )  # fmt: skip
     assert spec.plan.max_model_len == 16384 and spec.plan.fits
-    shown = budget_table(preset, run, spec.plan.max_model_len)
+    shown = budget_table(preset, run.selection, spec.plan.max_model_len)
     budget = 16384 - 64 - 1024  # the chat template's and the prompt's allowance
     assert f"aime2024  16  {budget}" in shown
     assert f"aime2024: budget capped at {budget} tokens (asked: 32768)" in shown

@@ -482,7 +482,7 @@ def test_a_cluster_profile_tracks_its_jobs_unless_told_otherwise(tmp_path: Path)
     from evalpipe.catalog.clusters import load_cluster
     from evalpipe.jobs.jobspec import JobOptions
     from evalpipe.jobs.submit import prepare
-    from evalpipe.run.options import RunnerOptions
+    from evalpipe.run.options import RunnerOptions, TrackingOptions
 
     root = Path(__file__).resolve().parent.parent
     data = yaml.safe_load((root / "configs" / "clusters" / "local.yaml").read_text()) | {
@@ -495,7 +495,7 @@ def test_a_cluster_profile_tracks_its_jobs_unless_told_otherwise(tmp_path: Path)
     job = prepare("tiny_random", str(profile), JobOptions(), out)
     assert ("--track", "mlflow") in job.spec.runner_options
     assert "--track mlflow" in job.script
-    given = JobOptions(run=RunnerOptions(track="wandb"))
+    given = JobOptions(run=RunnerOptions(tracking=TrackingOptions(track="wandb")))
     job = prepare("tiny_random", str(profile), given, out)
     assert ("--track", "wandb") in job.spec.runner_options
     smoke = prepare("tiny_random", str(profile), JobOptions(smoke=True), out)

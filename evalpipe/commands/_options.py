@@ -1,26 +1,14 @@
-"""Command-line options shared by subcommands: the argument types the records do not own, and
-the job commands' (`render`, `submit`) options, added from the records that declare them."""
+"""Command-line options shared by subcommands: the cluster and the results folders, and the job
+commands' (`render`, `submit`) options, added from the records that declare them."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from evalpipe.core.options import add_options, from_args
 from evalpipe.jobs.jobspec import JOB, JOB_RUNNER_GROUPS, JobOptions
 from evalpipe.run.options import RunnerOptions
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
 
 
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:

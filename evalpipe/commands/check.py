@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from evalpipe.catalog.selection import Selection
 from evalpipe.commands._options import add_cluster_argument
 from evalpipe.core.options import add_options
-from evalpipe.run.options import SELECTION, RunnerOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", required=True, help="preset name or path to a preset YAML")
     add_cluster_argument(parser)
-    add_options(parser, RunnerOptions, groups=(SELECTION,))
+    add_options(parser, Selection)
 
 
 def run(args: argparse.Namespace) -> int:

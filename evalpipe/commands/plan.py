@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING
 
 from evalpipe.catalog.gpus import Gpu, load_gpus
 from evalpipe.catalog.preset import Preset, load_preset
+from evalpipe.catalog.selection import Selection
 from evalpipe.commands._options import add_results_argument
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError, EvalpipeError
-from evalpipe.core.options import add_options, from_args, positive_int
+from evalpipe.core.options import add_options, flags_given, from_args, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
 from evalpipe.planning.placement import Placement, choose_placement, plan_judge
-from evalpipe.run.options import JUDGE, LAYOUT, SELECTION, RunnerOptions
+from evalpipe.run.options import LAYOUT, JudgeOptions, LayoutOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
@@ -36,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpus-per-node", type=positive_int, default=8, help="GPUs per node (default 8)"
     )
-    add_options(parser, RunnerOptions, groups=(LAYOUT,), help_values={"layout": "auto"})
+    add_options(parser, LayoutOptions, groups=(LAYOUT,), help_values={"layout": "auto"})
     parser.add_argument("--max-nodes", type=positive_int, help="most nodes the job may use")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="also predict the run's cost for the tasks: load, generation, scoring and wall "
         "time, GPU-hours, energy (loads the tasks and the model's tokenizer)",
     )
-    add_options(parser, RunnerOptions, groups=(SELECTION,))
+    add_options(parser, Selection)
     parser.add_argument(
         "--shards", type=positive_int, default=1, help="with --estimate: array jobs (default 1)"
     )
@@ -54,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "judge (a judged run: the judge planned on the same GPU type and placed after "
         "generation or side by side; docs/judge.md)"
     )
-    add_options(judge, RunnerOptions, groups=(JUDGE,))
+    add_options(judge, JudgeOptions)
 
 
 def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
@@ -64,9 +65,7 @@ def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
         return args.max_model_len
     from evalpipe.jobs.budgets import task_model_len
 
-    given = RunnerOptions(max_model_len=args.max_model_len, tasks=args.tasks,
-                          max_tokens=args.max_tokens, mc_method=args.mc_method)  # fmt: skip
-    return task_model_len(preset, given)
+    return task_model_len(preset, from_args(Selection, args), args.max_model_len)
 
 
 def _plan(
@@ -98,11 +97,11 @@ def run(args: argparse.Namespace) -> int:
         raise unknown_name("GPU", args.gpu, gpus)
     gpu = gpus[args.gpu]
     result = _plan(args, preset, gpu, list(gpus.values()))
-    judged = from_args(RunnerOptions, args, groups=(JUDGE,))
-    judge = _judge_plan(args, judged, gpu) if _judging(judged) else None
+    judged = from_args(JudgeOptions, args)
+    judge = _judge_plan(args, judged, gpu) if judged.named else None
     placement = phases = None
-    if _judging(judged):
-        wanted = judged.judge_placement or "auto"
+    if judged.named:
+        wanted = judged.placement or "auto"
         placement = choose_placement(result, judge, gpus_per_node=args.gpus_per_node, wanted=wanted)
     cost = None
     if args.estimate:
@@ -135,15 +134,11 @@ def run(args: argparse.Namespace) -> int:
     return exitcodes.OK
 
 
-def _judging(judged: RunnerOptions) -> bool:
-    return judged.judge is not None or judged.judge_base_url is not None
-
-
-def _judge_plan(args: argparse.Namespace, judged: RunnerOptions, gpu: Gpu) -> planner.Plan | None:
+def _judge_plan(args: argparse.Namespace, judged: JudgeOptions, gpu: Gpu) -> planner.Plan | None:
     """The judge preset's smallest layout on one node of the GPU (None: a server's judge)."""
-    if judged.judge_base_url is not None or judged.judge is None:
+    if judged.endpoint.base_url is not None or judged.preset is None:
         return None
-    return plan_judge(load_preset(judged.judge), gpu, gpus_per_node=args.gpus_per_node)
+    return plan_judge(load_preset(judged.preset), gpu, gpus_per_node=args.gpus_per_node)
 
 
 def _describe_judge(judge: planner.Plan | None, placement: Placement, final: bool) -> str:
@@ -164,40 +159,30 @@ def _estimate(
     preset: Preset,
     gpu: Gpu,
     plan: planner.Plan,
-    judged: RunnerOptions,
+    judged: JudgeOptions,
     judge: planner.Plan | None,
 ) -> tuple[Estimate, PhasesEstimate | None]:
     """The run's cost; a judged run's phases too when its judge runs on the job's GPUs."""
     from evalpipe.estimate.predict import (
         DEFAULT_RESULTS,
-        Selection,
         estimate_phases,
         judge_predictor,
         predictor,
     )
     from evalpipe.run.judging import JUDGE_SAMPLING
 
-    selection = Selection(
-        categories=args.categories,
-        tasks=args.tasks,
-        limit=args.limit,
-        mc_method=args.mc_method,
-        max_tokens=args.max_tokens,
-        since=args.since,
-        until=args.until,
-        judge_data=judged.judge_data,
-    )
+    selection = from_args(Selection, args)
     results = args.results or [DEFAULT_RESULTS]
-    prediction = predictor(preset, gpu, plan, selection, results=results)
+    prediction = predictor(preset, gpu, plan, selection, judge_data=judged.data, results=results)
     if judge is None or not prediction.judged:
         return prediction.estimate(shards=args.shards), None
     judging = judge_predictor(
         prediction,
-        load_preset(judged.judge),
+        load_preset(judged.preset),
         gpu,
         judge,
-        limit=args.limit,
-        max_tokens=judged.judge_max_tokens,
+        limit=selection.limit,
+        max_tokens=judged.max_tokens,
         default_max_tokens=JUDGE_SAMPLING.max_tokens,
         results=results,
     )
@@ -205,27 +190,15 @@ def _estimate(
         prediction,
         judging,
         gpus_per_node=args.gpus_per_node,
-        wanted=judged.judge_placement or "auto",
+        wanted=judged.placement or "auto",
         shards=args.shards,
     )
 
 
 def _check(args: argparse.Namespace) -> None:
-    chosen = [
-        flag
-        for flag, value in (
-            ("--tasks", args.tasks),
-            ("--categories", args.categories),
-            ("--limit", args.limit),
-            ("--mc-method", args.mc_method),
-            ("--max-tokens", args.max_tokens),
-            ("--since", args.since),
-            ("--until", args.until),
-            ("--results", args.results),
-            ("--shards", args.shards != 1),
-        )
-        if value
-    ]
+    chosen = flags_given(from_args(Selection, args))
+    chosen += [flag for flag, value in (("--results", args.results), ("--shards", args.shards != 1))
+               if value]  # fmt: skip
     if chosen and not args.estimate:
         raise ConfigError(f"{', '.join(chosen)} only matter with --estimate; add it.")
     if args.estimate and args.all_gpus:

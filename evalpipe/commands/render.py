@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     spec = prepared.spec
-    budgets = budget_table(spec.preset, spec.options.run, spec.plan.max_model_len)
+    budgets = budget_table(spec.preset, spec.options.run.selection, spec.plan.max_model_len)
     if budgets:  # the named tasks: what each generates, in which context
         print(budgets, end="", file=sys.stderr)
     print(

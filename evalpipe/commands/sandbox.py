@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from evalpipe.commands._options import seconds
 from evalpipe.core import exitcodes
+from evalpipe.core.options import seconds
 
 
 def _source(path: str) -> str:

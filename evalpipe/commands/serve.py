@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from evalpipe.core.options import add_options, positive_int
-from evalpipe.run.options import EXECUTOR, LAYOUT, RunnerOptions
+from evalpipe.run.options import LayoutOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
     )
-    add_options(parser, RunnerOptions, groups=(LAYOUT, EXECUTOR), help_values={"layout": "planned"})
+    add_options(parser, LayoutOptions, help_values={"layout": "planned"})
     parser.add_argument(
         "--dry-run", action="store_true", help="print the server command; start nothing"
     )

@@ -8,8 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from evalpipe.commands._options import seconds
-from evalpipe.core.options import add_options, from_args, positive_int
+from evalpipe.core.options import add_options, from_args, positive_int, seconds
 from evalpipe.run.options import ENGINE, EXECUTOR, LAYOUT, RunnerOptions
 
 

@@ -7,8 +7,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from evalpipe.commands._options import add_job_arguments, job_options, seconds
-from evalpipe.core.options import names
+from evalpipe.commands._options import add_job_arguments, job_options
+from evalpipe.core.options import names, seconds
 from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.rundir.layout import RunDir
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evalpipe.catalog.gpus import Gpu, load_gpus
 from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.selection import Selection
 from evalpipe.estimate.autosize import Choice, Limit, choose
 from evalpipe.estimate.calibration import SHARED_FOLDER, SUFFIX, Calibration, load_calibrations
 from evalpipe.estimate.cost import Basis, Estimate, basis, estimate
@@ -28,20 +29,6 @@ from evalpipe.tasks.base import Task
 from evalpipe.tasks.judging import Grading
 
 DEFAULT_RESULTS = Path("results")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Selection:
-    """The tasks a job runs, as `evalpipe run` selects them."""
-
-    categories: tuple[str, ...] | None = None
-    tasks: tuple[str, ...] | None = None
-    limit: int | None = None
-    mc_method: str | None = None
-    max_tokens: int | None = None  # --max-tokens
-    since: str | None = None
-    until: str | None = None
-    judge_data: str | None = None  # --judge-data: a judged benchmark's data folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +86,7 @@ def predictor(
     plan: Plan,
     selection: Selection,
     *,
+    judge_data: str | None = None,
     results: Sequence[Path] = (DEFAULT_RESULTS,),
     calibration_dirs: Sequence[Path] = (),
     calibrate_on_runs: bool = True,
@@ -110,16 +98,10 @@ def predictor(
 
     # The same selection as `evalpipe run`: named tasks alone, else the preset's categories,
     # with the budgets the run will generate with in the plan's context.
-    categories = selection.categories or (None if selection.tasks else preset.categories)
     chosen = load_selection(
         selection.tasks,
-        LoadOptions(
-            preset=preset,
-            categories=tuple(categories) if categories else None,
-            mc_method=selection.mc_method,
-            since=selection.since,
-            until=selection.until,
-            judge_data=Path(selection.judge_data) if selection.judge_data else None,
+        LoadOptions.selected(
+            selection, preset, judge_data=Path(judge_data) if judge_data else None
         ),
         max_tokens=selection.max_tokens,
         max_model_len=plan.max_model_len,

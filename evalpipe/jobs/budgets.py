@@ -7,27 +7,29 @@ from __future__ import annotations
 
 from evalpipe.catalog.budgets import fit_context
 from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.selection import Selection
 from evalpipe.catalog.taskrefs import named_asks
 from evalpipe.core.textable import format_table
-from evalpipe.run.options import RunnerOptions
 
 
-def _asks(run: RunnerOptions) -> list:
-    return named_asks(run.tasks or (), max_tokens=run.max_tokens, mc_method=run.mc_method)
+def _asks(selection: Selection) -> list:
+    return named_asks(
+        selection.tasks or (), max_tokens=selection.max_tokens, mc_method=selection.mc_method
+    )
 
 
-def task_model_len(preset: Preset, run: RunnerOptions) -> int | None:
-    """The max_model_len to plan with: --max-model-len, else what the named tasks' budgets
-    need, else None (the preset's)."""
-    if run.max_model_len is not None or not run.tasks:
-        return run.max_model_len
-    return fit_context(preset, _asks(run), None).max_model_len
+def task_model_len(preset: Preset, selection: Selection, given: int | None) -> int | None:
+    """The max_model_len to plan with: `given` (--max-model-len), else what the named tasks'
+    budgets need, else None (the preset's)."""
+    if given is not None or not selection.tasks:
+        return given
+    return fit_context(preset, _asks(selection), None).max_model_len
 
 
-def budget_table(preset: Preset, run: RunnerOptions, max_model_len: int) -> str:
+def budget_table(preset: Preset, selection: Selection, max_model_len: int) -> str:
     """Each named task with its n and token budget at `max_model_len`, and the notes of what
     is capped; '' when the job names no tasks."""
-    asks = _asks(run)
+    asks = _asks(selection)
     if not asks:
         return ""
     context = fit_context(preset, asks, max_model_len)

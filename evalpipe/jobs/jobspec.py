@@ -11,12 +11,14 @@ from typing import Literal, get_args
 from evalpipe.catalog.clusters import Cluster, check_max_restarts
 from evalpipe.catalog.gpus import Gpu, get_gpu
 from evalpipe.catalog.preset import Preset, load_preset
+from evalpipe.catalog.selection import SELECTION
 from evalpipe.catalog.slurmtime import check_signal_seconds, slurm_minutes
 from evalpipe.catalog.taskrefs import check_selection
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.core.options import (
     check_options,
     count,
+    flags_given,
     float_text,
     option,
     positive,
@@ -32,12 +34,13 @@ from evalpipe.planning.planner import Plan
 from evalpipe.run.options import (
     ENGINE,
     EXECUTOR,
+    GENERATION,
     GROUPS,
     JUDGE,
     LAYOUT,
-    SELECTION,
+    RUNTIME,
     TRACKING,
-    WATCHDOG,
+    LayoutOptions,
     RunnerOptions,
 )
 from evalpipe.run.serve import READY_TIMEOUT_S, served_name
@@ -79,10 +82,10 @@ def _margin(value: float) -> None:
 
 
 JOB = "job"  # the option group of JobOptions' own flags
-# The runner's options a submission takes; the job sets the executor and the endpoint itself.
-# A judged run's job holds both phases: the judge after generation, or side by side with it
-# (planning/placement.py).
-JOB_RUNNER_GROUPS = (SELECTION, ENGINE, LAYOUT, WATCHDOG, JUDGE, TRACKING)
+# The runner's options a submission takes; the job sets the executor, the endpoint (a serve
+# job's own server) and each array task's shard itself. A judged run's job holds both phases:
+# the judge after generation, or side by side with it (planning/placement.py).
+JOB_RUNNER_GROUPS = (SELECTION, ENGINE, GENERATION, LAYOUT, RUNTIME, JUDGE, TRACKING)
 # What `evalpipe smoke --local` takes: the model and its layout, no tasks.
 SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
 
@@ -154,9 +157,9 @@ class JobOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
-        backend = self.run.backend
+        backend = self.run.engine.backend
         taken = SMOKE_RUNNER_GROUPS if self.smoke else JOB_RUNNER_GROUPS
-        others = self.run.flags_given(tuple(g for g in GROUPS if g not in taken))
+        others = flags_given(self.run, tuple(g for g in GROUPS if g not in taken))
         if others:
             raise ConfigError(
                 f"{', '.join(others)}: a {'smoke ' if self.smoke else ''}job's runner does not "
@@ -168,8 +171,7 @@ class JobOptions:
                 f"vllm backend (got --backend {backend}) and is not a smoke test. Drop "
                 "--backend (or --mode serve)."
             )
-        judged = self.run.judge is not None or self.run.judge_base_url is not None
-        if judged and self.shards != 1 and self.run.phase != "generate":
+        if self.run.judge.named and self.shards != 1 and self.run.judge.phase != "generate":
             raise ConfigError(
                 f"--shards {self.shards} with a judge: each shard would judge only its own "
                 "answers and a merge keeps no judgments. Submit with --shards 1, or --phase "
@@ -233,15 +235,19 @@ class JobSpec:
     @property
     def server_options(self) -> list[tuple[str, str]]:
         """`evalpipe serve` options (not --port): the plan's layout for the server."""
+        return [("--preset", self.preset_ref), *to_argv(self._layout, groups=(LAYOUT, EXECUTOR))]
+
+    @property
+    def _layout(self) -> LayoutOptions:
+        """The plan's layout, as the runner or the job's server is told it."""
         plan = self.plan
-        layout = RunnerOptions(
+        return LayoutOptions(
             tp=plan.tensor_parallel_size,
             pp=plan.pipeline_parallel_size,
             replicas=plan.replicas,
             max_model_len=plan.max_model_len,
             distributed_executor_backend="ray" if self.multi_node else None,
         )
-        return [("--preset", self.preset_ref), *to_argv(layout, groups=(LAYOUT, EXECUTOR))]
 
     @property
     def command(self) -> list[str]:
@@ -306,33 +312,32 @@ class JobSpec:
         return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
     @property
-    def runner_options(self) -> list[tuple[str, str]]:
-        """`evalpipe run` options every task of the job shares (not --shard and --out): the
-        submission's, with the plan's layout."""
-        plan = self.plan
+    def runner(self) -> RunnerOptions:
+        """The record every task of the job gives its runner (not the shard and the run
+        directory, which each task adds): the submission's, with the plan's layout."""
+        run = self.options.run
         if self.serve:  # the layout is the server's; the template adds --base-url
             run = replace(
-                self.options.run,
-                backend="openai",
-                max_model_len=plan.max_model_len,
-                concurrency=self.serve_concurrency,
-                tp=None,
-                pp=None,
-                replicas=None,
+                run,
+                engine=replace(run.engine, backend="openai"),
+                layout=LayoutOptions(max_model_len=self.plan.max_model_len),
+                endpoint=replace(run.endpoint, concurrency=self.serve_concurrency),
             )
         else:
-            run = replace(
-                self.options.run,
-                tp=plan.tensor_parallel_size,
-                pp=plan.pipeline_parallel_size,
-                replicas=plan.replicas,
-                max_model_len=plan.max_model_len,
-                distributed_executor_backend="ray" if self.multi_node else None,
-            )
+            run = replace(run, layout=self._layout)
         if self.placement is not None:  # the runner is told the planner's choice
             replicas = None if self.serve else self.placement.model_replicas
-            run = replace(run, judge_placement=self.placement.kind, replicas=replicas)
-        options = [("--preset", self.preset_ref), *to_argv(run)]
+            run = replace(
+                run,
+                judge=replace(run.judge, placement=self.placement.kind),
+                layout=replace(run.layout, replicas=replicas),
+            )
+        return run
+
+    @property
+    def runner_options(self) -> list[tuple[str, ...]]:
+        """The runner's argv words, `runner` written out: (flag, value), or a switch's flag."""
+        options = [("--preset", self.preset_ref), *to_argv(self.runner)]
         if self.options.smoke:  # smoke plans again for the comparison: the same GPU and node size
             gpus = str(self.cluster.gpus_per_node)
             return [*options, ("--gpu", self.plan.gpu), ("--gpus-per-node", gpus)]
@@ -380,25 +385,25 @@ def make_jobspec(
             "SLURM's --output cannot carry. Choose a plainer path with --out."
         )
     run = options.run
-    check_selection(run.categories, run.tasks)
-    wanted = task_model_len(preset, run)
+    check_selection(run.selection.categories, run.selection.tasks)
+    wanted = task_model_len(preset, run.selection, run.layout.max_model_len)
 
     def plan_at(max_model_len: int | None) -> Plan:
         return planner.plan(
             preset,
             gpu,
             gpus_per_node=cluster.gpus_per_node,
-            tp=run.tp,
-            pp=run.pp,
+            tp=run.layout.tp,
+            pp=run.layout.pp,
             max_model_len=max_model_len,
             max_nodes=cluster.max_nodes,
             overhead_correction_gib=cluster.overhead_correction_gib,
-            replicas=run.replicas if run.replicas is not None else cluster.replicas,
+            replicas=run.layout.replicas if run.layout.replicas is not None else cluster.replicas,
         )
 
     # A context raised for long budgets that does not fit falls back to the preset's; the
     # runner then caps the budgets to fit it, with a note (evalpipe/tasks/kinds.py).
-    raised = wanted != run.max_model_len
+    raised = wanted != run.layout.max_model_len
     try:
         try:
             plan: Plan | None = plan_at(wanted)
@@ -407,7 +412,7 @@ def make_jobspec(
                 raise
             plan = None
         if raised and (plan is None or not plan.fits):
-            plan = plan_at(run.max_model_len)
+            plan = plan_at(run.layout.max_model_len)
     except DoesNotFitError as exc:
         raise DoesNotFitError(
             f"{exc}\nCluster {cluster.name} allows at most {cluster.max_nodes} node(s) of "
@@ -449,7 +454,13 @@ def make_jobspec(
             signal_seconds=signal_seconds,
             max_restarts=max_restarts,
             # A smoke job tracks nothing: it evaluates no tasks.
-            run=replace(run, track=run.track or (None if options.smoke else cluster.track)),
+            run=replace(
+                run,
+                tracking=replace(
+                    run.tracking,
+                    track=run.tracking.track or (None if options.smoke else cluster.track),
+                ),
+            ),
         ),
     )
 
@@ -459,13 +470,13 @@ def judge_placement(
 ) -> Placement | None:
     """Where the job's judge runs (None: the job does not judge). A judge preset is planned on
     the cluster's GPU like the model; a judge behind a server uses none of the job's GPUs."""
-    run = options.run
-    if (run.judge is None and run.judge_base_url is None) or run.phase == "generate":
+    asked = options.run.judge
+    if not asked.named or asked.phase == "generate":
         return None
     judge = None
-    if run.judge_base_url is None and run.judge is not None:
+    if asked.endpoint.base_url is None and asked.preset is not None:
         judge = plan_judge(
-            load_preset(run.judge),
+            load_preset(asked.preset),
             gpu,
             gpus_per_node=cluster.gpus_per_node,
             overhead_correction_gib=cluster.overhead_correction_gib,
@@ -473,12 +484,12 @@ def judge_placement(
     apart = None
     if options.mode == "serve":
         apart = "the job's vLLM server holds the model's GPUs (--mode serve)"
-    elif run.phase == "judge":
+    elif asked.phase == "judge":
         apart = "the job only judges (--phase judge)"
     return choose_placement(
         model,
         judge,
         gpus_per_node=cluster.gpus_per_node,
-        wanted=run.judge_placement or "auto",
+        wanted=asked.placement or "auto",
         apart=apart,
     )

@@ -1,7 +1,8 @@
 """Plan → render → validate → submit → record: the Python API behind `evalpipe submit`.
 
     from evalpipe.jobs.submit import submit
-    job = submit("tiny_random", "local", options=JobOptions(run=RunnerOptions(limit=5)))
+    options = JobOptions(run=RunnerOptions(selection=Selection(limit=5)))
+    job = submit("tiny_random", "local", options=options)
     status = job.wait()          # or job.state()
     print(job.job_id, job.run_dir, status.ok)
 
@@ -119,7 +120,10 @@ def prepare(
         spec = spec_for(
             dataclasses.replace(
                 options,
-                run=dataclasses.replace(options.run, replicas=cost.choice.replicas),
+                run=dataclasses.replace(
+                    options.run,
+                    layout=dataclasses.replace(options.run.layout, replicas=cost.choice.replicas),
+                ),
                 shards=cost.choice.shards,
                 time=cost.choice.time_limit,
                 target_wall=None,
@@ -135,12 +139,12 @@ def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] 
     if results is None and not options.auto_chosen:
         return blank
     run = spec.options.run
-    if run.backend != "vllm" or spec.options.smoke:
+    if run.engine.backend != "vllm" or spec.options.smoke:
         return dataclasses.replace(
-            blank, no_estimate=f"only vLLM runs are estimated, not {run.backend}"
+            blank, no_estimate=f"only vLLM runs are estimated, not {run.engine.backend}"
         )
     # Only here: the estimate loads the tasks, which `evalpipe render` without one never does.
-    from evalpipe.estimate.predict import DEFAULT_RESULTS, Selection, predictor
+    from evalpipe.estimate.predict import DEFAULT_RESULTS, predictor
 
     site = spec.cluster
     try:
@@ -148,12 +152,10 @@ def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] 
             spec.preset,
             gpu,
             spec.plan,
-            Selection(categories=run.categories, tasks=run.tasks, limit=run.limit,
-                      mc_method=run.mc_method, max_tokens=run.max_tokens,
-                      since=run.since, until=run.until),
+            run.selection,
             results=list(results or [DEFAULT_RESULTS]),
             calibration_dirs=[Path(site.cache_dir)] if site.cache_dir else [],
-        )  # fmt: skip
+        )
     except EvalpipeError as exc:
         if options.auto_chosen:
             raise
@@ -196,9 +198,9 @@ def check(prepared: Prepared) -> preflight.Report:
     report = preflight.check(
         spec.preset,
         spec.cluster,
-        categories=spec.options.run.categories,
-        tasks=spec.options.run.tasks,
-        backend=spec.options.run.backend,
+        categories=spec.options.run.selection.categories,
+        tasks=spec.options.run.selection.tasks,
+        backend=spec.options.run.engine.backend,
     )
     report.raise_for_errors()
     return report

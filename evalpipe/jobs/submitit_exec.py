@@ -26,8 +26,8 @@ from evalpipe.rundir.layout import RunDir
 def runner_argv(spec: JobSpec) -> list[str]:
     """The `python -m evalpipe run ...` command the templates write, for one unsharded job."""
     argv = [*spec.python_argv, "-m", "evalpipe", "run"]
-    for name, value in spec.runner_options:
-        argv += [name, value]
+    for words in spec.runner_options:
+        argv += words
     return [*argv, "--out", spec.run_dir]
 
 

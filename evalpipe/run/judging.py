@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.preset import Preset, load_preset, with_endpoint
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import RunDirError
 from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine
@@ -88,19 +88,14 @@ def judge_for(
     machine's engine (the fake one when the model runs on it), or the server `--judge-base-url`
     names (its model defaults to the judge preset's, else the run's). Its identity is the judge
     model, not where it runs."""
-    preset = load_preset(options.judge) if options.judge else model
-    if options.judge_base_url is not None:
+    asked = options.judge
+    preset = load_preset(asked.preset) if asked.preset else model
+    if asked.endpoint.base_url is not None:
         backend = "openai"
-        preset = with_endpoint(
-            preset,
-            base_url=options.judge_base_url,
-            model=options.judge_model,
-            api_key_env=options.judge_api_key_env,
-            concurrency=options.judge_concurrency,
-        )
+        preset = asked.endpoint.apply(preset)
         name = preset.endpoint.model or preset.model
     else:
-        backend = "fake" if options.backend == "fake" else "vllm"
+        backend = "fake" if options.engine.backend == "fake" else "vllm"
         name = preset.model
     identity = {"backend": backend, "preset": preset.name, "model": name}
     if preset.revision:
@@ -115,12 +110,12 @@ def judge_for(
         return open_engine(backend, preset, settings)
 
     sampling = JUDGE_SAMPLING
-    if options.judge_max_tokens is not None:
-        sampling = dataclasses.replace(sampling, max_tokens=options.judge_max_tokens)
+    if asked.max_tokens is not None:
+        sampling = dataclasses.replace(sampling, max_tokens=asked.max_tokens)
         # A benchmark's own judge sampling (Arena-Hard's config) gives way to the flag too.
         gradings = {
             task: dataclasses.replace(
-                g, sampling=dataclasses.replace(g.sampling, max_tokens=options.judge_max_tokens)
+                g, sampling=dataclasses.replace(g.sampling, max_tokens=asked.max_tokens)
             )
             if g.sampling is not None and dataclasses.is_dataclass(g)
             else g

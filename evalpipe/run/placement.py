@@ -1,7 +1,7 @@
 """A judged run's phases as processes (planning/placement.py chooses where the judge runs).
 
 After generation, each phase has a process of its own, the generation's gone (its memory with
-it) before the judge's starts; commands/run.py waits for each with `wait_child`. Side by side,
+it) before the judge's starts; run/session.py waits for each with `wait_child`. Side by side,
 the GPUs are split between the two and the judge's process starts with the generation.
 
 The generating process starts the judge's (`evalpipe run --phase judge --judge-placement

@@ -129,7 +129,7 @@ class StopFlag(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunResult:
+class GenerationResult:
     status: RunStatus  # "complete" or "interrupted"
     run_dir: Path
     summary: dict[str, Any]  # summary.json as written
@@ -337,7 +337,7 @@ def run_evaluation(
     exit_process: Callable[[int], None] = end_process,
     past: Sequence[PastLengths] = (),
     tracker: Callable[[Path, TrackedRun | None], Tracking] | None = None,
-) -> RunResult:
+) -> GenerationResult:
     """Evaluate `tasks` into `out_dir`, resuming whatever it already holds.
 
     `open_engine(settings)` is called at most once, and only if samples remain; `settings` are
@@ -389,7 +389,7 @@ def _evaluate(
     exit_process: Callable[[int], None],
     past: Sequence[PastLengths],
     tracker: Callable[[Path, TrackedRun | None], Tracking] | None,
-) -> RunResult:
+) -> GenerationResult:
     if options.engine.min_model_len is None:
         settings = dataclasses.replace(options.engine, min_model_len=needed_model_len(work))
         options = dataclasses.replace(options, engine=settings)
@@ -412,7 +412,7 @@ def _evaluate(
             # Every sample is on disk but the attempt that wrote them died before finishing:
             # this attempt finishes the run (and marks that one lost).
             run.begin_attempt()
-        return RunResult(
+        return GenerationResult(
             status="complete",
             run_dir=out_dir,
             summary=run.finish("complete", records),
@@ -512,7 +512,7 @@ def _evaluate(
         guard.stop()
     _close(engine, sampler, run)
     status = "complete" if len(records) == len(planned_keys) else "interrupted"
-    return RunResult(
+    return GenerationResult(
         status=status,
         run_dir=out_dir,
         summary=run.finish(status, records),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.selection import Selection
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import KINDS, KindSpec, TaskRef
 from evalpipe.tasks.base import Task
@@ -36,6 +37,20 @@ class LoadOptions:
     reasoning_parser: str | None = None  # separates reasoning from the scored answer
     judge_data: Path | None = None  # --judge-data
     baseline: Baseline | None = None  # --judge-baseline, read
+
+    @classmethod
+    def selected(cls, selection: Selection, preset: Preset, **given: object) -> LoadOptions:
+        """What a run's selection record tells the kinds on `preset` (the one place a
+        selection option reaches the loaders), with the run's other fields `given`."""
+        categories = selection.categories_for(preset.categories)
+        return cls(
+            preset=preset,
+            categories=tuple(categories) if categories else None,
+            mc_method=selection.mc_method,
+            since=selection.since,
+            until=selection.until,
+            **given,  # type: ignore[arg-type]
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -36,7 +36,7 @@ def listing() -> list[Listed]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Selection:
+class FittedTasks:
     """What a run's `--categories` and `--tasks` select, fitted: the tasks with the budgets they
     generate with, the gradings of the judged ones, the context, and what the run is told."""
 
@@ -109,7 +109,7 @@ def load_selection(
     max_tokens: int | None = None,
     max_model_len: int | None = None,
     generation_model: str | None = None,
-) -> Selection:
+) -> FittedTasks:
     """The run's selection on `options.preset`: loaded by kind, the task files set to their
     effective generation settings (`generation_model`: where the model's generation_config.json
     is; None: not read), fitted to `max_tokens` and the context (`max_model_len`: given or
@@ -125,7 +125,7 @@ def load_selection(
         for name in dict.fromkeys(origin.values())
         for note in get_kind(name).notes([t for t in fitted if origin[t.name] == name])
     ]
-    return Selection(
+    return FittedTasks(
         tasks=tuple(fitted),
         gradings=loaded.gradings,
         published=loaded.published,

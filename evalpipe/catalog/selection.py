@@ -1,0 +1,75 @@
+"""Which tasks a run evaluates and how many samples: the selection options record, below the
+estimate that sizes a job from it and the runner that loads it (evalpipe/core/options.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
+from evalpipe.core.options import check_options, count_option, names, names_text, option, some_names
+
+SELECTION = "selection"  # the option group: every command that selects tasks adds it
+
+
+def day_option(*, flag: str, help: str) -> Any:
+    """A selection option holding a day, YYYY-MM-DD (an end of the tasks' date windows)."""
+    return option(
+        flag=flag, group=SELECTION, parse=day_text, check=check_day, metavar="YYYY-MM-DD", help=help
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """The tasks and samples a run evaluates; None: the preset's categories, each task file's
+    value."""
+
+    categories: tuple[str, ...] | None = option(
+        flag="--categories",
+        group=SELECTION,
+        parse=names,
+        text=names_text,
+        check=some_names,
+        help="comma list (default: the preset's)",
+    )
+    tasks: tuple[str, ...] | None = option(
+        flag="--tasks",
+        group=SELECTION,
+        parse=names,
+        text=names_text,
+        check=some_names,
+        help="comma list of task names, task files and suites (suite:NAME, suite:FILE); "
+        "lm_eval:NAME for lm-eval's tasks and groups",
+    )
+    limit: int | None = count_option(
+        flag="--limit",
+        group=SELECTION,
+        help="at most N samples per task",
+    )
+    max_tokens: int | None = count_option(
+        flag="--max-tokens",
+        group=SELECTION,
+        help="cap every task's token budget at N, for smoke runs (default: each task's)",
+    )
+    mc_method: str | None = option(
+        flag="--mc-method",
+        group=SELECTION,
+        choices=MC_METHODS,
+        help="how multiple-choice tasks answer: generate a completion and extract the letter, "
+        "or rank the option letters by log-probability (default: each task file's)",
+    )
+    since: str | None = day_option(
+        flag="--since",
+        help="tasks with a date window (LiveCodeBench's contest dates) keep only problems dated "
+        "on or after this day (default: each task file's window)",
+    )
+    until: str | None = day_option(
+        flag="--until", help="… and on or before this day (default: each task file's window)"
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
+
+    def categories_for(self, preset_categories: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The categories a run loads: the given ones, else the preset's unless tasks are named."""
+        return self.categories or (None if self.tasks else preset_categories)
