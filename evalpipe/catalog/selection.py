@@ -38,8 +38,9 @@ class Selection:
         parse=names,
         text=names_text,
         check=some_names,
-        help="comma list of task names, task files and suites (suite:NAME, suite:FILE); "
-        "lm_eval:NAME for lm-eval's tasks and groups",
+        help="comma list of task references: task names, task files, suites (suite:NAME, "
+        "suite:FILE) and the other task kinds `evalpipe tasks list` shows (lm-eval's tasks, "
+        "judged benchmarks)",
     )
     limit: int | None = count_option(
         flag="--limit",

