@@ -167,3 +167,16 @@ def test_render_and_the_run_size_mt_bench_alike() -> None:
     run = load_selection(["mt_bench"], LoadOptions(preset=preset)).context
     assert planned.max_model_len == run.max_model_len > preset.max_model_len
     assert set(run.budgets.values()) == {1024}  # no answer cut to fit
+
+
+def test_a_kind_keeps_a_results_file_only_when_its_tasks_ran(tmp_path: Path) -> None:
+    """Every kind is asked when a run completes; task files keep no results document of their
+    own, so none is written. A kind's file is named after it: lm-eval's stays
+    lm_eval_results.json, as in run directories written before kinds declared theirs."""
+    out = tmp_path / "run"
+    assert main(["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",
+                 "--limit", "2", "--out", str(out)]) == exitcodes.OK  # fmt: skip
+    manifest = read_manifest(RunDir(out))
+    assert manifest is not None and manifest.status == "complete"
+    assert not list(out.glob("*_results.json"))
+    assert RunDir(out).kind_results("lm_eval").name == "lm_eval_results.json"

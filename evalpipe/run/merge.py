@@ -14,7 +14,7 @@ from typing import Any
 
 from evalpipe.core import provenance
 from evalpipe.core.errors import RunDirError
-from evalpipe.run.lmeval import merge_results
+from evalpipe.run.kindresults import write_merged_results
 from evalpipe.rundir.aggregation import combine_devices
 from evalpipe.rundir.layout import MANIFEST, SHARDS, RunDir
 from evalpipe.rundir.lock import RunLock
@@ -173,7 +173,7 @@ def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: RunStatu
 
 def merge_run(run_dir: Path, *, allow_incomplete: bool = False) -> MergeResult:
     """Write RUN_DIR/{samples.jsonl,manifest.json,summary.json} from RUN_DIR/shards/*/, and
-    lm_eval_results.json when the shards ran lm-eval tasks and all are complete.
+    the results file of each task kind whose shards kept one, when all are complete.
 
     Inconsistent shards are always refused; missing or unfinished ones unless
     `allow_incomplete`, in which case the merged run is marked incomplete. The run directory is
@@ -237,5 +237,5 @@ def _merge(run_dir: Path, allow_incomplete: bool) -> MergeResult:
     write_manifest(RunDir(run_dir), manifest)
     write_summary(RunDir(run_dir), summary)
     if complete:
-        merge_results(RunDir(run_dir), [RunDir(s.path) for s in shards], records)
+        write_merged_results(RunDir(run_dir), [RunDir(s.path) for s in shards], records)
     return MergeResult(complete=complete, missing=missing, summary=summary)

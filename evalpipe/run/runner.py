@@ -29,7 +29,7 @@ from evalpipe.estimate.lengths import PastLengths
 from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
-from evalpipe.run.lmeval import write_results as write_lm_eval_results
+from evalpipe.run.kindresults import write_run_results
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.run.tracking import Tracking
@@ -250,7 +250,7 @@ class _Run:
         summary = summarize_run(records, self.manifest)
         write_summary(self.files, summary)
         if status == "complete":
-            write_lm_eval_results(self.files, self.tasks, records)
+            write_run_results(self.files, self.tasks, records)
         self._end_tracking(summary, records, status)
         return summary
 

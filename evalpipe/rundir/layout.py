@@ -9,7 +9,8 @@
                        settings), beside other judges' folders         writer: the judging phase
       run.lock         who holds the directory (evalpipe.rundir.lock)      writer: the run
       summary.json     metrics and throughput at the end of an attempt writer: the run
-      lm_eval_results.json  lm-eval's results JSON of the run's lm_eval: tasks  writer: the run
+      <kind>_results.json  a task kind's own results document (lm-eval's results JSON for its
+                       kind), when the run completes              writer: the run (run, merge)
       metrics.csv      the monitor's time series (this node)           writer: the run's monitor
       metrics-<host>.csv  another node's series in a multi-node job     writer: that node's monitor
       monitor-phase.json  the runner's phase and clock for those monitors  writer: the run's monitor
@@ -54,7 +55,7 @@ TURNS = "turns.jsonl"
 JUDGMENTS = "judgments"
 LOCK = "run.lock"
 SUMMARY = "summary.json"
-LM_EVAL_RESULTS = "lm_eval_results.json"
+KIND_RESULTS = "{kind}_results.json"
 METRICS = "metrics.csv"
 NODE_METRICS = "metrics-{host}.csv"
 PHASE = "monitor-phase.json"
@@ -114,9 +115,9 @@ class RunDir:
     def summary(self) -> Path:
         return self.path / SUMMARY
 
-    @property
-    def lm_eval_results(self) -> Path:
-        return self.path / LM_EVAL_RESULTS
+    def kind_results(self, kind: str) -> Path:
+        """The results document task kind `kind` (a task-kind name) keeps for the run."""
+        return self.path / KIND_RESULTS.format(kind=kind)
 
     @property
     def metrics(self) -> Path:

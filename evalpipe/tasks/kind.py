@@ -1,5 +1,6 @@
 """The task-kind base: what a kind of `--tasks` reference declares (how its tasks load, are
-listed, shown, fetched and budgeted), as hooks with defaults a kind overrides. The catalog half
+listed, shown, fetched and budgeted, and the results document of its own a completed run keeps),
+as hooks with defaults a kind overrides. The catalog half
 of a kind (its reference syntax, needs, budgets from files alone) is its `KindSpec`."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.preset import Preset
@@ -21,6 +22,11 @@ from evalpipe.tasks.scorers import RunPrograms
 
 if TYPE_CHECKING:
     from evalpipe.tasks.arenahard import Baseline
+
+
+# Per task name, each finished sample's id and metric values: what a kind's results document is
+# made from (the run directory's sample records, which this layer does not read).
+FinishedScores = Mapping[str, Sequence[tuple[str, Mapping[str, float]]]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,3 +110,18 @@ class TaskKind:
     def notes(self, tasks: Sequence[Task]) -> list[str]:
         """What a run of these tasks should be told once (printed with its other notes)."""
         return []
+
+    def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
+        """The kind's own results document for a completed run (kept in the run directory as
+        this kind's results file): made from `tasks`, every task of the run (the kind picks its
+        own), and their finished samples' `scores`. None, the default: the kind keeps none, or
+        the run has none of its tasks. A kind that keeps one also overrides `merged_results`."""
+        return None
+
+    def merged_results(
+        self, shards: Mapping[Path, Mapping[str, Any]], scores: FinishedScores
+    ) -> dict[str, Any] | None:
+        """The document of a merged array job: from the shards' own (one or more, each by the
+        file it was read from, to name in a refusal) and every shard's finished samples'
+        `scores`. A merge loads no tasks, so the kind finds them in its shards' documents."""
+        return None

@@ -1,6 +1,7 @@
 """The task kinds' registry and the run's selection through it: `--tasks` references parsed once
 (evalpipe/catalog/taskrefs.py), each kind loading its own, then every task fitted to
---max-tokens and to the context (the rule: evalpipe/catalog/budgets.py) as its kind declares.
+--max-tokens and to the context (the rule: evalpipe/catalog/budgets.py) as its kind declares;
+and, when the run completes, the results documents the kinds keep of their own.
 
 A kind's loader is imported when a reference of it is loaded: `KindSpec.loader` names the module,
 whose `KIND` is the kind (evalpipe/tasks/kind.py)."""
@@ -10,6 +11,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from evalpipe.catalog.budgets import Context, fit_context
 from evalpipe.catalog.preset import Preset
@@ -19,7 +22,7 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.generation import with_generation_config
 from evalpipe.tasks.judging import Grading
-from evalpipe.tasks.kind import Listed, Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kind import FinishedScores, Listed, Loaded, LoadOptions, TaskKind
 
 
 def get_kind(name: str) -> TaskKind:
@@ -30,9 +33,31 @@ def get_kind(name: str) -> TaskKind:
     return importlib.import_module(loader).KIND
 
 
+def loadable() -> list[str]:
+    """The kinds that load tasks of their own (not expanded into others), in the registry's
+    order."""
+    return [name for name, spec in KINDS.items() if spec.loader]
+
+
 def listing() -> list[Listed]:
     """Every loadable kind's rows for `tasks list`, in the registry's order."""
-    return [row for name, spec in KINDS.items() if spec.loader for row in get_kind(name).listing()]
+    return [row for name in loadable() for row in get_kind(name).listing()]
+
+
+def kind_results(tasks: Sequence[Task], scores: FinishedScores) -> dict[str, dict[str, Any]]:
+    """The results documents of a completed run of `tasks`, by kind: every kind is asked, and
+    one that keeps a document of its own answers when some of `tasks` are its."""
+    made = {name: get_kind(name).results(tasks, scores) for name in loadable()}
+    return {name: document for name, document in made.items() if document is not None}
+
+
+def merged_kind_results(
+    shards: Mapping[str, Mapping[Path, Mapping[str, Any]]], scores: FinishedScores
+) -> dict[str, dict[str, Any]]:
+    """The results documents of a merged array job, by kind, from the shards' documents of each
+    kind that kept one (by kind, then by the file each was read from)."""
+    made = {name: get_kind(name).merged_results(found, scores) for name, found in shards.items()}
+    return {name: document for name, document in made.items() if document is not None}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,19 +1,23 @@
 """The lm-eval kind: `--tasks lm_eval:NAME` (a task or group), `lm_eval:PATH.yaml` or
 `lm_eval:FOLDER`, loaded together so their groups are whole; it honours --max-tokens as
-lm-eval's `--gen_kwargs max_gen_toks=N` does."""
+lm-eval's `--gen_kwargs max_gen_toks=N` does, and keeps lm-eval's results JSON of a completed run
+(evalpipe/tasks/lmeval/results.py) as its results document."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import TaskRef
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kind import FinishedScores, Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.lmeval import LmEvalTask, lm_eval_prompting, load_lmeval_tasks
+from evalpipe.tasks.lmeval.results import check_results, given, lm_eval_results
 from evalpipe.tasks.lmeval.task import GENERATE
 
 
@@ -49,6 +53,28 @@ class LmEvalKind(TaskKind):
         capped = copy.copy(task)  # the same lm-eval task and documents, another budget
         capped.sampling = dataclasses.replace(task.sampling, max_tokens=max_tokens)
         return capped
+
+    def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
+        bridged = [task for task in tasks if isinstance(task, LmEvalTask)]
+        return lm_eval_results(bridged, scores) if bridged else None
+
+    def merged_results(
+        self, shards: Mapping[Path, Mapping[str, Any]], scores: FinishedScores
+    ) -> dict[str, Any] | None:
+        """lm-eval's aggregation over every shard's documents (stderrs and group means of the
+        whole, not averages of the shards' figures). The tasks are loaded again (their datasets
+        too) from what the shards' results name: each task's file and the tasks and groups the
+        run was given."""
+        for path, document in shards.items():
+            check_results(path, document)
+        first = next(iter(shards.values()))
+        names, folders = given(first)
+        separated = set(first.get("evalpipe_reasoning_separated", {}).values())
+        tasks = load_lmeval_tasks(
+            [*folders, *names],
+            reasoning_parser=separated.pop() if separated else None,
+        )
+        return self.results(tasks, scores)
 
 
 KIND = LmEvalKind()

@@ -11,21 +11,25 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from evalpipe.core.errors import DamagedFileError
+from evalpipe.tasks.kind import FinishedScores
 from evalpipe.tasks.lmeval.task import LmEvalTask
 
 # What lm-eval's CLI uses unless told otherwise (--bootstrap_iters).
 BOOTSTRAP_ITERS = 100000
 NO_POOL = "DISABLE_MULTIPROC"  # lm-eval's switch to bootstrap in this process
 
-# Per task, each finished document: (sample id, its scores).
-DocScores = Sequence[tuple[str, Mapping[str, float]]]
+# The keys lm-eval's own results file has (lm_eval/result_schema.py, EvalResults), always.
+KEYS = ("results", "group_subtasks", "configs", "versions", "n-shot", "higher_is_better",
+        "n-samples")  # fmt: skip
 
 
 def lm_eval_results(
     tasks: Sequence[LmEvalTask],
-    scores: Mapping[str, DocScores],
+    scores: FinishedScores,
     *,
     bootstrap_iters: int = BOOTSTRAP_ITERS,
 ) -> dict[str, Any]:
@@ -69,3 +73,25 @@ def lm_eval_results(
     if separated:
         results["evalpipe_reasoning_separated"] = separated
     return json.loads(json.dumps(results, default=handle_non_serializable))
+
+
+def check_results(path: Path, results: Mapping[str, Any]) -> None:
+    """DamagedFileError when `results` (read from `path`) lacks a key lm-eval's readers expect."""
+    missing = [key for key in KEYS if key not in results]
+    if missing:
+        raise DamagedFileError(
+            f"{path} lacks lm-eval's key(s) {', '.join(missing)}; rerun "
+            "`evalpipe run --resume` on the directory to write it again."
+        )
+
+
+def given(results: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The tasks and groups a run was given (those in no group of the run), and the folders of
+    its task files, from its lm-eval results."""
+    groups: Mapping[str, list[str]] = results.get("group_subtasks", {})
+    inside = {name for members in groups.values() for name in members}
+    names = [name for name in [*groups, *results["configs"]] if name not in inside]
+    sources = (config.get("metadata", {}).get("config_source") for config in
+               results["configs"].values())  # fmt: skip
+    folders = sorted({str(Path(s).parent) for s in sources if s and Path(s).is_file()})
+    return names, folders
