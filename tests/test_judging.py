@@ -149,11 +149,11 @@ def test_endpoint_judge_scores_are_exact(tmp_path: Path) -> None:
         result = judge_run(lambda: endpoint_judge(server.base_url), tmp_path, WORK, judge())
     scores, failures = expected_scores(tmp_path)
     summary = result.summary
-    assert summary["parse_failures"] == failures
-    assert summary["judgments"] == len(TASK.samples())
-    assert summary["overall"] == sum(scores) / len(scores)
-    assert summary["distribution"] == {str(int(s)): n for s, n in sorted(Counter(scores).items())}
-    assert summary["comparable"] is False and "not comparable" in summary["note"]
+    assert summary.parse_failures == failures
+    assert summary.judgments == len(TASK.samples())
+    assert summary.overall == sum(scores) / len(scores)
+    assert summary.distribution == {str(int(s)): n for s, n in sorted(Counter(scores).items())}
+    assert summary.comparable is False and summary.note and "not comparable" in summary.note
     assert max(server.answered.values()) == 1  # the retried faults asked nothing twice
 
 
@@ -197,4 +197,5 @@ def test_kill_during_judging_then_resume_equals_an_uninterrupted_run(tmp_path: P
         return sorted(judgments(next(out.glob("judgments/*"))), key=lambda r: r["sample_id"])
 
     assert rows(cut) == rows(whole)
-    assert result.summary == json.loads(next(whole.glob("judgments/*/summary.json")).read_text())
+    written = json.loads(next(whole.glob("judgments/*/summary.json")).read_text())
+    assert result.summary.to_dict() == written
