@@ -118,8 +118,8 @@ def tracked_metrics(summary: Summary) -> dict[str, float]:
     for task, info in summary.tasks.items():
         for metric, stats in info.metrics.items():
             out |= _stats(name("task", task, metric), stats)
-    for category, metrics in summary.categories.items():
-        for metric, stats in metrics.items():
+    for category, figures in summary.categories.items():
+        for metric, stats in figures.micro.items():
             out |= _stats(name("category", category, metric), stats)
     t = summary.throughput
     figures = {
