@@ -22,7 +22,7 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.run.judging import judge_run
-from evalpipe.rundir.judgments import judge_dirs
+from evalpipe.rundir.judgments import JudgeDefinition, judge_dirs, read_judge_summary
 from evalpipe.tasks.base import Sample
 from evalpipe.tasks.judging import (
     JudgePrompt,
@@ -132,6 +132,9 @@ def test_judgments_are_records_resumed_never_asked_twice(tmp_path: Path) -> None
     assert (tmp_path / "samples.jsonl").read_bytes() == before  # never regenerated
     meta = json.loads(first.folder.judge.read_text())
     assert meta["model"] == "judge-a" and meta["answers"]
+    # Each file reads back into the record it was written from.
+    assert JudgeDefinition.from_dict(meta) == judge().definition()
+    assert read_judge_summary(first.folder) == first.summary
 
 
 def expected_scores(out: Path) -> tuple[list[float], int]:
