@@ -18,7 +18,7 @@ from endpoint_support import FaultServer
 from judge_support import TASK, answer, endpoint_judge, judge, verdicts
 from runner_support import preset
 
-from evalpipe.core.errors import ConfigError
+from evalpipe.core.errors import ConfigError, DamagedFileError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.run.judging import judge_run
@@ -135,6 +135,9 @@ def test_judgments_are_records_resumed_never_asked_twice(tmp_path: Path) -> None
     # Each file reads back into the record it was written from.
     assert JudgeDefinition.from_dict(meta) == judge().definition()
     assert read_judge_summary(first.folder) == first.summary
+    first.folder.summary.write_text('{"judgments": 3}')
+    with pytest.raises(DamagedFileError, match=r"summary\.json is not a judge summary .*'parse_"):
+        read_judge_summary(first.folder)
 
 
 def expected_scores(out: Path) -> tuple[list[float], int]:

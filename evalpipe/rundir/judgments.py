@@ -357,10 +357,18 @@ def write_judge_summary(folder: JudgeDir, summary: JudgeSummary) -> None:
 
 
 def read_judge_summary(folder: JudgeDir) -> JudgeSummary:
+    """A judge folder's summary.json; DamagedFileError naming the file when it lacks a figure
+    the record needs (the judging phase writes it again when it next runs)."""
     summary = read_json(folder.summary)
     if "judgments" not in summary:
         raise DamagedFileError(f"{folder.summary} is not a judge summary (no 'judgments').")
-    return JudgeSummary.from_dict(summary)
+    try:
+        return JudgeSummary.from_dict(summary)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DamagedFileError(
+            f"{folder.summary} is not a judge summary evalpipe can read ({exc!r}); run the "
+            "judging again (`evalpipe run --phase judge` with the same judge) to rewrite it."
+        ) from exc
 
 
 def format_pairwise(pair: PairwiseSummary) -> str:
