@@ -168,7 +168,7 @@ def _evalpipe(
     past = options.pop("past", ())
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run"
-        run_evaluation(
+        result = run_evaluation(
             lambda settings: Forced(engine, lengths),
             tasks,
             out,
@@ -177,12 +177,12 @@ def _evalpipe(
             past=past,
         )
         manifest = json.loads((out / "manifest.json").read_text())
-        summary = json.loads((out / "summary.json").read_text())
+    occupancy = result.summary.occupancy
     return {
         "generate_s": sum(v for k, v in manifest["timings"].items() if k.startswith("generate")),
         "policy": manifest["admission"]["policy"],
-        "tail_share": (summary["occupancy"] or {}).get("tail_share"),
-        "tokens": summary["throughput"]["generated_tokens"],
+        "tail_share": None if occupancy is None else occupancy.tail_share,
+        "tokens": result.summary.throughput.generated_tokens,
     }
 
 

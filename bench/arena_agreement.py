@@ -41,7 +41,7 @@ from typing import Any
 
 from benchlib import REPO, parse_args, print_checks
 
-from evalpipe.rundir.judgments import judgment_id, summarize_judgments
+from evalpipe.rundir.judgments import JudgeDefinition, judgment_id, summarize_judgments
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.tasks.arenahard import Baseline, arena_hard
 from evalpipe.tasks.pairwise import GAMES, arena_scores, pair_battles, read_verdict
@@ -272,9 +272,11 @@ def compare_scores(
         for model in MODELS:
             mine = [r for r in records[model] if r.task == task]
             summary = summarize_judgments(
-                mine, judge={"gradings": {task: {"kind": "pairwise"}}}, published_judge=None
+                mine,
+                judge=JudgeDefinition(gradings={task: {"kind": "pairwise"}}),
+                published_judge=None,
             )
-            ours_alone[model] = summary["pairwise"][task]
+            ours_alone[model] = summary.pairwise[task].to_dict()
             games: dict[str, dict[int, str | None]] = {}
             for r in sorted(mine, key=lambda r: r.sample_id):
                 uid, _, game = r.sample_id.partition("@1/")

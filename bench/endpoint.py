@@ -42,6 +42,9 @@ from benchlib import (
     reference_run,
 )
 
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.summary import read_summary
+
 # part → (task, category, extra `evalpipe run` options)
 PARTS = {
     "generation": ("arithmetic", "math", ()),
@@ -59,10 +62,12 @@ def run_side(preset: str, part: str, limit: int, out: Path, *extra: str) -> dict
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     manifest = json.loads((out / "manifest.json").read_text())
-    summary = json.loads((out / "summary.json").read_text())
+    summary = read_summary(RunDir(out))
+    if summary is None or summary.throughput.generated_tokens is None:
+        raise RuntimeError(f"{' '.join(argv)} wrote no summary.json with its generated tokens")
     generate_s = manifest["timings"][f"generate:{category}"]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    tokens = summary["throughput"]["generated_tokens"]
+    tokens = summary.throughput.generated_tokens
     return {
         "generate_s": round(generate_s, 2),
         "per_sample_s": round(generate_s / limit, 3),

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from benchlib import parse_args, print_checks
 
-from evalpipe.rundir.judgments import SCORE, judgment_id, summarize_judgments
+from evalpipe.rundir.judgments import SCORE, JudgeDefinition, judgment_id, summarize_judgments
 from evalpipe.rundir.results import SampleRecord
 from evalpipe.tasks.judging import parse_rating
 from evalpipe.tasks.mtbench import (
@@ -176,14 +176,16 @@ def check_scores(limit: int, seed: int) -> tuple[int, list[str]]:
             check=True,
         )
         theirs = json.loads((Path(tmp) / "result.json").read_text())
-    ours = summarize_judgments(records, judge={"model": "gpt-4"}, published_judge="gpt-4")
+    ours = summarize_judgments(
+        records, judge=JudgeDefinition(model="gpt-4"), published_judge="gpt-4"
+    )
     wrong = []
-    if ours["overall"] != theirs["total"]:
-        wrong.append(f"total: FastChat {theirs['total']!r}, evalpipe {ours['overall']!r}")
-    if ours["parse_failures"] != theirs["num_missing"]:
-        wrong.append(f"missing: {theirs['num_missing']} vs {ours['parse_failures']}")
+    if ours.overall != theirs["total"]:
+        wrong.append(f"total: FastChat {theirs['total']!r}, evalpipe {ours.overall!r}")
+    if ours.parse_failures != theirs["num_missing"]:
+        wrong.append(f"missing: {theirs['num_missing']} vs {ours.parse_failures}")
     for category, value in theirs["category"].items():
-        mine = ours["tasks"][f"mt_bench_{category}"]["mean"]
+        mine = ours.tasks[f"mt_bench_{category}"].mean
         if mine != value:
             wrong.append(f"{category}: FastChat {value!r}, evalpipe {mine!r}")
     return len(theirs["category"]) + 2, wrong

@@ -37,6 +37,9 @@ from pathlib import Path
 
 from benchlib import REPO, child_env, interleave, load_average, machine, median, parse_args
 
+from evalpipe.rundir.judgments import JudgeDir, read_judge_summary
+from evalpipe.rundir.layout import RunDir
+
 PLACEMENTS = ("after", "side-by-side")
 QUICK = {"samples": 4, "delay": 0.05, "reps": 1}
 TEMPLATE = "Question: {question}\nAnswer: {answer}\nRate the answer from 1 to 10 as [[n]]."
@@ -156,10 +159,10 @@ def run_job(placement: str, task: Path, folder: Path, args: argparse.Namespace) 
             f"{' '.join(argv)}:\n{submitted.stdout[-3000:]}{submitted.stderr[-3000:]}"
         )
     (judge_dir,) = (out / "judgments").iterdir()
-    summary = json.loads((judge_dir / "summary.json").read_text())
+    summary = read_judge_summary(JudgeDir(RunDir(out), judge_dir.name))
     rows = [json.loads(x) for x in (judge_dir / "judgments.jsonl").read_text().splitlines()]
     judgments = {r["sample_id"]: r["completions"][0] for r in rows}
-    if len(judgments) != len(rows) or summary["judgments"] != args.samples:
+    if len(judgments) != len(rows) or summary.judgments != args.samples:
         raise RuntimeError(f"{placement}: {len(rows)} judgments for {args.samples} answers")
     everything = (tree.samples[0].t, tree.samples[-1].t) if tree.samples else (0.0, 0.0)
     judging = tree.span("judge")

@@ -239,7 +239,7 @@ def main() -> int:
         f"evalpipe: {cell([o.timing for o in ours])}; "
         f"load {median([o.phase('load') for o in ours]):.2f} s, "
         f"generate {median([o.phase('generate') for o in ours]):.2f} s; accuracy "
-        f"{ours[0].summary['tasks'][args.task]['metrics']['accuracy']['mean']}"
+        f"{ours[0].summary.tasks[args.task].metrics['accuracy'].mean}"
     )
     if not peers:
         print(f"at end: {load_average()}")

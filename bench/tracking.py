@@ -17,7 +17,6 @@ for the CPU). The tracked cases' overhead is shown against the same bound.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +32,9 @@ from benchlib import (
     timed_run,
     verdict,
 )
+
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.summary import read_summary
 
 REFUSING_URI = "http://127.0.0.1:9"  # the discard port: nothing listens, connections refused
 IMPORTS = {
@@ -50,9 +52,10 @@ def run_case(samples: int, delay: float, track: str | None, env: dict[str, str])
             argv += ["--backend", "fake", "--tasks", "arithmetic", "--limit", str(samples)]
             argv += ["--out", str(out), *(["--track", track] if track else [])]
             timing = timed_run(argv, env=child_env(EVALPIPE_FAKE_DELAY_S=str(delay), **env))
-            summary = json.loads((out / "summary.json").read_text())
-            if summary["n_done"] != samples:
-                raise RuntimeError(f"{track}: {summary['n_done']} of {samples} samples written")
+            summary = read_summary(RunDir(out))
+            done = summary.n_done if summary else None
+            if done != samples:
+                raise RuntimeError(f"{track}: {done} of {samples} samples written")
             return timing.wall_s
 
     return go

@@ -11,13 +11,20 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from evalpipe.monitor.summary import DeviceSummary
 from evalpipe.rundir.aggregation import metric_stats
-from evalpipe.rundir.layout import SCHEMA, RunDir
+from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
 from evalpipe.rundir.results import SampleLog, SampleRecord
 from evalpipe.rundir.runconfig import RunConfig
+from evalpipe.rundir.summary import (
+    CategorySummary,
+    MetricSummary,
+    Summary,
+    TaskSummary,
+    Throughput,
+)
 
 
 def append_samples(path: Path, records: Sequence[SampleRecord]) -> None:
@@ -52,27 +59,19 @@ class SyntheticRun:
     oom_fallback: Sequence[str] = ()  # the OOM ladder's step records, as the runner writes them
 
 
-def _devices(run: SyntheticRun) -> list[dict[str, Any]]:
+def _devices(run: SyntheticRun) -> list[DeviceSummary]:
     names = ["cpu"] if run.on_cpu else [f"gpu{i}" for i in range(len(run.peak_memory_gib))]
-    devices = []
-    for i, name in enumerate(names):
-        energy = None if run.energy_j is None or run.on_cpu else run.energy_j[i]
-        devices.append(
-            {
-                "device": name,
-                "host": "node1",
-                "name": "cpu" if run.on_cpu else run.device_name,
-                "peak_memory_gib": run.peak_memory_gib[i],
-                "mean_util_pct": run.mean_util_pct[i],
-                "energy_j": energy,
-                "j_per_token": (
-                    energy / run.generated_tokens
-                    if energy is not None and run.generated_tokens
-                    else None
-                ),
-            }
+    return [
+        DeviceSummary(
+            device=name,
+            host="node1",
+            name="cpu" if run.on_cpu else run.device_name,
+            peak_memory_gib=run.peak_memory_gib[i],
+            mean_util_pct=run.mean_util_pct[i],
+            energy_j=None if run.energy_j is None or run.on_cpu else run.energy_j[i],
         )
-    return devices
+        for i, name in enumerate(names)
+    ]
 
 
 def write_run(path: Path, run: SyntheticRun) -> Path:
@@ -80,7 +79,7 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     records = []
     by_category: dict[str, list[float]] = {}
-    tasks_summary = {}
+    tasks_summary: dict[str, TaskSummary] = {}
     for task, (category, values) in run.tasks.items():
         for i, value in enumerate(values):
             records.append(
@@ -97,42 +96,43 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
                 )
             )
         by_category.setdefault(category, []).extend(values)
-        tasks_summary[task] = {
-            "category": category,
-            "n": len(values),
-            "n_total": run.n_total.get(task, len(values)),
-            "metrics": {run.metric: metric_stats(values)} if values else {},
-        }
+        tasks_summary[task] = TaskSummary(
+            category=category,
+            n=len(values),
+            n_total=run.n_total.get(task, len(values)),
+            metrics={run.metric: MetricSummary(**metric_stats(values))} if values else {},
+        )
     files = RunDir(path)
     files.samples.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
     n_done = sum(len(v) for _, v in run.tasks.values())
-    n_total = sum(t["n_total"] for t in tasks_summary.values())
+    n_total = sum(run.n_total.get(task, len(v)) for task, (_, v) in run.tasks.items())
     rate = run.generated_tokens / run.generate_s if run.generated_tokens else None
-    summary = {
-        "schema": SCHEMA,
-        "run_id": run.run_id,
-        "preset": run.preset,
-        "complete": run.status == "complete" and n_done == n_total,
-        "n_done": n_done,
-        "n_total": n_total,
-        "tasks": tasks_summary,
-        "categories": {
-            cat: {"micro": {run.metric: metric_stats(values)} if values else {}, "macro": {}}
+    summary = Summary(
+        run_id=run.run_id,
+        preset=run.preset,
+        complete=run.status == "complete" and n_done == n_total,
+        n_done=n_done,
+        n_total=n_total,
+        tasks=tasks_summary,
+        categories={
+            cat: CategorySummary(
+                micro={run.metric: MetricSummary(**metric_stats(values))} if values else {}
+            )
             for cat, values in by_category.items()
         },
-        "throughput": {
-            "wall_s": run.wall_s,
-            "load_s": run.wall_s - run.generate_s,
-            "generate_s": run.generate_s,
-            "prompt_tokens": run.prompt_tokens,
-            "generated_tokens": run.generated_tokens,
-            "tokens_per_s": rate,
-            "tokens_per_s_per_gpu": rate / max(run.gpus, 1) if rate else None,
-            "gpus": run.gpus,
-        },
-        "devices": _devices(run),
-        "oom_fallback": list(run.oom_fallback),
-    }
+        throughput=Throughput(
+            wall_s=run.wall_s,
+            load_s=run.wall_s - run.generate_s,
+            generate_s=run.generate_s,
+            prompt_tokens=run.prompt_tokens,
+            generated_tokens=run.generated_tokens,
+            tokens_per_s=rate,
+            tokens_per_s_per_gpu=rate / max(run.gpus, 1) if rate else None,
+            gpus=run.gpus,
+        ),
+        devices=_devices(run),
+        oom_fallback=list(run.oom_fallback),
+    )
     manifest = Manifest(
         run_id=run.run_id,
         status=run.status,
@@ -143,14 +143,14 @@ def write_run(path: Path, run: SyntheticRun) -> Path:
         config_hash="synthetic",
         started_at="2026-01-01T00:00:00Z",
         samples_planned=[
-            PlannedTask(name=task, category=info["category"], n_total=info["n_total"])
+            PlannedTask(name=task, category=info.category, n_total=info.n_total or 0)
             for task, info in tasks_summary.items()
         ],
         timings={"load": run.wall_s - run.generate_s, "generate": run.generate_s},
         oom_fallback=list(run.oom_fallback),
     )
     # Plain writes, not the runner's fsynced ones: benchmarks write thousands of these.
-    files.summary.write_text(json.dumps(summary, indent=1))
+    files.summary.write_text(json.dumps(summary.to_dict(), indent=1))
     files.manifest.write_text(json.dumps(manifest.to_dict(), indent=1))
     if run.metrics_csv:
         files.metrics.write_text(_metrics_csv(run, sorted(by_category)))
@@ -168,18 +168,18 @@ def _metrics_csv(run: SyntheticRun, categories: Sequence[str]) -> str:
     per_category = run.generate_s / max(len(categories), 1)
     rows = [header]
     for device in _devices(run):
-        peak = device["peak_memory_gib"]
-        energy_total = device["energy_j"]
+        peak = device.peak_memory_gib or 0.0
+        energy_total = device.energy_j
         for t in range(int(run.wall_s) + 1):
             if t < load_s:
                 phase, memory, util = "load", peak * t / max(load_s, 1), 5.0
             else:
                 index = min(int((t - load_s) // per_category), len(categories) - 1)
-                phase, memory, util = f"generate:{categories[index]}", peak, device["mean_util_pct"]
+                phase, memory, util = f"generate:{categories[index]}", peak, device.mean_util_pct
             energy = "" if energy_total is None else f"{energy_total * t / run.wall_s:.3f}"
             power = "" if energy_total is None else f"{energy_total / run.wall_s:.1f}"
             rows.append(
-                f"{t},{device['host']},{device['device']},{phase},{memory:.3f},80,{util},"
+                f"{t},{device.host},{device.device},{phase},{memory:.3f},80,{util},"
                 f"{util / 2},60,{power},1980,{energy}"
             )
     return "\n".join(rows) + "\n"

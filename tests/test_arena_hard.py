@@ -13,6 +13,8 @@ from endpoint_support import FaultServer
 from evalpipe.cli import main
 from evalpipe.core.errors import DatasetError
 from evalpipe.run.judging import read_baseline
+from evalpipe.rundir.judgments import JudgeDir, read_judge_summary
+from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.tracked import judge_metrics
 from evalpipe.tasks.arenahard import arena_hard, read_judge_settings
 from evalpipe.tasks.base import Sample
@@ -167,7 +169,9 @@ def test_arena_hard_through_evalpipe_run_scores_exactly(
     judge = json.loads((folder / "judge.json").read_text())
     assert judge["gradings"]["arena_hard_hard_prompt"]["sampling"]["max_tokens"] == 64
     # A tracked run (--track, report --export) carries the same figures.
-    tracked = judge_metrics({folder.name: summary})
+    judged = read_judge_summary(JudgeDir(RunDir(out), folder.name))
+    assert judged.to_dict() == summary  # the record holds the whole file, pairwise included
+    tracked = judge_metrics({folder.name: judged})
     prefix = f"judge/{folder.name[:8]}/pairwise/arena_hard_hard_prompt"
     assert tracked[f"{prefix}/score"] == hard["score"]
     assert tracked[f"{prefix}/position_inconsistency"] == 0.5

@@ -18,11 +18,11 @@ from endpoint_support import FaultServer
 from judge_support import TASK, answer, endpoint_judge, judge, verdicts
 from runner_support import preset
 
-from evalpipe.core.errors import ConfigError
+from evalpipe.core.errors import ConfigError, DamagedFileError
 from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.run.judging import judge_run
-from evalpipe.rundir.judgments import judge_dirs
+from evalpipe.rundir.judgments import JudgeDefinition, judge_dirs, read_judge_summary
 from evalpipe.tasks.base import Sample
 from evalpipe.tasks.judging import (
     JudgePrompt,
@@ -132,6 +132,12 @@ def test_judgments_are_records_resumed_never_asked_twice(tmp_path: Path) -> None
     assert (tmp_path / "samples.jsonl").read_bytes() == before  # never regenerated
     meta = json.loads(first.folder.judge.read_text())
     assert meta["model"] == "judge-a" and meta["answers"]
+    # Each file reads back into the record it was written from.
+    assert JudgeDefinition.from_dict(meta) == judge().definition()
+    assert read_judge_summary(first.folder) == first.summary
+    first.folder.summary.write_text('{"judgments": 3}')
+    with pytest.raises(DamagedFileError, match=r"summary\.json is not a judge summary .*'parse_"):
+        read_judge_summary(first.folder)
 
 
 def expected_scores(out: Path) -> tuple[list[float], int]:
@@ -149,11 +155,11 @@ def test_endpoint_judge_scores_are_exact(tmp_path: Path) -> None:
         result = judge_run(lambda: endpoint_judge(server.base_url), tmp_path, WORK, judge())
     scores, failures = expected_scores(tmp_path)
     summary = result.summary
-    assert summary["parse_failures"] == failures
-    assert summary["judgments"] == len(TASK.samples())
-    assert summary["overall"] == sum(scores) / len(scores)
-    assert summary["distribution"] == {str(int(s)): n for s, n in sorted(Counter(scores).items())}
-    assert summary["comparable"] is False and "not comparable" in summary["note"]
+    assert summary.parse_failures == failures
+    assert summary.judgments == len(TASK.samples())
+    assert summary.overall == sum(scores) / len(scores)
+    assert summary.distribution == {str(int(s)): n for s, n in sorted(Counter(scores).items())}
+    assert summary.comparable is False and summary.note and "not comparable" in summary.note
     assert max(server.answered.values()) == 1  # the retried faults asked nothing twice
 
 
@@ -197,4 +203,5 @@ def test_kill_during_judging_then_resume_equals_an_uninterrupted_run(tmp_path: P
         return sorted(judgments(next(out.glob("judgments/*"))), key=lambda r: r["sample_id"])
 
     assert rows(cut) == rows(whole)
-    assert result.summary == json.loads(next(whole.glob("judgments/*/summary.json")).read_text())
+    written = json.loads(next(whole.glob("judgments/*/summary.json")).read_text())
+    assert result.summary.to_dict() == written

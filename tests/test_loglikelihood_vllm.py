@@ -166,5 +166,5 @@ def test_multiple_choice_by_logprobs_runs_end_to_end(smollm2, tmp_path: Path) ->
         assert all(-50 < x < 0 for x in record.option_logprobs), record.option_logprobs
         best = max(range(4), key=record.option_logprobs.__getitem__)
         assert record.completions == ("ABCD"[best],) == record.extracted
-    accuracy = result.summary["tasks"]["ordering"]["metrics"]["accuracy"]
-    assert accuracy["n"] == 8 and 0 <= accuracy["mean"] <= 1
+    accuracy = result.summary.tasks["ordering"].metrics["accuracy"]
+    assert accuracy.n == 8 and accuracy.mean is not None and 0 <= accuracy.mean <= 1

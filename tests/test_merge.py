@@ -59,9 +59,9 @@ def test_missing_or_unfinished_shards_are_refused_unless_allowed(
     assert "shard 1: no directory" in capsys.readouterr().err
 
     result = merge_run(run_dir, allow_incomplete=True)
-    assert not result.complete and not result.summary["complete"]
+    assert not result.complete and not result.summary.complete
     assert read_json(run_dir / "manifest.json")["status"] == "interrupted"
-    assert result.summary["n_done"] == 8 + 6
+    assert result.summary.n_done == 8 + 6
 
     # The merged directory is an unsharded run: running into it fills the gap.
     opts = RunOptions(backend="fake", window=2)
@@ -71,7 +71,7 @@ def test_missing_or_unfinished_shards_are_refused_unless_allowed(
     )
     assert len(engine.served) == 6
     assert done.status == "complete"
-    assert done.summary["tasks"] == read_json(reference / "summary.json")["tasks"]
+    assert done.summary.to_dict()["tasks"] == read_json(reference / "summary.json")["tasks"]
     with pytest.raises(RunDirError, match="merging again would overwrite"):
         merge_run(run_dir, allow_incomplete=True)
 

@@ -105,9 +105,9 @@ def test_sample_record_keeps_reasoning_and_summary_counts_it() -> None:
         planned=[PlannedTask(name="arithmetic", category="math", n_total=2)],
         timings={}, wall_s=1.0, devices=[], gpus=0, oom_fallback=[],
     )  # fmt: skip
-    task = summary["tasks"]["arithmetic"]
-    assert task["cut_off_in_reasoning"] == 1
-    assert task["reasoning_tokens"] == sum(sum(r.reasoning_tokens) for r in records) > 128
+    task = summary.tasks["arithmetic"]
+    assert task.cut_off_in_reasoning == 1
+    assert task.reasoning_tokens == sum(sum(r.reasoning_tokens) for r in records) > 128
 
 
 def test_split_rules() -> None:

@@ -114,10 +114,10 @@ def test_a_finished_old_run_is_not_run_again(tmp_path: Path) -> None:
     )
     assert result.status == "complete"
     old = json.loads(FIXTURE.summary.read_text())["tasks"]
-    for name, task in result.summary["tasks"].items():  # today's adds intervals beside them
-        for metric, stats in task["metrics"].items():
+    for name, task in result.summary.tasks.items():  # today's adds intervals beside them
+        for metric, stats in task.metrics.items():
             want = old[name]["metrics"][metric]
-            assert {k: stats[k] for k in ("mean", "stderr", "n")} == want
+            assert {"mean": stats.mean, "stderr": stats.stderr, "n": stats.n} == want
 
 
 def test_an_old_run_killed_midway_resumes_with_todays_runner(tmp_path: Path) -> None:

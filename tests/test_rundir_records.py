@@ -16,7 +16,7 @@ from evalpipe.rundir.manifest import PlannedTask, read_manifest
 from evalpipe.rundir.results import SampleRecord, write_json
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.submission import Submission, read_submission, write_submission
-from evalpipe.rundir.summary import read_summary, summarize
+from evalpipe.rundir.summary import read_summary, summarize, write_summary
 from evalpipe.rundir.timings import Timings, phase
 
 FIXTURE = RunDir(Path(__file__).parent / "fixtures" / "rundir-submitted-e4af4c7")
@@ -84,19 +84,20 @@ def test_summary_reads_back_every_figure_reports_use(tmp_path: Path) -> None:
         n_total=5)], timings={"load": 1.0, phase("generate", "math"): 2.0}, wall_s=4.0,
         devices=[device], gpus=1, oom_fallback=[],
     )  # fmt: skip
-    write_json(tmp_path / "summary.json", written)
+    write_summary(RunDir(tmp_path), written)
     summary = read_summary(RunDir(tmp_path))
     assert summary is not None
     assert (summary.preset, summary.complete, summary.n_done) == ("p", False, 4)
     task = summary.tasks["t"]
     assert (task.category, task.n_total) == ("math", 5)
     stats = task.metrics["accuracy"]
-    assert (stats.mean, stats.n) == (0.5, 4.0)
-    assert stats.ci_low == written["tasks"]["t"]["metrics"]["accuracy"]["ci_low"]
-    assert summary.categories["math"]["accuracy"].mean == 0.5
+    assert (stats.mean, stats.n) == (0.5, 4)
+    assert stats.ci_low == written.tasks["t"].metrics["accuracy"].ci_low is not None
+    assert summary.categories["math"].micro["accuracy"].mean == 0.5
     t = summary.throughput
-    assert (t.generate_s, t.generated_tokens, t.tokens_per_s, t.gpus) == (2.0, 16.0, 8.0, 1)
+    assert (t.generate_s, t.generated_tokens, t.tokens_per_s, t.gpus) == (2.0, 16, 8.0, 1)
     assert summary.devices == [device]
+    assert summary == written  # one record, written and read back whole
 
 
 def test_a_damaged_summary_is_named_and_a_missing_one_is_none(tmp_path: Path) -> None:

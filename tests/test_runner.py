@@ -16,8 +16,10 @@ from evalpipe.monitor import DeviceSummary, Monitor
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.results import read_json, read_samples, write_json
 from evalpipe.rundir.shard import Shard
+from evalpipe.rundir.summary import read_summary
 
 OPTIONS = RunOptions(backend="fake", window=2)
 
@@ -53,7 +55,7 @@ def test_complete_run_writes_the_run_directory(tmp_path: Path) -> None:
         "shard": None,
     }
     summary = read_json(out / "summary.json")
-    assert summary == result.summary
+    assert summary == result.summary.to_dict()
     # Scripted right answers: alpha 3/9, beta 1/4, gamma 1/7; everything else is wrong.
     tasks = summary["tasks"]
     alpha = tasks["alpha"]["metrics"]["accuracy"]
@@ -93,8 +95,8 @@ def test_resume_generates_only_missing_samples(tmp_path: Path) -> None:
     assert len(engine.served) == 20 - 7  # the cut-short line's sample is generated again
     assert engine.served[0].startswith("Question 7 of alpha")
     assert lines(partial) == lines(full)
-    assert result.summary["tasks"] == read_json(full / "summary.json")["tasks"]
-    assert result.summary["categories"] == read_json(full / "summary.json")["categories"]
+    assert result.summary.to_dict()["tasks"] == read_json(full / "summary.json")["tasks"]
+    assert result.summary.categories == read_summary(RunDir(full)).categories
 
 
 def test_finished_run_is_not_loaded_again(tmp_path: Path) -> None:
@@ -106,7 +108,7 @@ def test_finished_run_is_not_loaded_again(tmp_path: Path) -> None:
 
     again = run_evaluation(must_not_load, toy_tasks(), out, preset=preset(), options=OPTIONS)
     assert again.status == "complete"
-    assert again.summary["tasks"] == first.summary["tasks"]
+    assert again.summary.tasks == first.summary.tasks
     assert [a["status"] for a in read_json(out / "manifest.json")["attempts"]] == ["complete"]
 
 
@@ -165,7 +167,7 @@ def test_stop_request_aborts_in_flight_and_keeps_what_finished(tmp_path: Path) -
     ]
     reference = run(tmp_path / "reference")
     assert lines(out) == lines(tmp_path / "reference")
-    assert resumed.summary["categories"] == reference.summary["categories"]
+    assert resumed.summary.categories == reference.summary.categories
 
 
 def test_resume_with_other_configuration_is_refused_saying_what_differs(tmp_path: Path) -> None:
@@ -214,7 +216,7 @@ def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:
         union += [{**r, "shard": None} for r in got]
     key = lambda r: (r["task"], r["sample_id"])  # noqa: E731
     assert sorted(union, key=key) == sorted(lines(tmp_path / "whole"), key=key)
-    assert whole.summary["n_total"] == 8 + 4 + 7
+    assert whole.summary.n_total == 8 + 4 + 7
 
 
 def test_failure_is_recorded_and_the_run_resumes(tmp_path: Path) -> None:
@@ -295,12 +297,11 @@ def test_monitor_sees_phases_and_feeds_the_device_summary(tmp_path: Path) -> Non
     assert monitor.csv == tmp_path / "run" / "metrics.csv"
     # Scoring overlaps generation, so the phases are the categories as they are admitted.
     assert monitor.phases == ["load", "generate:math", "generate:reasoning"]
-    (device,) = result.summary["devices"]
+    (device,) = result.summary.to_dict()["devices"]
     assert device["energy_j"] == 200.0
-    assert device["j_per_token"] == pytest.approx(
-        200.0 / result.summary["throughput"]["generated_tokens"]
-    )
-    assert result.summary["throughput"]["gpus"] == 1
+    tokens = result.summary.throughput.generated_tokens
+    assert tokens and device["j_per_token"] == pytest.approx(200.0 / tokens)
+    assert result.summary.throughput.gpus == 1
 
 
 def test_real_monitor_with_fake_nvml_tags_phases_and_carries_energy_over(tmp_path: Path) -> None:
@@ -317,12 +318,12 @@ def test_real_monitor_with_fake_nvml_tags_phases_and_carries_energy_over(tmp_pat
     with open(out / "metrics.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert {r["phase"] for r in rows} >= {"load", "generate:math", "generate:reasoning"}
-    (device,) = result.summary["devices"]
+    (device,) = result.summary.to_dict()["devices"]
     assert device["device"] == "gpu0" and device["name"] == gpu.name
     assert device["energy_j"] > first > 0  # the second attempt adds to the first's energy
-    tokens = result.summary["throughput"]["generated_tokens"]
+    tokens = result.summary.throughput.generated_tokens
     assert device["j_per_token"] == pytest.approx(device["energy_j"] / tokens)
-    assert result.summary["throughput"]["gpus"] == 1
+    assert result.summary.throughput.gpus == 1
 
 
 def test_engine_gets_the_shortest_model_len_the_tasks_allow(tmp_path: Path) -> None:

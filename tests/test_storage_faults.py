@@ -132,4 +132,4 @@ def test_damaged_lines_in_the_middle_are_moved_aside_and_redone(tmp_path: Path, 
     assert "2 damaged line(s)" in caplog.text
     assert len(RunDir(out).damaged.read_text().splitlines()) == 2
     assert by_id(lines(out)) == by_id(lines(reference))
-    assert result.summary["n_done"] == 20
+    assert result.summary.n_done == 20

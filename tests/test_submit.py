@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from evalpipe.catalog.configpath import CONFIG_PATH
 from evalpipe.catalog.selection import Selection
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
@@ -141,6 +142,23 @@ def test_sweep_submits_one_sized_job_per_preset(tmp_path: Path) -> None:
         {"preset": "tiny_random", "run_dir": "tiny_random", "job_id": "1"},
         {"preset": "llama3_3_70b", "run_dir": "llama3_3_70b", "job_id": "2"},
     ]
+
+
+def test_a_sweep_puts_each_run_where_sweep_json_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preset name with a dot is its run directory's whole name, not the part before the dot."""
+    presets = tmp_path / "configs" / "presets"
+    presets.mkdir(parents=True)
+    shutil.copy(ROOT / "configs" / "presets" / "tiny_random.yaml", presets / "tiny.v2.yaml")
+    monkeypatch.setenv(CONFIG_PATH, str(tmp_path / "configs"))
+    jobs = submit_sweep(
+        ["tiny_random", "tiny.v2"], "local", out=tmp_path / "sweep", slurm=FakeSlurm(),
+        run_checks=False,
+    )  # fmt: skip
+    recorded = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["runs"]
+    assert [j.run_dir.name for j in jobs] == [r["run_dir"] for r in recorded]
+    assert [j.run_dir.name for j in jobs] == ["tiny_random", "tiny.v2"]
 
 
 def test_sweep_stops_before_submitting_when_one_preset_lacks_weights(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def make(records=RECORDS, **overrides):
 
 
 def test_task_mean_and_stderr() -> None:
-    s = make()
+    s = make().to_dict()  # summary.json's shape
     a = s["tasks"]["a"]
     # [1,0,1,1]: mean 0.75; sample sd = sqrt((3·0.25² + 0.75²)/3) = 0.5; stderr 0.5/√4.
     # Wilson 3/4: [0.3006, 0.9544].
@@ -84,7 +84,7 @@ def test_task_mean_and_stderr() -> None:
 
 
 def test_category_micro_pools_samples_macro_averages_tasks() -> None:
-    math_cat = make()["categories"]["math"]
+    math_cat = make().to_dict()["categories"]["math"]
     # micro over [1,0,1,1,0,1]: mean 4/6; sd = sqrt((4·(1/3)² + 2·(2/3)²)/5) = sqrt(12/45)
     assert math_cat["micro"]["accuracy"]["mean"] == pytest.approx(4 / 6)
     assert math_cat["micro"]["accuracy"]["stderr"] == pytest.approx(math.sqrt(12 / 45) / 6**0.5)
@@ -93,7 +93,7 @@ def test_category_micro_pools_samples_macro_averages_tasks() -> None:
 
 
 def test_counts_completeness_and_throughput() -> None:
-    s = make()
+    s = make().to_dict()
     assert (s["n_done"], s["n_total"], s["complete"]) == (7, 8, False)
     t = s["throughput"]
     assert (t["prompt_tokens"], t["generated_tokens"]) == (70, 49)
@@ -101,8 +101,8 @@ def test_counts_completeness_and_throughput() -> None:
     assert t["tokens_per_s"] == pytest.approx(49 / 4.0)
     assert t["tokens_per_s_per_gpu"] is None and t["gpus"] == 0
     full = make(planned=[PlannedTask(name="a", category="math", n_total=4)], records=RECORDS[:4])
-    assert full["complete"] is True
-    assert list(full["categories"]) == ["math"]
+    assert full.complete is True
+    assert list(full.categories) == ["math"]
 
 
 def test_a_run_that_generated_nothing_has_no_token_rate() -> None:
@@ -110,12 +110,13 @@ def test_a_run_that_generated_nothing_has_no_token_rate() -> None:
 
     scored_only = [dataclasses.replace(r, completion_tokens=(0,)) for r in RECORDS]
     devices = [DeviceSummary(device="gpu0", host="n1", name="H100", energy_j=50.0)]
-    s = make(records=scored_only, devices=devices, gpus=1)
+    summary = make(records=scored_only, devices=devices, gpus=1)
+    s = summary.to_dict()
     t = s["throughput"]  # multiple choice by log-probabilities: options scored, none generated
     assert t["generated_tokens"] == 0 and t["generate_s"] == 4.0
     assert t["tokens_per_s"] is None and t["tokens_per_s_per_gpu"] is None
     assert s["devices"][0]["j_per_token"] is None
-    assert "; nothing generated, options scored in 4.0 s; load 2.0 s" in format_summary(s)
+    assert "; nothing generated, options scored in 4.0 s; load 2.0 s" in format_summary(summary)
 
 
 def test_per_gpu_rate_and_joules_per_token() -> None:
@@ -125,7 +126,7 @@ def test_per_gpu_rate_and_joules_per_token() -> None:
         DeviceSummary(device="gpu1", host="n1", name="H100", peak_memory_gib=71.0,
                       mean_util_pct=80.0, energy_j=None),
     ]  # fmt: skip
-    s = make(devices=devices, gpus=2)
+    s = make(devices=devices, gpus=2).to_dict()
     assert s["throughput"]["tokens_per_s_per_gpu"] == pytest.approx(49 / 4.0 / 2)
     assert s["devices"][0]["j_per_token"] == pytest.approx(980.0 / 49)
     assert s["devices"][1]["j_per_token"] is None

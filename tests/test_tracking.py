@@ -229,9 +229,9 @@ def test_a_judged_run_adds_its_judge_figures_to_its_tracked_run(
     judge = read_judge_summary(folder)
     prefix = f"judge/{folder.fingerprint[:8]}"
     metrics, params = tracked.data.metrics, tracked.data.params
-    assert metrics[f"{prefix}/judgments"] == judge["judgments"] > 0
-    assert metrics[f"{prefix}/parse_failures"] == judge["parse_failures"]
-    assert params[f"{prefix}.model"] == judge["judge"]["model"]
+    assert metrics[f"{prefix}/judgments"] == judge.judgments > 0
+    assert metrics[f"{prefix}/parse_failures"] == judge.parse_failures
+    assert params[f"{prefix}.model"] == judge.judge.model
     assert metrics["samples/done"] == read_summary(RunDir(out)).n_done
     assert tracked.info.status == "FINISHED"
     experiment = client.get_experiment_by_name("evalpipe")

@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.jobs.submit import check, prepare
     from evalpipe.rundir.layout import RunDir
     from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.sweep import run_name
 
-    run_dir = args.out or new_run_dir(Path("results"), Path(args.preset).stem)
+    run_dir = args.out or new_run_dir(Path("results"), run_name(args.preset))
     prepared = prepare(args.preset, args.cluster, job_options(args), run_dir, results=args.results)
     if prepared.choice is not None:  # --shards/--time auto: say what was chosen and why
         print(prepared.cost_text(), end="", file=sys.stderr)

@@ -81,7 +81,6 @@ def _leaderboard(folder: Path) -> int:
 
 def _print(result: RunResult) -> None:
     from evalpipe.rundir.judgments import format_judge_summary, read_judge_summary
-    from evalpipe.rundir.summary import Summary
     from evalpipe.rundir.summarytext import format_summary
 
     if result.phases_apart:  # each phase's process printed its own
@@ -94,7 +93,7 @@ def _print(result: RunResult) -> None:
         print(format_summary(result.summary))
     print(f"\nRun directory: {result.run_dir}")
     if result.status == "interrupted":
-        done = Summary.from_dict(result.summary).n_done if result.summary else 0
+        done = result.summary.n_done if result.summary else 0
         print(
             f"evalpipe run: interrupted with {done} samples done; rerun the same command with "
             f"--out {shlex.quote(str(result.run_dir))} to resume.",

@@ -40,8 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
     from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.sweep import run_name
 
-    out = args.out or new_run_dir(Path("results"), f"smoke-{Path(args.preset).stem}")
+    out = args.out or new_run_dir(Path("results"), f"smoke-{run_name(args.preset)}")
     if args.local:
         return _local(args, out)
     if args.cluster is None:

@@ -31,7 +31,7 @@ from evalpipe.jobs.jobstatus import Job
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.results import new_run_dir
 from evalpipe.rundir.submission import Submission, write_plan, write_submission
-from evalpipe.rundir.sweep import SweepManifest, SweepRun, write_sweep
+from evalpipe.rundir.sweep import SweepManifest, SweepRun, run_name, write_sweep
 from evalpipe.slurm.client import Slurm, SlurmClient, sbatch_argv
 
 if TYPE_CHECKING:  # the estimate's modules load tasks: only when an estimate is made
@@ -278,7 +278,7 @@ def _submit(
 
 def default_out(presets: Sequence[str], results: Path = Path("results")) -> Path:
     """A fresh run directory for one preset, or a fresh sweep directory for several."""
-    return new_run_dir(results, Path(presets[0]).stem if len(presets) == 1 else "sweep")
+    return new_run_dir(results, run_name(presets[0]) if len(presets) == 1 else "sweep")
 
 
 def prepare_all(
@@ -296,12 +296,13 @@ def prepare_all(
     """
     if len(presets) == 1:
         return [prepare(presets[0], cluster, options, out, results=results)]
-    stems = [Path(p).stem for p in presets]
-    if len(set(stems)) != len(stems):
+    # The names sweep.json records (rundir.sweep.run_name), so its runs are where it says.
+    names = [run_name(p) for p in presets]
+    if len(set(names)) != len(names):
         raise ConfigError(f"A sweep names a preset twice: {', '.join(presets)}.")
     return [
-        prepare(p, cluster, options, out / stem, results=results)
-        for p, stem in zip(presets, stems, strict=True)
+        prepare(p, cluster, options, out / name, results=results)
+        for p, name in zip(presets, names, strict=True)
     ]
 
 

@@ -5,13 +5,12 @@ judge folders' summaries."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.reports.tables import DASH, Table
-from evalpipe.rundir.judgments import judge_dirs, read_judge_summary
+from evalpipe.rundir.judgments import PairwiseSummary, judge_dirs, read_judge_summary
 from evalpipe.rundir.layout import RunDir
 
 
@@ -28,29 +27,29 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
             except (RunDirError, DamagedFileError) as exc:
                 warnings.append(str(exc))
                 continue
-            judge = summary["judge"]
-            who = f"{judge.get('model')} ({judge.get('backend')}) {folder.fingerprint[:8]}"
-            for task, pair in summary.get("pairwise", {}).items():
-                pairwise.append((run_dir.name, who, task, str(pair["baseline"]), *_pair(pair)))
-            n, failed = summary["judgments"], summary["parse_failures"]
-            rate = summary["parse_failure_rate"]
+            judge = summary.judge
+            who = f"{judge.model} ({judge.backend}) {folder.fingerprint[:8]}"
+            for task, pair in summary.pairwise.items():
+                pairwise.append((run_dir.name, who, task, str(pair.baseline), *_pair(pair)))
+            n, failed = summary.judgments, summary.parse_failures
+            rate = summary.parse_failure_rate
             rows.append(
                 (
                     run_dir.name,
                     who,
                     str(n),
                     f"{failed} ({rate:.0%})" if rate is not None else str(failed),
-                    DASH if summary["overall"] is None else f"{summary['overall']:.2f}",
+                    DASH if summary.overall is None else f"{summary.overall:.2f}",
                     " ".join(
-                        f"{t}={DASH if v['mean'] is None else format(v['mean'], '.2f')}"
-                        for t, v in summary["tasks"].items()
+                        f"{t}={DASH if v.mean is None else format(v.mean, '.2f')}"
+                        for t, v in summary.tasks.items()
                     )
                     or DASH,
-                    " ".join(f"{k}:{v}" for k, v in summary["distribution"].items()) or DASH,
+                    " ".join(f"{k}:{v}" for k, v in summary.distribution.items()) or DASH,
                 )
             )
-            if summary.get("note"):
-                notes[summary["note"]] = None
+            if summary.note:
+                notes[summary.note] = None
     if not rows:
         return []
     tables = [
@@ -94,18 +93,18 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
     return tables
 
 
-def _pair(pair: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    position = pair["position"]
-    rate = position["rate"]
-    if pair["score"] is None:
+def _pair(pair: PairwiseSummary) -> tuple[str, str, str, str]:
+    position, arena = pair.position, pair.arena
+    rate = position.rate
+    if arena is None:
         score = win = DASH
     else:
         score = (
-            f"{100 * pair['score']:.1f} (-{100 * (pair['score'] - pair['lower']):.1f} / "
-            f"+{100 * (pair['upper'] - pair['score']):.1f})"
+            f"{100 * arena.score:.1f} (-{100 * (arena.score - arena.lower):.1f} / "
+            f"+{100 * (arena.upper - arena.score):.1f})"
         )
-        win = f"{100 * pair['win_rate']:.1f}"
-    inconsistent = f"{position['inconsistent']}/{position['pairs']}" + (
+        win = f"{100 * arena.win_rate:.1f}"
+    inconsistent = f"{position.inconsistent}/{position.pairs}" + (
         "" if rate is None else f" ({rate:.0%})"
     )
-    return f"{pair['pairs_scored']}/{pair['pairs']}", score, win, inconsistent
+    return f"{pair.pairs_scored}/{pair.pairs}", score, win, inconsistent

@@ -364,7 +364,7 @@ def _add_summary_scores(out: _Columns, run: str, summary: Summary | None) -> Non
     if summary is None:
         return
     groups = [("task", name, info.metrics) for name, info in summary.tasks.items()] + [
-        ("category", name, micro) for name, micro in summary.categories.items()
+        ("category", name, category.micro) for name, category in summary.categories.items()
     ]
     for kind, group, metrics in groups:
         first = next(iter(metrics.items()), None)  # the primary metric
@@ -402,7 +402,7 @@ def _add_job(jobs: _Columns, devices: _Columns, run: str, part: _Part, warnings:
         run=run, shard=part.shard, wall_s=_number(throughput.wall_s), generated_tokens=tokens,
         prompt_tokens=_number(throughput.prompt_tokens), tokens_per_s=rate,
         generate_s=generate_s, gpus=gpus,
-        **{name: _number(getattr(throughput, name)) for name in SUMS},
+        **{name: _number(getattr(summary.occupancy, name, None)) for name in SUMS},
     )  # fmt: skip
     # A run against a server (--backend openai) with no GPU here: the CPU readings are the
     # client's, not the model's, so the run shows as "remote" with nothing measured.

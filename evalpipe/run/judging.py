@@ -29,8 +29,9 @@ from evalpipe.run.options import RunnerOptions
 from evalpipe.run.stream import WAIT, Hooks, Item, Wait, run_stream
 from evalpipe.rundir.judgments import (
     SCORE,
+    JudgeDefinition,
     JudgeDir,
-    judge_fingerprint,
+    JudgeSummary,
     judgment_id,
     summarize_judgments,
     write_judge,
@@ -64,18 +65,18 @@ class Judge:
     """Who judges and how: `identity` names the judge model (a preset, or an endpoint's URL and
     model), without its layout; `gradings` maps each judged task's name to its grading."""
 
-    identity: Mapping[str, Any]
+    identity: Mapping[str, str]  # JudgeDefinition's identity fields: backend, preset, model, …
     gradings: Mapping[str, Grading]
     sampling: SamplingSettings = JUDGE_SAMPLING
     published: str | None = None  # the benchmark's published judge, for the comparability line
 
-    def definition(self) -> dict[str, Any]:
+    def definition(self) -> JudgeDefinition:
         """Everything that shapes the judgments: the judge folder's fingerprint."""
-        return {
+        return JudgeDefinition(
             **self.identity,
-            "sampling": self.sampling.to_dict(),
-            "gradings": {t: g.definition() for t, g in sorted(self.gradings.items())},
-        }
+            sampling=self.sampling.to_dict(),
+            gradings={t: g.definition() for t, g in sorted(self.gradings.items())},
+        )
 
 
 def judge_for(
@@ -169,7 +170,7 @@ class JudgeResult:
     folder: JudgeDir
     status: str  # "complete" or "interrupted"
     asked: int  # judgments asked by this call (some may have been cut short by a stop)
-    summary: dict[str, Any]
+    summary: JudgeSummary
 
 
 class _Stop(Hooks):
@@ -202,7 +203,7 @@ def judge_run(
     if manifest is None:
         raise RunDirError(f"{run_dir} holds no run to judge (no {files.manifest.name}).")
     definition = judge.definition()
-    folder = JudgeDir(files, judge_fingerprint(definition))
+    folder = JudgeDir(files, definition.fingerprint)
     with RunLock(run_dir) if generating is None else contextlib.nullcontext():
         write_judge(folder, definition, manifest.config_hash)
         with RunLock(folder.path):  # one judge per folder, whichever placement

@@ -10,7 +10,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from evalpipe.core import provenance
 from evalpipe.core.errors import RunDirError
@@ -33,7 +32,7 @@ from evalpipe.rundir.results import (
     write_samples,
 )
 from evalpipe.rundir.submission import read_plan
-from evalpipe.rundir.summary import summarize_run, write_summary
+from evalpipe.rundir.summary import Summary, summarize_run, write_summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +56,7 @@ class ShardRun:
 class MergeResult:
     complete: bool
     missing: list[str]  # why the merge is incomplete, one line per shard
-    summary: dict[str, Any]
+    summary: Summary
 
 
 def _read_shard(path: Path) -> ShardRun:

@@ -132,7 +132,7 @@ class StopFlag(Protocol):
 class GenerationResult:
     status: RunStatus  # "complete" or "interrupted"
     run_dir: Path
-    summary: dict[str, Any]  # summary.json as written
+    summary: Summary  # summary.json as written
     n_done: int  # samples finished, of
     n_total: int  # the samples the run planned
 
@@ -238,7 +238,7 @@ class _Run:
 
     def finish(
         self, status: RunStatus, records: list[SampleRecord], error: str | None = None
-    ) -> dict:
+    ) -> Summary:
         now = provenance.utc_now()
         if self.attempt is not None:
             self.attempt.status = status
@@ -255,14 +255,14 @@ class _Run:
         return summary
 
     def _end_tracking(
-        self, summary: dict[str, Any], records: list[SampleRecord], status: RunStatus
+        self, summary: Summary, records: list[SampleRecord], status: RunStatus
     ) -> None:
         """The tracked run's final figures and samples table (waits at most a few seconds);
         the manifest learns the tracked run's id if it came late."""
         tracking, self.tracking = self.tracking, None
         if tracking is None:
             return
-        metrics = tracked_metrics(Summary.from_dict(summary))
+        metrics = tracked_metrics(summary)
         tracking.end(metrics, sample_rows(records), status=status)
         if tracking.tracked is not None and tracking.tracked != self.manifest.tracking:
             self.manifest.tracking = tracking.tracked

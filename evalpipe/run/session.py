@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -54,8 +54,8 @@ from evalpipe.run.watchdog import Watchdog, stall_limits
 from evalpipe.rundir.checkpoint import StopOnSignal
 from evalpipe.rundir.judgments import JudgeDir, judge_dirs
 from evalpipe.rundir.layout import MANIFEST, RunDir
-from evalpipe.rundir.results import SampleRecord, new_run_dir, read_json, read_samples
-from evalpipe.rundir.summary import Summary, TaskSummary
+from evalpipe.rundir.results import SampleRecord, new_run_dir, read_samples
+from evalpipe.rundir.summary import Summary, TaskSummary, read_summary
 from evalpipe.rundir.sweep import run_sweep
 from evalpipe.rundir.tracked import tracking_group
 from evalpipe.tasks.base import Task
@@ -75,8 +75,8 @@ class RunResult:
     run_dir: Path
     status: Status
     exit_status: int  # what `evalpipe run` exits with (evalpipe.core.exitcodes)
-    # summary.json as written (None before generation wrote one, e.g. after `phase="judge"`)
-    summary: Mapping[str, Any] | None
+    # summary.json (None before generation wrote one, e.g. after `phase="judge"`)
+    summary: Summary | None
     # This process's judge phase (phase="judge"); the judgments of every judge: `judgments()`
     judged: JudgeDir | None = None
     # The phases ran as child processes, which printed their own summaries
@@ -85,7 +85,7 @@ class RunResult:
     @property
     def tasks(self) -> dict[str, TaskSummary]:
         """Per task, its metrics: mean, standard error, n and the 95 % interval."""
-        return {} if self.summary is None else Summary.from_dict(self.summary).tasks
+        return {} if self.summary is None else dict(self.summary.tasks)
 
     def samples(self) -> Iterator[SampleRecord]:
         """The run's sample records (samples.jsonl through its one reader)."""
@@ -407,7 +407,7 @@ class _Session:
             run_dir=out,
             status=_STATUS.get(status, "failed"),
             exit_status=status,
-            summary=read_json(files.summary) if files.summary.is_file() else None,
+            summary=read_summary(files),
             phases_apart=True,
         )
 
@@ -464,7 +464,7 @@ class _Session:
             run_dir=out,
             status="complete" if complete else "interrupted",
             exit_status=exitcodes.OK if complete else exitcodes.RESUMABLE,
-            summary=read_json(files.summary) if files.summary.is_file() else None,
+            summary=read_summary(files),
             judged=result.folder,
         )
 

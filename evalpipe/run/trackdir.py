@@ -8,14 +8,13 @@ A judged run's judging phase adds its judge's figures to the same tracked run.""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.run.trackers import BACKENDS, check_tracker
 from evalpipe.run.tracking import Tracking, exit_wait_s
-from evalpipe.rundir.judgments import judge_dirs, judge_fingerprint, read_judge_summary
+from evalpipe.rundir.judgments import JudgeDefinition, JudgeSummary, judge_dirs, read_judge_summary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.results import read_samples
@@ -47,7 +46,7 @@ def export_run(tracker: str, run_dir: Path, *, exit_wait_s: float | None = None)
             "when an attempt ends. Resume it with `evalpipe run --out DIR` first."
         )
     records = read_samples(files.samples).records if files.samples.exists() else []
-    judges = {}
+    judges: dict[str, JudgeSummary] = {}
     for folder in judge_dirs(files):
         try:
             judges[folder.fingerprint] = read_judge_summary(folder)
@@ -60,13 +59,13 @@ def export_run(tracker: str, run_dir: Path, *, exit_wait_s: float | None = None)
         group=tracking_group(files),
         previous=manifest.tracking,
         exit_wait_s=exit_wait_s,
-    ).start(tracked_params(manifest) | judge_params(judges))
+    ).start(tracked_params(manifest) | judge_params({f: s.judge for f, s in judges.items()}))
     metrics = tracked_metrics(summary) | judge_metrics(judges)
     tracking.end(metrics, sample_rows(records), status=manifest.status)
     return tracking
 
 
-def track_judging(tracker: str, run_dir: Path, judge: Mapping[str, Any]) -> Tracking:
+def track_judging(tracker: str, run_dir: Path, judge: JudgeDefinition) -> Tracking:
     """The judging phase's part of the run's tracked run, started before the judge so that the
     tracker's import and start overlap the judging: the judge's identity and settings (`judge`,
     its definition) now, its figures at `end_judging`. The generation's figures, samples and
@@ -74,7 +73,6 @@ def track_judging(tracker: str, run_dir: Path, judge: Mapping[str, Any]) -> Trac
     check_tracker(tracker)
     files = RunDir(run_dir)
     manifest = read_manifest(files)
-    fingerprint = judge_fingerprint(judge)
     return Tracking(
         BACKENDS[tracker],
         run_dir,
@@ -83,7 +81,7 @@ def track_judging(tracker: str, run_dir: Path, judge: Mapping[str, Any]) -> Trac
         previous=None if manifest is None else manifest.tracking,
         exit_wait_s=exit_wait_s(),
         new_readings_only=True,
-    ).start(judge_params({fingerprint: {"judge": dict(judge)}}))
+    ).start(judge_params({judge.fingerprint: judge}))
 
 
 def end_judging(tracking: Tracking, result: JudgeResult) -> None:

@@ -1,6 +1,6 @@
-"""A judge's folder in a run directory: judge.json (who judged, with which prompts and
-sampling), judgments.jsonl (one judgment per line, kept in full) and summary.json (scores and
-the judge's reliability), with their readers beside their writers.
+"""A judge's folder in a run directory: judge.json (`JudgeDefinition`: who judged, with which
+prompts and sampling), judgments.jsonl (one judgment per line, kept in full) and summary.json
+(`JudgeSummary`: scores and the judge's reliability), with their readers beside their writers.
 
 A judgment is a sample record of the judge: `sample_id` is the judged sample's id and turn
 ("81@2"), `prompt` the judge's chat, `completions` its whole output, `extracted` the score as
@@ -16,7 +16,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from evalpipe.rundir.results import SampleRecord, read_json, write_json
 from evalpipe.tasks.pairwise import (
     BASELINE_FIRST,
     MODEL_FIRST,
+    ArenaScore,
+    Consistency,
     arena_scores,
     consistency,
     pair_battles,
@@ -55,11 +57,58 @@ def judged_game(record: SampleRecord) -> tuple[str, int | None]:
     return sample, int(game) if game else None
 
 
-def judge_fingerprint(judge: Mapping[str, Any]) -> str:
-    """The name of a judge's folder: a hash of everything that shapes its judgments (the judge
-    model and endpoint, its prompts and parsers, its sampling), never of the answers."""
-    canonical = json.dumps(judge, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+@dataclass(frozen=True, kw_only=True)
+class JudgeDefinition:
+    """Everything that shapes a judge's judgments, never the answers: the judge model (a
+    preset's, or an endpoint's), its sampling and each judged task's grading (prompts,
+    parsers). Its hash names the judge's folder; judge.json and the summary's `judge` hold it.
+    An identity field that is None is left out of the file (an endpoint judge has no preset)."""
+
+    backend: str | None = None
+    preset: str | None = None
+    model: str | None = None
+    revision: str | None = None
+    sampling: Mapping[str, Any] = field(default_factory=dict)  # SamplingSettings.to_dict()
+    gradings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # task → Grading's
+
+    @property
+    def fingerprint(self) -> str:
+        """The name of the judge's folder: a hash of the definition as written."""
+        canonical = json.dumps(
+            self.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+        )
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def name(self) -> str:
+        """The judge as its comparability note names it."""
+        return self.model or self.preset or ""
+
+    def to_dict(self) -> dict[str, Any]:
+        identity = {
+            "backend": self.backend,
+            "preset": self.preset,
+            "model": self.model,
+            "revision": self.revision,
+        }
+        return {k: v for k, v in identity.items() if v is not None} | {
+            "sampling": dict(self.sampling),
+            "gradings": {t: dict(g) for t, g in self.gradings.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeDefinition:
+        def text(key: str) -> str | None:
+            return None if data.get(key) is None else str(data[key])
+
+        return cls(
+            backend=text("backend"),
+            preset=text("preset"),
+            model=text("model"),
+            revision=text("revision"),
+            sampling=dict(data.get("sampling") or {}),
+            gradings=dict(data.get("gradings") or {}),
+        )
 
 
 @dataclass(frozen=True)
@@ -90,10 +139,12 @@ class JudgeDir:
         return self.path / "judgments.damaged.jsonl"
 
 
-def write_judge(folder: JudgeDir, judge: Mapping[str, Any], answers: str) -> None:
+def write_judge(folder: JudgeDir, judge: JudgeDefinition, answers: str) -> None:
     """judge.json: the judge's definition and the fingerprint of the answers it judges."""
     folder.path.mkdir(parents=True, exist_ok=True)
-    write_json(folder.judge, {"fingerprint": folder.fingerprint, "answers": answers, **judge})
+    write_json(
+        folder.judge, {"fingerprint": folder.fingerprint, "answers": answers, **judge.to_dict()}
+    )
 
 
 def score_of(record: SampleRecord) -> float | None:
@@ -104,49 +155,167 @@ def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
+@dataclass(frozen=True, kw_only=True)
+class MeanScore:
+    """The mean score of one task's or one turn's judgments (None: none was readable)."""
+
+    mean: float | None
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MeanScore:
+        return cls(mean=data.get("mean"), n=int(data.get("n") or 0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairwiseSummary:
+    """A pairwise task's (Arena-Hard's) result: the model's score against the baseline (None
+    when no pair was scored), the pairs judged in both orders and how often the orders
+    disagree, and how many judgments gave each verdict ("none": unreadable)."""
+
+    baseline: str | None
+    pairs: int
+    pairs_scored: int
+    arena: ArenaScore | None
+    position: Consistency
+    verdicts: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "pairs": self.pairs,
+            "pairs_scored": self.pairs_scored,
+            **(self.arena.to_dict() if self.arena is not None else dict.fromkeys(SCORE_KEYS)),
+            "position": self.position.to_dict(),
+            "verdicts": dict(self.verdicts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PairwiseSummary:
+        position = data["position"]
+        return cls(
+            baseline=data.get("baseline"),
+            pairs=data["pairs"],
+            pairs_scored=data["pairs_scored"],
+            arena=None
+            if data.get("score") is None
+            else ArenaScore(**{k: data[k] for k in SCORE_KEYS}),
+            position=Consistency(
+                pairs=position["pairs"],
+                inconsistent=position["inconsistent"],
+                favours_first=position["favours_first"],
+                favours_second=position["favours_second"],
+            ),
+            verdicts=dict(data.get("verdicts") or {}),
+        )
+
+
+SCORE_KEYS = ("battles", "win_rate", "score", "lower", "upper")  # ArenaScore's, flat in the file
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeSummary:
+    """A judge folder's summary.json: scores (parse failures left out) per task, per turn and
+    overall, and the judge's reliability: parse failures, the score distribution, who judged,
+    and whether its scores compare with the benchmark's published ones."""
+
+    judge: JudgeDefinition
+    judgments: int
+    parse_failures: int
+    overall: float | None
+    tasks: dict[str, MeanScore]
+    turns: dict[str, MeanScore]  # by turn number, as text ("1", "2")
+    distribution: dict[str, int]  # a score as text ("7", "7.5") → judgments that gave it
+    pairwise: dict[str, PairwiseSummary] = field(default_factory=dict)
+    published_judge: str | None = None
+    note: str | None = None  # why the scores do not compare with the published ones
+
+    @property
+    def parse_failure_rate(self) -> float | None:
+        return self.parse_failures / self.judgments if self.judgments else None
+
+    @property
+    def comparable(self) -> bool:
+        return self.published_judge is not None and self.judge.name == self.published_judge
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "judge": self.judge.to_dict(),
+            "judgments": self.judgments,
+            "parse_failures": self.parse_failures,
+            "parse_failure_rate": self.parse_failure_rate,
+            "overall": self.overall,
+            "tasks": {t: v.to_dict() for t, v in self.tasks.items()},
+            "turns": {t: v.to_dict() for t, v in self.turns.items()},
+            "distribution": dict(self.distribution),
+            **(
+                {"pairwise": {t: p.to_dict() for t, p in self.pairwise.items()}}
+                if self.pairwise
+                else {}
+            ),
+            "published_judge": self.published_judge,
+            "comparable": self.comparable,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JudgeSummary:
+        return cls(
+            judge=JudgeDefinition.from_dict(data.get("judge") or {}),
+            judgments=data["judgments"],
+            parse_failures=data["parse_failures"],
+            overall=data.get("overall"),
+            tasks={t: MeanScore.from_dict(v) for t, v in (data.get("tasks") or {}).items()},
+            turns={t: MeanScore.from_dict(v) for t, v in (data.get("turns") or {}).items()},
+            distribution=dict(data.get("distribution") or {}),
+            pairwise={
+                t: PairwiseSummary.from_dict(p) for t, p in (data.get("pairwise") or {}).items()
+            },
+            published_judge=data.get("published_judge"),
+            note=data.get("note"),
+        )
+
+
 def summarize_judgments(
     records: Sequence[SampleRecord],
     *,
-    judge: Mapping[str, Any],
+    judge: JudgeDefinition,
     published_judge: str | None,
-) -> dict[str, Any]:
-    """Scores (parse failures left out, as FastChat's MT-Bench results do) per task, per turn
-    and overall, and the judge's reliability: parse failures, the score distribution, who
-    judged, and whether its scores compare with the benchmark's published ones."""
+) -> JudgeSummary:
+    """The judge's summary of its judgments `records` (parse failures left out of the means,
+    as FastChat's MT-Bench results do)."""
     scored = [(r, s) for r in records if (s := score_of(r)) is not None]
     by_task: dict[str, list[float]] = {}
     by_turn: dict[str, list[float]] = {}
     for record, score in scored:
         by_task.setdefault(record.task, []).append(score)
         by_turn.setdefault(str(judged_turn(record)), []).append(score)
-    name = str(judge.get("model") or judge.get("preset") or "")
-    comparable = published_judge is not None and name == published_judge
-    failures = len(records) - len(scored)
-    pairwise = _pairwise(records, judge.get("gradings", {}))
-    return {
-        "judge": dict(judge),
-        "judgments": len(records),
-        "parse_failures": failures,
-        "parse_failure_rate": failures / len(records) if records else None,
-        "overall": _mean([s for _, s in scored]),
-        "tasks": {t: {"mean": _mean(v), "n": len(v)} for t, v in sorted(by_task.items())},
-        "turns": {t: {"mean": _mean(v), "n": len(v)} for t, v in sorted(by_turn.items())},
-        "distribution": {
+    comparable = published_judge is not None and judge.name == published_judge
+    return JudgeSummary(
+        judge=judge,
+        judgments=len(records),
+        parse_failures=len(records) - len(scored),
+        overall=_mean([s for _, s in scored]),
+        tasks={t: MeanScore(mean=_mean(v), n=len(v)) for t, v in sorted(by_task.items())},
+        turns={t: MeanScore(mean=_mean(v), n=len(v)) for t, v in sorted(by_turn.items())},
+        distribution={
             _label(score): n for score, n in sorted(Counter(s for _, s in scored).items())
         },
-        **({"pairwise": pairwise} if pairwise else {}),
-        "published_judge": published_judge,
-        "comparable": comparable,
-        "note": None
+        pairwise=_pairwise(records, judge.gradings),
+        published_judge=published_judge,
+        note=None
         if comparable
-        else f"Scores from judge {name!r} are not comparable to the benchmark's published "
+        else f"Scores from judge {judge.name!r} are not comparable to the benchmark's published "
         f"numbers, which come from {published_judge or 'another judge'}.",
-    }
+    )
 
 
 def _pairwise(
     records: Sequence[SampleRecord], gradings: Mapping[str, Mapping[str, Any]]
-) -> dict[str, Any]:
+) -> dict[str, PairwiseSummary]:
     """Per pairwise task (Arena-Hard): the model's score against the baseline with its
     bootstrap interval (tasks/pairwise.py arena_scores), from the questions with both games
     judged, in question-id order so that a resumed run scores the same; the pairs whose games
@@ -168,50 +337,54 @@ def _pairwise(
             if BASELINE_FIRST in both and MODEL_FIRST in both
         ]
         battles = [b for pair in pairs if (b := pair_battles(*pair)) is not None]
-        score = arena_scores({task: [x for b in battles for x in b]}).get(task)
-        out[task] = {
-            "baseline": grading.get("baseline"),
-            "pairs": len(pairs),
-            "pairs_scored": len(battles),
-            **(score.to_dict() if score is not None else dict.fromkeys(SCORE_KEYS)),
-            "position": consistency(pairs).to_dict(),
-            "verdicts": dict(sorted(verdicts.items())),
-        }
+        out[task] = PairwiseSummary(
+            baseline=grading.get("baseline"),
+            pairs=len(pairs),
+            pairs_scored=len(battles),
+            arena=arena_scores({task: [x for b in battles for x in b]}).get(task),
+            position=consistency(pairs),
+            verdicts=dict(sorted(verdicts.items())),
+        )
     return out
-
-
-SCORE_KEYS = ("battles", "win_rate", "score", "lower", "upper")
 
 
 def _label(score: float) -> str:
     return str(int(score)) if score.is_integer() else str(score)
 
 
-def write_judge_summary(folder: JudgeDir, summary: Mapping[str, Any]) -> None:
-    write_json(folder.summary, dict(summary))
+def write_judge_summary(folder: JudgeDir, summary: JudgeSummary) -> None:
+    write_json(folder.summary, summary.to_dict())
 
 
-def read_judge_summary(folder: JudgeDir) -> dict[str, Any]:
+def read_judge_summary(folder: JudgeDir) -> JudgeSummary:
+    """A judge folder's summary.json; DamagedFileError naming the file when it lacks a figure
+    the record needs (the judging phase writes it again when it next runs)."""
     summary = read_json(folder.summary)
     if "judgments" not in summary:
         raise DamagedFileError(f"{folder.summary} is not a judge summary (no 'judgments').")
-    return summary
+    try:
+        return JudgeSummary.from_dict(summary)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DamagedFileError(
+            f"{folder.summary} is not a judge summary evalpipe can read ({exc!r}); run the "
+            "judging again (`evalpipe run --phase judge` with the same judge) to rewrite it."
+        ) from exc
 
 
-def format_pairwise(pair: Mapping[str, Any]) -> str:
+def format_pairwise(pair: PairwiseSummary) -> str:
     """A pairwise task's score, interval and position inconsistency in one phrase."""
-    position = pair["position"]
-    if pair["score"] is None:
-        score = f"no pair scored ({pair['pairs']} judged in both orders)"
+    position, arena = pair.position, pair.arena
+    if arena is None:
+        score = f"no pair scored ({pair.pairs} judged in both orders)"
     else:
         score = (
-            f"score {100 * pair['score']:.1f}% (-{100 * (pair['score'] - pair['lower']):.1f} / "
-            f"+{100 * (pair['upper'] - pair['score']):.1f}), win rate "
-            f"{100 * pair['win_rate']:.1f}% over {pair['pairs_scored']} pair(s)"
+            f"score {100 * arena.score:.1f}% (-{100 * (arena.score - arena.lower):.1f} / "
+            f"+{100 * (arena.upper - arena.score):.1f}), win rate "
+            f"{100 * arena.win_rate:.1f}% over {pair.pairs_scored} pair(s)"
         )
-    rate = position["rate"]
+    rate = position.rate
     return score + (
-        f"; position inconsistency {position['inconsistent']}/{position['pairs']}"
+        f"; position inconsistency {position.inconsistent}/{position.pairs}"
         + ("" if rate is None else f" ({rate:.0%})")
     )
 
@@ -224,26 +397,24 @@ def judge_dirs(run: RunDir) -> list[JudgeDir]:
     return [JudgeDir(run, p.name) for p in sorted(root.iterdir()) if (p / JUDGE).is_file()]
 
 
-def format_judge_summary(summary: Mapping[str, Any]) -> str:
+def format_judge_summary(summary: JudgeSummary) -> str:
     """The judge's scores and reliability as `evalpipe run` prints them."""
 
     def score(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    judge = summary["judge"]
+    judge = summary.judge
     lines = [
-        f"Judge {judge.get('model')!r} ({judge.get('backend')}): {summary['judgments']} "
-        f"judgment(s), {summary['parse_failures']} without a readable score",
-        f"  overall  {score(summary['overall'])}",
+        f"Judge {judge.model!r} ({judge.backend}): {summary.judgments} "
+        f"judgment(s), {summary.parse_failures} without a readable score",
+        f"  overall  {score(summary.overall)}",
     ]
-    lines += [f"  {t:<24} {score(v['mean'])}  (n={v['n']})" for t, v in summary["tasks"].items()]
-    lines += [
-        f"  turn {t:<19} {score(v['mean'])}  (n={v['n']})" for t, v in summary["turns"].items()
-    ]
-    shown = ", ".join(f"{k}: {n}" for k, n in summary["distribution"].items())
+    lines += [f"  {t:<24} {score(v.mean)}  (n={v.n})" for t, v in summary.tasks.items()]
+    lines += [f"  turn {t:<19} {score(v.mean)}  (n={v.n})" for t, v in summary.turns.items()]
+    shown = ", ".join(f"{k}: {n}" for k, n in summary.distribution.items())
     lines.append(f"  scores   {shown or '-'}")
-    for task, pair in summary.get("pairwise", {}).items():
-        lines.append(f"  {task} against {pair['baseline']}: {format_pairwise(pair)}")
-    if summary.get("note"):
-        lines.append(f"  note: {summary['note']}")
+    for task, pair in summary.pairwise.items():
+        lines.append(f"  {task} against {pair.baseline}: {format_pairwise(pair)}")
+    if summary.note:
+        lines.append(f"  note: {summary.note}")
     return "\n".join(lines)

@@ -9,6 +9,8 @@ preempted (its KV cache full: their cache freed, their tokens computed again lat
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,15 +79,48 @@ class Occupancy:
             preemptions=int(data.get("preemptions") or 0),
         )
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> OccupancySummary | None:
         """What summary.json shows of it: None when no step reported its slots."""
         if self.tail_share is None:
             return None
-        return self.to_dict() | {
-            "tail_share": round(self.tail_share, 4),
-            "tail_tokens_per_s": _round(self.tail_tokens_per_s),
-            "rest_tokens_per_s": _round(self.rest_tokens_per_s),
-        }
+        return OccupancySummary(
+            slots=self.slots,
+            tail_s=round(self.tail_s, 6),
+            tail_tokens=self.tail_tokens,
+            rest_s=round(self.rest_s, 6),
+            rest_tokens=self.rest_tokens,
+            preemptions=self.preemptions,
+            tail_share=round(self.tail_share, 4),
+            tail_tokens_per_s=_round(self.tail_tokens_per_s),
+            rest_tokens_per_s=_round(self.rest_tokens_per_s),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class OccupancySummary:
+    """summary.json's `occupancy`: the record's sums (rounded) with the tail's share of the
+    generation wall and the tokens/s of the tail and of the rest; a figure a file lacks is
+    None."""
+
+    slots: int | None = None
+    tail_s: float | None = None
+    tail_tokens: int | None = None
+    rest_s: float | None = None
+    rest_tokens: int | None = None
+    preemptions: int | None = None  # sequences the engine preempted (its KV cache full)
+    tail_share: float | None = None
+    tail_tokens_per_s: float | None = None
+    rest_tokens_per_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OccupancySummary:
+        def number(value: Any) -> Any:
+            return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+        return cls(**{f.name: number(data.get(f.name)) for f in dataclasses.fields(cls)})
 
 
 def _round(value: float | None) -> float | None:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from evalpipe.rundir.judgments import JudgeDefinition, JudgeSummary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest
 from evalpipe.rundir.results import SampleRecord
@@ -73,37 +74,40 @@ def _stats(prefix: str, stats: MetricSummary) -> dict[str, float]:
     return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
-def judge_metrics(judges: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+def judge_metrics(judges: Mapping[str, JudgeSummary]) -> dict[str, float]:
     """Each judge's figures (its summary.json, by fingerprint): judgments, parse failures and
     their rate, the overall and per-task means, how many judgments gave each score, and per
     pairwise task its score, interval, win rate and position inconsistency."""
     out: dict[str, float] = {}
     for fingerprint, summary in judges.items():
         prefix = name("judge", fingerprint[:8])
-        figures: dict[str, Any] = {
-            f"{prefix}/judgments": summary.get("judgments"),
-            f"{prefix}/parse_failures": summary.get("parse_failures"),
-            f"{prefix}/parse_failure_rate": summary.get("parse_failure_rate"),
-            f"{prefix}/overall": summary.get("overall"),
+        figures: dict[str, float | None] = {
+            f"{prefix}/judgments": summary.judgments,
+            f"{prefix}/parse_failures": summary.parse_failures,
+            f"{prefix}/parse_failure_rate": summary.parse_failure_rate,
+            f"{prefix}/overall": summary.overall,
         }
-        for task, info in (summary.get("tasks") or {}).items():
-            figures[name(prefix, "task", task, "mean")] = info.get("mean")
-        for score, count in (summary.get("distribution") or {}).items():
-            figures[name(prefix, "score", str(score))] = count
-        for task, pair in (summary.get("pairwise") or {}).items():
+        for task, info in summary.tasks.items():
+            figures[name(prefix, "task", task, "mean")] = info.mean
+        for score, count in summary.distribution.items():
+            figures[name(prefix, "score", score)] = count
+        for task, pair in summary.pairwise.items():
+            arena = pair.arena
             for key in ("score", "lower", "upper", "win_rate"):
-                figures[name(prefix, "pairwise", task, key)] = pair.get(key)
-            rate = (pair.get("position") or {}).get("rate")
-            figures[name(prefix, "pairwise", task, "position_inconsistency")] = rate
+                figures[name(prefix, "pairwise", task, key)] = (
+                    None if arena is None else getattr(arena, key)
+                )
+            figures[name(prefix, "pairwise", task, "position_inconsistency")] = pair.position.rate
         out |= {k: float(v) for k, v in figures.items() if v is not None}
     return out
 
 
-def judge_params(judges: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Each judge's identity and settings (its summary's `judge`), under judge/FINGERPRINT."""
+def judge_params(judges: Mapping[str, JudgeDefinition]) -> dict[str, str]:
+    """Each judge's identity and settings (its definition, by fingerprint), under
+    judge/FINGERPRINT."""
     out: dict[str, str] = {}
-    for fingerprint, summary in judges.items():
-        _flat(name("judge", fingerprint[:8]), summary.get("judge") or {}, out)
+    for fingerprint, judge in judges.items():
+        _flat(name("judge", fingerprint[:8]), judge.to_dict(), out)
     return out
 
 
@@ -114,8 +118,8 @@ def tracked_metrics(summary: Summary) -> dict[str, float]:
     for task, info in summary.tasks.items():
         for metric, stats in info.metrics.items():
             out |= _stats(name("task", task, metric), stats)
-    for category, metrics in summary.categories.items():
-        for metric, stats in metrics.items():
+    for category, figures in summary.categories.items():
+        for metric, stats in figures.micro.items():
             out |= _stats(name("category", category, metric), stats)
     t = summary.throughput
     figures = {
