@@ -149,7 +149,7 @@ class Forced(KeepOpen):
 
 def _open(preset_name: str, seqs: int | None) -> tuple[Any, Any]:
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
 
     preset = load_preset(preset_name)
@@ -422,10 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         args.work or (tempfile.mkdtemp() if args.quick else REPO / ".cache" / "bench-admission")
     )
     args.work = str(work)
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
     for name in {args.preset, args.past_preset}:
-        models.prepare(name)
+        weights.prepare(name)
     # The first repetition makes it, once per workload.
     past_name = Path(args.past_preset).stem  # a registry name, or a preset file's stem
     args.past = str(work / "past" / f"{past_name}-{args.prompts}-{args.max_tokens}")

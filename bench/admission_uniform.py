@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         parser, {"preset": QUICK_PRESET, "reps": 2, "seqs": 4, "prompts": 8, "kv_gib": 1}, argv
     )
     os.environ.update(VLLM_ENV | {"VLLM_CPU_KVCACHE_SPACE": str(args.kv_gib)})
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare(args.preset)
+    weights.prepare(args.preset)
     print(f"# {machine()}\n# start: {load_average()}", flush=True)
     preset, engine = _open(args.preset, args.seqs)
     tasks, forced, equal = uniform_work(args.prompts, preset.name)

@@ -41,7 +41,7 @@ from benchlib import REPO, parse_args
 
 from evalpipe.tasks import load_task
 from evalpipe.tasks.config import SourceConfig
-from evalpipe.tasks.task import ConfiguredTask
+from evalpipe.tasks.configured import ConfiguredTask
 
 SIMPLE_EVALS_DIR = REPO / ".cache" / "bench-simple-evals"
 SIMPLE_EVALS_MISSING = (

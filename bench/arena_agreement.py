@@ -42,7 +42,7 @@ from typing import Any
 from benchlib import REPO, parse_args, print_checks
 
 from evalpipe.rundir.judgments import JudgeDefinition, judgment_id, summarize_judgments
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.tasks.arenahard import Baseline, arena_hard
 from evalpipe.tasks.pairwise import GAMES, arena_scores, pair_battles, read_verdict
 

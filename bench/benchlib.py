@@ -237,12 +237,12 @@ def reference_run(
     script records it after its timed sides, and only where their texts differ."""
     from neartie import record_run, tokenizer_decode
 
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
     from evalpipe.tasks import load_tasks
 
     os.environ.update(vllm_env)
-    decode = tokenizer_decode(models.model_source(load_preset(preset)))
+    decode = tokenizer_decode(weights.model_source(load_preset(preset)))
     return record_run(preset, load_tasks(tasks=(task,)), out, limit=limit, decode=decode)
 
 

@@ -88,11 +88,11 @@ def main() -> int:
     parser.add_argument("--part", choices=PARTS, default="generation")
     parser.add_argument("--out", type=Path, help="working folder (default: a temporary one)")
     args = parse_args(parser, {"limit": 2, "concurrency": "2", "preset": QUICK_PRESET})
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.run.serve import free_port, served_name, wait_ready
+    from evalpipe.run.vllmserver import free_port, served_name, wait_ready
 
-    models.prepare(args.preset)
+    weights.prepare(args.preset)
     print(json.dumps({"machine": machine(), "load_start": load_average()}), flush=True)
     folder = args.out or Path(tempfile.mkdtemp(prefix="evalpipe-bench-endpoint-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -35,8 +35,8 @@ from pathlib import Path
 from benchlib import parse_args, print_checks
 
 from evalpipe.rundir.judgments import SCORE, JudgeDefinition, judgment_id, summarize_judgments
-from evalpipe.rundir.results import SampleRecord
-from evalpipe.tasks.judging import parse_rating
+from evalpipe.rundir.samplelog import SampleRecord
+from evalpipe.tasks.gradings import parse_rating
 from evalpipe.tasks.mtbench import (
     REFERENCE_CATEGORIES,
     TEMPERATURES,

@@ -141,9 +141,9 @@ def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> An
     from neartie import record_run
     from transformers import AutoTokenizer
 
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kindbase import LoadOptions
     from evalpipe.tasks.kinds import load_refs
 
     os.environ.update(VLLM_ENV)
@@ -152,7 +152,7 @@ def record_reference(preset_name: str, folder: Path, docs: int, out: Path) -> An
     loaded, _ = load_refs([f"lm_eval:{folder}", f"lm_eval:{TASK}"],
                           LoadOptions(preset=preset, backend="vllm"))  # fmt: skip
     tasks = list(loaded.tasks)
-    tokenizer = AutoTokenizer.from_pretrained(models.model_source(preset))
+    tokenizer = AutoTokenizer.from_pretrained(weights.model_source(preset))
 
     def decode(ids: Any) -> str:  # as the bridge asks vLLM to: special tokens kept
         return tokenizer.decode(list(ids), skip_special_tokens=False)

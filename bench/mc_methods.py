@@ -66,9 +66,9 @@ def main() -> int:
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)
 
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.tasks import load_tasks
 
@@ -76,7 +76,7 @@ def main() -> int:
     samples = task.samples()
     if len(samples) < args.limit * args.reps:
         parser.error(f"--limit × --reps must be at most {len(samples)} (the set's size)")
-    models.prepare(args.preset)
+    weights.prepare(args.preset)
     preset = load_preset(args.preset)
     preset = dataclasses.replace(
         preset, engine_kwargs={**preset.engine_kwargs, "enable_prefix_caching": False}

@@ -54,7 +54,7 @@ def reference_spec(preset_name: str, task_name: str, limit: int) -> dict[str, An
     """The raw script's input: evalpipe's prompts for the task, its LLM() arguments and the
     SamplingParams its engine builds from the task's settings."""
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import engine_kwargs
     from evalpipe.tasks import load_tasks
 

@@ -61,13 +61,13 @@ def write_task(preset_name: str, task_name: str, limit: int, folder: Path) -> No
     """The JSONL + task file for lm-eval."""
     from transformers import AutoTokenizer
 
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
     from evalpipe.tasks import load_tasks
 
     preset = load_preset(preset_name)
     (task,) = load_tasks(tasks=(task_name,))
-    tokenizer = AutoTokenizer.from_pretrained(models.model_source(preset))
+    tokenizer = AutoTokenizer.from_pretrained(weights.model_source(preset))
     data = folder / f"{task_name}.jsonl"
     with data.open("w", encoding="utf-8") as fh:
         for sample in task.samples(limit):

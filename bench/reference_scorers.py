@@ -141,13 +141,13 @@ def model_questions(limit: int | None, preset: str) -> dict[str, list[Question]]
     """The model's log-probabilities of each `ordering` question's letters and option texts."""
     for key, value in VLLM_ENV.items():
         os.environ.setdefault(key, value)
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.tasks import load_tasks
 
-    models.prepare(preset)
+    weights.prepare(preset)
     engine = VllmEngine.open(load_preset(preset), EngineSettings())
     [task] = load_tasks(tasks=["ordering"], mc_method="logprobs")
     found: dict[str, list[Question]] = {"letters": [], "texts": []}

@@ -7,7 +7,7 @@
 Each measurement runs in a fresh child process (this script with --child), so imports, caches
 and peak memory belong to that measurement alone; the cases alternate and medians are printed.
 
-- plan + render: `evalpipe.jobs.submit.prepare` per job (load preset and cluster YAML, plan,
+- plan + render: `evalpipe.jobs.sbatchsubmit.prepare` per job (load preset and cluster YAML, plan,
   build the JobSpec, render the sbatch script and, for arrays, the merge script), cycling through
   every shipped preset × cluster pair that fits, with 1–4 shards. Also the same jobs from preset,
   cluster and GPU objects loaded once (`jobspec.make_jobspec` + `render.render_job`), which
@@ -48,7 +48,7 @@ from benchlib import (
     verdict,
 )
 
-from evalpipe.engine.base import EngineSettings  # light: no vLLM, no torch
+from evalpipe.engine.protocol import EngineSettings  # light: no vLLM, no torch
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored
 
@@ -70,14 +70,14 @@ def _fitting_pairs() -> list[tuple[str, str]]:
     from evalpipe.catalog.configpath import names
     from evalpipe.catalog.preset import preset_names
     from evalpipe.core.errors import EvalpipeError
-    from evalpipe.jobs import submit
+    from evalpipe.jobs import sbatchsubmit
     from evalpipe.jobs.jobspec import JobOptions
 
     pairs = []
     for cluster in names("clusters"):
         for preset in preset_names():
             try:
-                submit.prepare(preset, cluster, JobOptions(), Path("/nonexistent/run"))
+                sbatchsubmit.prepare(preset, cluster, JobOptions(), Path("/nonexistent/run"))
             except EvalpipeError:
                 continue  # does not fit that site: the planner's refusal, not a job
             pairs.append((preset, cluster))
@@ -89,7 +89,7 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
     from evalpipe.catalog.clusters import load_cluster
     from evalpipe.catalog.gpus import load_gpus
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.jobs import render, submit
+    from evalpipe.jobs import sbatchrender, sbatchsubmit
     from evalpipe.jobs.jobspec import JobOptions, make_jobspec
 
     imported = time.perf_counter() - t0
@@ -111,12 +111,12 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
                 options=JobOptions(shards=shards),
                 run_dir=run_dir,
             )
-            render.render_job(spec)
+            sbatchrender.render_job(spec)
             if spec.options.shards > 1:
-                render.render_merge(spec)
+                sbatchrender.render_merge(spec)
     else:
         for (preset, cluster, shards), run_dir in zip(jobs, run_dirs, strict=True):
-            submit.prepare(preset, cluster, JobOptions(shards=shards), Path(run_dir))
+            sbatchsubmit.prepare(preset, cluster, JobOptions(shards=shards), Path(run_dir))
     return {
         "import_s": imported,
         "jobs_s": time.perf_counter() - t1,
@@ -217,7 +217,7 @@ def child_read(out: Path) -> dict:
     import tracemalloc
 
     from evalpipe.rundir.layout import SAMPLES
-    from evalpipe.rundir.results import check_unique, read_samples
+    from evalpipe.rundir.samplelog import check_unique, read_samples
 
     path = out / SAMPLES
     t0, c0 = time.perf_counter(), time.process_time()

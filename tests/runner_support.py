@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.catalog.preset import Preset, load_preset
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.checkpoint import StopOnSignal

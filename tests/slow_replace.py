@@ -1,5 +1,5 @@
 """`python tests/slow_replace.py SECONDS ARGS...`: `evalpipe ARGS...` with a pause of SECONDS
-inside every atomic file replacement (evalpipe.rundir.results), between writing the new file and
+inside every atomic file replacement (evalpipe.rundir.samplelog), between writing the new file and
 renaming it into place: a window too narrow for a random kill to hit otherwise
 (tests/test_chaos.py kills runs there)."""
 

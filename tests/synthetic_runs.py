@@ -12,12 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.monitor.devicesummary import DeviceSummary
 from evalpipe.rundir.aggregation import metric_stats
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask, RunStatus
-from evalpipe.rundir.results import SampleLog, SampleRecord
 from evalpipe.rundir.runconfig import RunConfig
+from evalpipe.rundir.samplelog import SampleLog, SampleRecord
 from evalpipe.rundir.summary import (
     CategorySummary,
     MetricSummary,

@@ -13,8 +13,8 @@ from runner_support import ToyTask, preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings, Room
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings, Room
 from evalpipe.estimate.lengths import LengthModel, PastLengths, load_lengths
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.admission import admission_order
@@ -23,7 +23,7 @@ from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.stream import Item
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.occupancy import Occupancy
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 from evalpipe.rundir.summary import Summary, read_summary
 from evalpipe.rundir.summarytext import format_summary
 

@@ -73,7 +73,7 @@ def test_the_runners_cache_check_flags_the_bench_runs_that_preempted(
     from admission import past_lengths, workload
 
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import Room
+    from evalpipe.engine.protocol import Room
     from evalpipe.estimate.lengths import PastLengths
     from evalpipe.planning.memory import kv_bytes_per_token
     from evalpipe.run.admission import admission_order, length_model

@@ -12,7 +12,7 @@ from endpoint_support import FaultServer
 
 from evalpipe.cli import main
 from evalpipe.core.errors import DatasetError
-from evalpipe.run.judging import read_baseline
+from evalpipe.run.judgephase import read_baseline
 from evalpipe.rundir.judgments import JudgeDir, read_judge_summary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.tracked import judge_metrics

@@ -279,8 +279,8 @@ def test_a_server_without_prompt_logprobs_is_refused_clearly(
 
 def test_top_logprobs_are_refused_since_the_api_names_no_token_ids(tmp_path: Path) -> None:
     from evalpipe.core.errors import ConfigError
-    from evalpipe.engine.base import EngineSettings
     from evalpipe.engine.endpoint import EndpointEngine
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.records.sampling import SamplingSettings
 
     with FaultServer() as server:

@@ -16,7 +16,7 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.engine.endpoint import sampling_fields, split_tokens
 from evalpipe.engine.http import RetryPolicy, retry_after_seconds, server_detail
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.run.serve import wait_ready
+from evalpipe.run.vllmserver import wait_ready
 
 POLICY = RetryPolicy(max_retries=5, timeout_s=10, backoff_s=1.0, backoff_max_s=8.0)
 
@@ -107,7 +107,7 @@ def test_waiting_for_a_server_stops_when_it_dies_or_the_time_is_up() -> None:
 def test_the_job_helper_says_why_the_server_is_not_usable_and_where_its_log_is(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from evalpipe.run.serve import free_port, main
+    from evalpipe.run.vllmserver import free_port, main
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     argv = ["wait", "--base-url", url, "--model", "m", "--timeout", "0.1", "--log", "/x/s.log"]
@@ -123,7 +123,7 @@ def test_the_job_helper_says_why_the_server_is_not_usable_and_where_its_log_is(
 
 def test_serve_mode_needs_the_vllm_backend() -> None:
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.run.options import EngineOptions, RunnerOptions
+    from evalpipe.run.runoptions import EngineOptions, RunnerOptions
 
     with pytest.raises(ConfigError, match="--mode serve starts vLLM's server"):
         JobOptions(mode="serve", run=RunnerOptions(engine=EngineOptions(backend="fake")))
@@ -135,7 +135,7 @@ def test_a_serve_mode_job_talks_to_its_own_server_with_a_full_window() -> None:
     from pathlib import Path
 
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.jobs.submit import prepare
+    from evalpipe.jobs.sbatchsubmit import prepare
 
     spec = prepare("tiny_random", "local", JobOptions(mode="serve"), Path("/tmp/run")).spec
     options = dict(spec.runner_options)

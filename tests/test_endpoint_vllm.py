@@ -18,7 +18,7 @@ from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.records.completion import Generation
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.run.serve import free_port, served_name, server_argv, wait_ready
+from evalpipe.run.vllmserver import free_port, served_name, server_argv, wait_ready
 from evalpipe.tasks import load_tasks
 
 pytestmark = pytest.mark.vllm

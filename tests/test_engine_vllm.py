@@ -15,8 +15,8 @@ from neartie import EPSILON, assert_near_tie_equal, tokenizer_decode
 
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fallback import fp8_kv_cache_supported
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.engine.vllm import VllmEngine
 from evalpipe.records.completion import Generation
 from evalpipe.records.request import Request

@@ -23,7 +23,7 @@ from evalpipe.estimate.throughput import from_smoke, roofline
 from evalpipe.estimate.workmodel import TaskWork, task_work
 from evalpipe.planning import planner
 from evalpipe.planning.memory import GIB
-from evalpipe.rundir.results import SampleRecord, write_samples
+from evalpipe.rundir.samplelog import SampleRecord, write_samples
 from evalpipe.rundir.timings import Timings
 from evalpipe.tasks import load_task
 

@@ -16,8 +16,8 @@ from test_estimate import _calibration
 from evalpipe.catalog.selection import Selection
 from evalpipe.cli import main
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import prepare, submit_prepared
-from evalpipe.run.options import RunnerOptions
+from evalpipe.jobs.sbatchsubmit import prepare, submit_prepared
+from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,7 +18,7 @@ from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, ResumeMismatchError, UnknownNameError
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = {"backend": "fake"}

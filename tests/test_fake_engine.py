@@ -6,9 +6,9 @@ import pytest
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.factory import open_engine
 from evalpipe.engine.fake import DELAY_ENV, FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.sampling import SamplingSettings
 
 

@@ -15,7 +15,7 @@ from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 from evalpipe.tasks import load_task, load_tasks
 from evalpipe.tasks.config import load_task_config
 from evalpipe.tasks.generation import (

@@ -18,18 +18,18 @@ from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core.errors import DoesNotFitError
 from evalpipe.core.options import record_from
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import prepare
+from evalpipe.jobs.sbatchsubmit import prepare
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.planning import planner
-from evalpipe.planning.placement import choose_placement
-from evalpipe.run.judging import judge_run
+from evalpipe.planning.judgeplacement import choose_placement
+from evalpipe.run.judgephase import judge_run
+from evalpipe.run.judgeprocess import beside_gpus, split_gpus
 from evalpipe.run.localplan import visible_gpus
-from evalpipe.run.options import RunnerOptions
-from evalpipe.run.placement import beside_gpus, split_gpus
-from evalpipe.rundir.results import SampleTail
+from evalpipe.run.runoptions import RunnerOptions
+from evalpipe.rundir.samplelog import SampleTail
 
 H100 = get_gpu("h100-80gb")
 WORK = [(TASK, TASK.samples())]
@@ -269,7 +269,7 @@ def test_plan_estimate_covers_both_phases_and_each_placement(
 
 def test_a_judge_prompt_is_its_template_plus_the_answers_it_quotes() -> None:
     from evalpipe.core.span import Span
-    from evalpipe.estimate.judging import judge_work, turns_work
+    from evalpipe.estimate.judgework import judge_work, turns_work
     from evalpipe.estimate.workmodel import TaskWork, TokenCounter
     from evalpipe.tasks.judged import load_judged_task
 
@@ -297,7 +297,7 @@ def test_a_phase_process_gets_the_stop_signal_its_parent_received() -> None:
     import subprocess
     import sys
 
-    from evalpipe.run.placement import wait_child
+    from evalpipe.run.judgeprocess import wait_child
 
     code = (
         "import signal, sys, time\n"
@@ -314,7 +314,7 @@ def test_the_judge_sees_the_generation_end_when_its_process_dies() -> None:
     import subprocess
     import sys
 
-    from evalpipe.run.placement import generation_open
+    from evalpipe.run.judgeprocess import generation_open
 
     holder = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.PIPE

@@ -13,7 +13,7 @@ from endpoint_support import FaultServer
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.run.options import EndpointOptions, JudgeOptions, RunnerOptions
+from evalpipe.run.runoptions import EndpointOptions, JudgeOptions, RunnerOptions
 from evalpipe.tasks.judged import load_judged_task
 from evalpipe.tasks.mtbench import mtbench_tasks
 

@@ -19,12 +19,12 @@ from judge_support import TASK, answer, endpoint_judge, judge, verdicts
 from runner_support import preset
 
 from evalpipe.core.errors import ConfigError, DamagedFileError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.run.judging import judge_run
+from evalpipe.engine.protocol import EngineSettings
+from evalpipe.run.judgephase import judge_run
 from evalpipe.rundir.judgments import JudgeDefinition, judge_dirs, read_judge_summary
 from evalpipe.tasks.base import Sample
-from evalpipe.tasks.judging import (
+from evalpipe.tasks.gradings import (
     JudgePrompt,
     SingleGrading,
     TemplateGrading,

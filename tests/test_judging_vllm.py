@@ -20,9 +20,9 @@ TASK = Path(__file__).parent / "fixtures" / "judged" / "capitals.yaml"
 def test_smollm2_judges_smollm2_through_evalpipe_run(
     tmp_path: Path, vllm_env: dict[str, str]
 ) -> None:
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare("smollm2_135m")
+    weights.prepare("smollm2_135m")
     out = tmp_path / "run"
     argv = [
         sys.executable, "-m", "evalpipe", "run", "--preset", "smollm2_135m",

@@ -21,12 +21,12 @@ import pytest
 
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError, DatasetError
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 from evalpipe.tasks import load_task, load_tasks
 from evalpipe.tasks.config import SourceConfig
+from evalpipe.tasks.configured import ConfiguredTask
 from evalpipe.tasks.datasets import load_rows
 from evalpipe.tasks.livecodebench import decode_tests, extract_solution, same_output
-from evalpipe.tasks.task import ConfiguredTask
 
 FIXTURE = Path(__file__).parent / "fixtures" / "livecodebench" / "test.jsonl"
 SHIPPED = load_task("livecodebench")

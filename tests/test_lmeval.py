@@ -28,7 +28,7 @@ from lmeval_support import (
 
 from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
-from evalpipe.tasks.kind import LoadOptions
+from evalpipe.tasks.kindbase import LoadOptions
 from evalpipe.tasks.kinds import load_refs
 from evalpipe.tasks.lmeval import LmEvalTask
 from evalpipe.tasks.lmeval.results import lm_eval_results
@@ -267,7 +267,7 @@ def test_without_lm_eval_one_message_names_the_extra(tmp_path: Path) -> None:
     tasks never import it."""
     code = (
         "import sys; sys.path = [p for p in sys.path if 'lm-eval' not in p]\n"
-        "from evalpipe.tasks.kind import LoadOptions\n"
+        "from evalpipe.tasks.kindbase import LoadOptions\n"
         "from evalpipe.tasks.kinds import load_refs\n"
         "load_refs(['arithmetic'], LoadOptions())\n"
         "assert 'lm_eval' not in sys.modules\n"
@@ -321,7 +321,7 @@ def test_merge_aggregates_the_shards_documents_as_one_run(
     """`evalpipe merge` writes lm-eval's results of the whole from the shards' documents (lm-eval's
     aggregation again, not an average of the shards' figures): equal to the unsharded run's,
     stderrs and the group's size-weighted mean included."""
-    from evalpipe.run.merge import merge_run
+    from evalpipe.run.shardmerge import merge_run
     from evalpipe.rundir.shard import Shard
 
     job = tmp_path / "job"

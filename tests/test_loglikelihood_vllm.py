@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
-from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.samplelog import read_samples
 from evalpipe.tasks import load_tasks
 
 pytestmark = pytest.mark.vllm

@@ -12,9 +12,9 @@ from runner_support import fake_engine, lines, preset, toy_tasks
 from evalpipe.cli import main as cli
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import RunDirError
-from evalpipe.run.merge import merge_run
 from evalpipe.run.runner import RunOptions, run_evaluation
-from evalpipe.rundir.results import read_json
+from evalpipe.run.shardmerge import merge_run
+from evalpipe.rundir.samplelog import read_json
 from evalpipe.rundir.shard import Shard
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog import models
+from evalpipe.catalog import weights
 from evalpipe.catalog.preset import load_preset
 from evalpipe.core.errors import ConfigError, UnknownNameError
 
@@ -45,13 +45,13 @@ def test_resolve_prefers_a_local_folder_then_the_prepared_one_then_the_hub(
     monkeypatch.setenv("EVALPIPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     smollm2 = load_preset("smollm2_135m")
-    assert models.model_source(smollm2) == "HuggingFaceTB/SmolLM2-135M-Instruct"  # hub reachable
+    assert weights.model_source(smollm2) == "HuggingFaceTB/SmolLM2-135M-Instruct"  # hub reachable
     prepared = tmp_path / "cache" / "models" / "smollm2_gguf"
     prepared.mkdir(parents=True)
-    assert models.model_source(smollm2) == str(prepared)
+    assert weights.model_source(smollm2) == str(prepared)
     local = tmp_path / "my-model"
     local.mkdir()
-    assert models.model_source(dataclasses.replace(smollm2, model=str(local))) == str(local)
+    assert weights.model_source(dataclasses.replace(smollm2, model=str(local))) == str(local)
 
 
 def test_a_missing_prepared_model_without_a_hub_names_the_command(
@@ -61,24 +61,24 @@ def test_a_missing_prepared_model_without_a_hub_names_the_command(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty Hugging Face cache
     with pytest.raises(ConfigError) as err:
-        models.model_source(load_preset("smollm2_135m"))
+        weights.model_source(load_preset("smollm2_135m"))
     assert "hub is offline" in str(err.value)
     assert "evalpipe models prepare smollm2_135m" in str(err.value)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with pytest.raises(ConfigError, match=r"not a hub id.*evalpipe models prepare tiny_random"):
-        models.model_source(load_preset("tiny_random"))
+        weights.model_source(load_preset("tiny_random"))
     # Where a caller only looks (generation settings), a missing model is no error.
-    assert models.find_model(load_preset("tiny_random")) is None
+    assert weights.find_model(load_preset("tiny_random")) is None
 
 
 def test_prepare_names_presets_and_recipes_and_refuses_others() -> None:
     with pytest.raises(UnknownNameError, match="Did you mean 'tiny_random'"):
-        models.prepare("tiny_rnadom")
+        weights.prepare("tiny_rnadom")
     no_recipe = dataclasses.replace(load_preset("smollm2_135m"), prepare=None)
     with pytest.raises(ConfigError, match="has no `prepare` recipe"):
-        models.prepare(no_recipe)
-    assert models.recipe_for("smollm2_gguf")[0].name == "smollm2_gguf"
-    assert models.recipe_for("smollm2_135m")[0].name == "smollm2_gguf"
+        weights.prepare(no_recipe)
+    assert weights.recipe_for("smollm2_gguf")[0].name == "smollm2_gguf"
+    assert weights.recipe_for("smollm2_135m")[0].name == "smollm2_gguf"
 
 
 def test_tiny_random_matches_its_preset_exactly(tiny_random_path: Path) -> None:
@@ -124,11 +124,11 @@ def test_prepare_is_atomic_when_killed_and_idempotent_after(tmp_path: Path) -> N
     }
     assert oct(built.stat().st_mode & 0o777) == "0o755"
     assert not list(folder.glob(".tiny_random.tmp-*"))  # the killed build's leftovers are gone
-    stamp = (built / models.MARKER).read_text()
+    stamp = (built / weights.MARKER).read_text()
 
     again = evalpipe("models", "prepare", "tiny_random", env=env)
     assert again.returncode == 0 and "already prepared" in again.stdout
-    assert (built / models.MARKER).read_text() == stamp
+    assert (built / weights.MARKER).read_text() == stamp
 
 
 def test_models_list_says_how_to_get_each_model_without_heavy_imports(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_models_list_says_how_to_get_each_model_without_heavy_imports(tmp_path: 
 def test_a_missing_vllm_names_the_extra_to_install() -> None:
     code = (
         "import sys; sys.modules['vllm'] = None\n"  # as on a machine without vLLM
-        "from evalpipe.engine.base import EngineSettings\n"
+        "from evalpipe.engine.protocol import EngineSettings\n"
         "from evalpipe.engine.factory import open_engine\n"
         "from evalpipe.catalog.preset import load_preset\n"
         "open_engine('vllm', load_preset('tiny_random'), EngineSettings())\n"
@@ -182,11 +182,11 @@ def test_smollm2_135m_prepared_from_gguf_knows_the_capital_of_france(
     """What the dequantised weights must get right on any CPU: kernels round differently (an
     Intel AMX and an AMD CPU give SmolLM2 different greedy answers), a margin of nats does not
     move. Its greedy text is only promised to repeat on the same engine and layout."""
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.engine.vllm import VllmEngine
     from evalpipe.records.sampling import SamplingSettings
 
-    path = models.prepare("smollm2_135m")
+    path = weights.prepare("smollm2_135m")
     assert path == model_cache / "models" / "smollm2_gguf"
     preset = dataclasses.replace(load_preset("smollm2_135m"), chat=False)
     engine = VllmEngine.open(preset, EngineSettings(deterministic=True))

@@ -11,14 +11,14 @@ import pytest
 from runner_support import ChatTask, preset
 
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine, prompt_text
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.completion import Completion
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.stream import Item, run_stream
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
 from evalpipe.tasks.base import conversation
 

@@ -9,8 +9,8 @@ import pytest
 from neartie import Recorder, assert_near_tie_equal, assert_records_near_tie_equal, tally
 
 from evalpipe.catalog.preset import load_preset
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.completion import Generation, TokenStep
 from evalpipe.records.sampling import SamplingSettings
 

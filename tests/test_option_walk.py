@@ -14,7 +14,7 @@ from evalpipe.cli import build_parser, main
 from evalpipe.commands.run import runner_options
 from evalpipe.core.options import leaves, value_at
 from evalpipe.jobs.jobspec import JOB_RUNNER_GROUPS
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.runoptions import RunnerOptions
 
 JUDGED = Path(__file__).parent / "fixtures" / "judged" / "capitals.yaml"
 JUDGE_SERVER = ["--judge-base-url", "http://127.0.0.1:8001/v1"]

@@ -12,7 +12,7 @@ from evalpipe.catalog import modelconfig
 from evalpipe.catalog.gpus import Gpu, get_gpu, load_gpus
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
-from evalpipe.planning import layout, planner
+from evalpipe.planning import parallelism, planner
 
 GIB = 1024**3
 
@@ -288,7 +288,7 @@ def test_expert_only_format_needs_expert_params() -> None:
 
 def test_valid_tp_sizes_follow_heads_and_kv_heads() -> None:
     smol = preset("smollm2_135m").architecture  # 9 heads, 3 KV heads
-    assert layout.valid_tp_sizes(smol, 9) == [1, 3, 9]
+    assert parallelism.valid_tp_sizes(smol, 9) == [1, 3, 9]
 
 
 # --- config.json cross-check -------------------------------------------------------------------

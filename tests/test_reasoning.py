@@ -9,9 +9,9 @@ import json
 import pytest
 
 from evalpipe.catalog.preset import load_preset
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.engine.protocol import EngineSettings
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.summary import PlannedTask, summarize
 from evalpipe.tasks import load_task, load_tasks
 from evalpipe.tasks.reasoning import reasoning_tokens, split
@@ -134,7 +134,7 @@ def test_report_shows_cut_offs_inside_the_reasoning_per_task(tmp_path, capsys) -
 
     from evalpipe.cli import main
     from evalpipe.rundir.layout import RunDir
-    from evalpipe.rundir.results import read_samples
+    from evalpipe.rundir.samplelog import read_samples
 
     out = tmp_path / "run"
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",

@@ -19,10 +19,10 @@ from evalpipe.catalog.selection import Selection
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.core.options import record_from
-from evalpipe.jobs import render
+from evalpipe.jobs import sbatchrender
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import Prepared, prepare
-from evalpipe.run.options import LayoutOptions, RunnerOptions
+from evalpipe.jobs.sbatchsubmit import Prepared, prepare
+from evalpipe.run.runoptions import LayoutOptions, RunnerOptions
 
 GOLDEN = Path(__file__).parent / "golden"
 # EVALPIPE_UPDATE_GOLDEN=1 pytest tests/test_render.py rewrites the golden files.
@@ -328,14 +328,14 @@ def test_values_sbatch_cannot_carry_are_refused(tmp_path: Path) -> None:
 def test_an_unquoted_template_value_is_a_render_error(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "single_node.sbatch.j2").write_text("#!/bin/bash\nrm -rf {{ job.run_dir }}\n")
     monkeypatch.setenv("EVALPIPE_TEMPLATE_DIR", str(tmp_path))
-    with pytest.raises(render.RenderError, match="without a quoting filter"):
+    with pytest.raises(sbatchrender.RenderError, match="without a quoting filter"):
         prepare("tiny_random", "local", JobOptions(), tmp_path / "run")
 
 
 def test_a_missing_template_value_is_a_render_error(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "single_node.sbatch.j2").write_text("#!/bin/bash\necho {{ job.no_such | q }}\n")
     monkeypatch.setenv("EVALPIPE_TEMPLATE_DIR", str(tmp_path))
-    with pytest.raises(render.RenderError, match="no_such"):
+    with pytest.raises(sbatchrender.RenderError, match="no_such"):
         prepare("tiny_random", "local", JobOptions(), tmp_path / "run")
 
 

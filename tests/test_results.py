@@ -10,7 +10,7 @@ import pytest
 from synthetic_runs import append_samples
 
 from evalpipe.core.errors import RunDirError
-from evalpipe.rundir.results import (
+from evalpipe.rundir.samplelog import (
     SampleRecord,
     check_unique,
     read_json,

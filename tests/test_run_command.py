@@ -13,7 +13,7 @@ import pytest
 
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 

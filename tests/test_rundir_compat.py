@@ -19,7 +19,7 @@ from evalpipe.reports.loading import load_runs
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
-from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.samplelog import read_samples
 from evalpipe.rundir.submission import read_plan, read_submission
 from evalpipe.rundir.summary import read_summary
 

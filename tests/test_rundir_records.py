@@ -13,8 +13,8 @@ from evalpipe.core.span import Span
 from evalpipe.monitor import DeviceSummary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import PlannedTask, read_manifest
-from evalpipe.rundir.results import SampleRecord, write_json
 from evalpipe.rundir.runconfig import RunConfig
+from evalpipe.rundir.samplelog import SampleRecord, write_json
 from evalpipe.rundir.submission import Submission, read_submission, write_submission
 from evalpipe.rundir.summary import read_summary, summarize, write_summary
 from evalpipe.rundir.timings import Timings, phase

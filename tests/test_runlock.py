@@ -15,8 +15,8 @@ from runner_support import fake_engine, lines, preset, toy_tasks
 
 from evalpipe.core import exitcodes, provenance
 from evalpipe.core.errors import RunDirLockedError
-from evalpipe.run.merge import merge_run
 from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.run.shardmerge import merge_run
 from evalpipe.rundir import lock as runlock
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lock import Owner, RunLock, fcntl_trustworthy

@@ -11,13 +11,13 @@ from runner_support import ToyTask, fake_engine, lines, preset, toy_tasks
 
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, ResumeMismatchError, RunDirError
-from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.monitor import DeviceSummary, Monitor
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import read_json, read_samples, write_json
+from evalpipe.rundir.samplelog import read_json, read_samples, write_json
 from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.summary import read_summary
 

@@ -14,7 +14,7 @@ import runner_support
 from runner_support import lines
 
 from evalpipe.core import exitcodes
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 
 REPO = Path(__file__).resolve().parents[1]
 DRIVER = Path(runner_support.__file__)

@@ -20,7 +20,7 @@ import pytest
 from neartie import RecordedRun, record_run, tokenizer_decode
 
 from evalpipe.core import exitcodes
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 
 pytestmark = pytest.mark.vllm
 

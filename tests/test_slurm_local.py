@@ -25,8 +25,8 @@ from evalpipe.catalog.preset import preset_names
 from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.jobstatus import Job
-from evalpipe.jobs.submit import prepare, submit_prepared
-from evalpipe.run.options import LayoutOptions, RunnerOptions
+from evalpipe.jobs.sbatchsubmit import prepare, submit_prepared
+from evalpipe.run.runoptions import LayoutOptions, RunnerOptions
 from evalpipe.slurm.client import UNKNOWN, Slurm
 
 pytestmark = pytest.mark.slurm
@@ -144,9 +144,9 @@ def test_submit_wait_runs_the_runner_and_leaves_results(reference: Path) -> None
 def test_submit_wait_with_the_cpu_engine(local_slurm: Slurm, tmp_path: Path) -> None:
     """The README's demo path: the real runner and the CPU build of vLLM inside a SLURM job,
     generating (math) and ranking options by log-probability (reasoning, --mc-method)."""
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare("tiny_random")  # built once into the cache the job reads too
+    weights.prepare("tiny_random")  # built once into the cache the job reads too
     result = evalpipe(
         "submit", "--preset", "tiny_random", "--cluster", "local", "--categories",
         "math,reasoning", "--mc-method", "logprobs", "--limit", "1", "--out", "run", "--wait",
@@ -170,9 +170,9 @@ def test_serve_mode_job_evaluates_through_a_vllm_server_and_stops_it(
 ) -> None:
     """submit --mode serve: the job starts vLLM's server on the CPU build, waits for it, runs
     the evaluation against it (generation and option log-probabilities), and stops it."""
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare("tiny_random")
+    weights.prepare("tiny_random")
     result = evalpipe(
         "submit", "--preset", "tiny_random", "--cluster", "local", "--mode", "serve",
         "--tasks", "arithmetic,ordering", "--mc-method", "logprobs", "--limit", "2",
@@ -352,9 +352,9 @@ def test_an_impossible_request_is_refused_in_slurms_words(
         .replace("max_nodes: 2", "max_nodes: 3")
         .replace("gpus_per_node: 4", "gpus_per_node: 1")
     )
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare("smollm2_135m")  # the submit checks find its weights before asking SLURM
+    weights.prepare("smollm2_135m")  # the submit checks find its weights before asking SLURM
     prepared = prepare(
         "smollm2_135m",
         str(site),

@@ -13,12 +13,12 @@ import pytest
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import RunDirError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.estimate.calibration import Calibration, load_calibrations, table
 from evalpipe.monitor.fake_nvml import GIB, FakeGpu, FakeNvml
 from evalpipe.planning import planner
-from evalpipe.run.smoke import BATCHES, LONG_CONTEXT, run_smoke
+from evalpipe.run.smokeprobe import BATCHES, LONG_CONTEXT, run_smoke
 
 KV_TOKENS = 400_000
 
@@ -129,7 +129,7 @@ def test_the_measured_offset_fed_back_as_overhead_correction_moves_the_plan(
 ) -> None:
     """docs/planner.md: put the smoke table's `off` into the profile's overhead_correction_gib."""
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.jobs.submit import prepare
+    from evalpipe.jobs.sbatchsubmit import prepare
 
     calibration, plan = smoked
     (device,) = calibration.devices
@@ -148,7 +148,7 @@ def test_the_measured_offset_fed_back_as_overhead_correction_moves_the_plan(
 
 def test_the_long_context_probe_fits_the_models_context() -> None:
     from evalpipe.estimate.calibration import ProbePoint
-    from evalpipe.run.smoke import DECODE_TOKENS, PROMPT_REPEATS, _long_repeats
+    from evalpipe.run.smokeprobe import DECODE_TOKENS, PROMPT_REPEATS, _long_repeats
 
     # A byte-level tokenizer: ~27 tokens a repeat, so 8× the short prompt would not fit 1024.
     short = ProbePoint(batch=1, prompt_tokens=27 * PROMPT_REPEATS, completion_tokens=32,

@@ -18,7 +18,7 @@ from evalpipe.core import exitcodes
 from evalpipe.core.errors import StorageError
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import storage
+from evalpipe.rundir.samplelog import storage
 
 REPO = Path(__file__).resolve().parents[1]
 ARGV = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "arithmetic",

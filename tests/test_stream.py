@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from runner_support import ToyTask, fake_engine, preset, toy_tasks
 
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.run import runner
 from evalpipe.run.progress import Progress
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.stream import Hooks, Item, run_stream
-from evalpipe.rundir.results import SampleRecord, read_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json
 from evalpipe.tasks.base import Sample, Scored
 
 

@@ -25,8 +25,8 @@ from evalpipe.core.errors import (
 )
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.jobstatus import Job
-from evalpipe.jobs.submit import prepare_all, submit, submit_all
-from evalpipe.run.options import RunnerOptions
+from evalpipe.jobs.sbatchsubmit import prepare_all, submit, submit_all
+from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
 
 
@@ -327,7 +327,8 @@ def test_render_errors_are_one_line_without_traceback(
 def test_render_and_submit_help_import_nothing_heavy(tmp_path: Path) -> None:
     code = (
         "import sys\nfrom evalpipe.cli import build_parser\n"
-        "from evalpipe.jobs.submit import prepare\nfrom evalpipe.jobs.jobspec import JobOptions\n"
+        "from evalpipe.jobs.sbatchsubmit import prepare\n"
+        "from evalpipe.jobs.jobspec import JobOptions\n"
         "from pathlib import Path\nprepare('tiny_random', 'local', JobOptions(), Path('r'))\n"
         "heavy = {'vllm', 'torch', 'pandas', 'ray', 'pynvml', 'matplotlib', 'submitit'}\n"
         "print(sorted(heavy & set(sys.modules)))\n"

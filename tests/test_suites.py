@@ -24,7 +24,7 @@ from evalpipe.catalog.taskrefs import check_selection, named_asks
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, UnknownNameError
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 from evalpipe.tasks import load_tasks
 from evalpipe.tasks.math_metrics import majority_correct, sampled_scores
 
@@ -230,9 +230,9 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
 def test_a_raised_context_that_does_not_fit_falls_back_and_the_budget_is_capped() -> None:
     """qwen3_32b on one H100: 16,384 tokens fit beside the weights, AIME's 33,792 do not."""
     from evalpipe.catalog.selection import Selection
-    from evalpipe.jobs.budgets import budget_table
     from evalpipe.jobs.jobspec import JobOptions, make_jobspec
-    from evalpipe.run.options import RunnerOptions
+    from evalpipe.jobs.taskbudgets import budget_table
+    from evalpipe.run.runoptions import RunnerOptions
 
     cluster = dataclasses.replace(load_cluster("local"), gpus_per_node=1, max_nodes=1)
     preset = load_preset("qwen3_32b")
@@ -309,9 +309,9 @@ def _suite_env(
     downloads. The suite's task names."""
     from huggingface_hub import constants
 
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare("smollm2_135m")  # built once into the cache the job reads too
+    weights.prepare("smollm2_135m")  # built once into the cache the job reads too
     hub_cache(tmp_path / "hub-cache")
     path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     env = {**vllm_env, "PATH": path, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",

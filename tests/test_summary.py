@@ -10,7 +10,7 @@ import pytest
 from evalpipe.monitor import DeviceSummary
 from evalpipe.rundir.aggregation import combine_devices
 from evalpipe.rundir.manifest import PlannedTask
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.summary import summarize
 from evalpipe.rundir.summarytext import format_summary
 

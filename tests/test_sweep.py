@@ -16,7 +16,7 @@ import pytest
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, EngineError, RunDirError
-from evalpipe.rundir.results import read_json, write_json
+from evalpipe.rundir.samplelog import read_json, write_json
 from evalpipe.rundir.sweep import SWEEP_MANIFEST, default_folder, preset_list, read_sweep, run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,9 +97,9 @@ def test_shard_and_resume_take_one_preset(capsys) -> None:
 
 @pytest.mark.vllm
 def test_real_engine_sweep_releases_each_model(tmp_path: Path, vllm_env, tiny_random_path) -> None:
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
 
-    models.prepare("smollm2_135m")
+    weights.prepare("smollm2_135m")
     again = tmp_path / "smollm2_again.yaml"  # SmolLM2 once more, under another name
     shutil.copy(REPO / "configs" / "presets" / "smollm2_135m.yaml", again)
     folder = tmp_path / "sweep"

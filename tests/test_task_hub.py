@@ -20,7 +20,7 @@ import pytest
 
 from evalpipe.tasks import load_task
 from evalpipe.tasks.config import SourceConfig
-from evalpipe.tasks.task import ConfiguredTask
+from evalpipe.tasks.configured import ConfiguredTask
 
 Rows = list[dict[str, Any]]
 BBH_CONFIGS = load_task("bbh").config.subsets.values  # type: ignore[union-attr]

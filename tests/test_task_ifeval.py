@@ -19,14 +19,14 @@ import pytest
 from runner_support import preset
 
 from evalpipe.core.errors import DatasetError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 from evalpipe.tasks import load_task
 from evalpipe.tasks.config import SourceConfig
+from evalpipe.tasks.configured import ConfiguredTask
 from evalpipe.tasks.punkt_data import LANGUAGE, use_punkt
-from evalpipe.tasks.task import ConfiguredTask
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ifeval" / "{split}.jsonl"
 

@@ -19,7 +19,7 @@ from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
-from evalpipe.tasks.kind import LoadOptions, TaskKind
+from evalpipe.tasks.kindbase import LoadOptions, TaskKind
 from evalpipe.tasks.kinds import get_kind, load_refs, load_selection
 
 # A small copy of arena-hard-auto's layout (tests/test_arena_hard.py).

@@ -23,9 +23,9 @@ from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.tasks import load_task
 from evalpipe.tasks.config import ShuffleConfig, SourceConfig
+from evalpipe.tasks.configured import ConfiguredTask
 from evalpipe.tasks.mcq import extract_answer_line, extract_answer_stages
 from evalpipe.tasks.packaged import package_constant
-from evalpipe.tasks.task import ConfiguredTask
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"

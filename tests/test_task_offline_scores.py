@@ -9,7 +9,7 @@ import statistics
 
 import pytest
 
-from evalpipe.engine.base import Engine
+from evalpipe.engine.protocol import Engine
 from evalpipe.tasks import load_task
 
 pytestmark = pytest.mark.vllm

@@ -18,8 +18,8 @@ from runner_support import SCRIPT, preset, toy_tasks
 
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.monitor import Monitor
 from evalpipe.monitor.csvlog import new_rows
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
@@ -29,7 +29,7 @@ from evalpipe.run.trackers import BACKENDS, sync_argv
 from evalpipe.run.tracking import EXIT_WAIT_ENV, Tracking, exit_wait_s
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
-from evalpipe.rundir.results import read_json, read_samples
+from evalpipe.rundir.samplelog import read_json, read_samples
 from evalpipe.rundir.summary import read_summary
 from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params, tracking_group
 
@@ -464,7 +464,7 @@ def test_sweeps_and_shards_group_their_tracked_runs(tmp_path: Path) -> None:
 
 
 def test_the_samples_table_is_capped() -> None:
-    from evalpipe.rundir.results import SampleRecord
+    from evalpipe.rundir.samplelog import SampleRecord
 
     record = SampleRecord(
         task="t", category="c", sample_id="1", prompt="p" * 5000, completions=("x",),
@@ -481,8 +481,8 @@ def test_a_cluster_profile_tracks_its_jobs_unless_told_otherwise(tmp_path: Path)
 
     from evalpipe.catalog.clusters import load_cluster
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.jobs.submit import prepare
-    from evalpipe.run.options import RunnerOptions, TrackingOptions
+    from evalpipe.jobs.sbatchsubmit import prepare
+    from evalpipe.run.runoptions import RunnerOptions, TrackingOptions
 
     root = Path(__file__).resolve().parent.parent
     data = yaml.safe_load((root / "configs" / "clusters" / "local.yaml").read_text()) | {

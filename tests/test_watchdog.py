@@ -14,10 +14,10 @@ from runner_support import SCRIPT, lines, preset, toy_tasks
 from evalpipe.catalog.preset import load_preset
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.watchdog import Stall, StallLimits, Watchdog, default_limits, stall_limits
-from evalpipe.rundir.results import read_json
+from evalpipe.rundir.samplelog import read_json
 
 
 class FakeClock:

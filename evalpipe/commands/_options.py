@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evalpipe.core.options import add_options, from_args
 from evalpipe.jobs.jobspec import JOB, JOB_RUNNER_GROUPS, JobOptions
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.runoptions import RunnerOptions
 
 
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:

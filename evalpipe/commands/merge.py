@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from evalpipe.run.merge import merge_run
+    from evalpipe.run.shardmerge import merge_run
     from evalpipe.rundir.summarytext import format_summary
 
     result = merge_run(args.run_dir, allow_incomplete=args.allow_incomplete)

@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from evalpipe.catalog import models
+from evalpipe.catalog import weights
 from evalpipe.catalog.preset import Preset, load_preset, preset_names
 from evalpipe.core.textable import format_table
 
@@ -33,13 +33,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _prepare(name: str, *, force: bool) -> int:
-    recipe, _ = models.recipe_for(name)
-    existing = models.model_dir(recipe.name)
+    recipe, _ = weights.recipe_for(name)
+    existing = weights.model_dir(recipe.name)
     if existing.is_dir() and not force:
         print(f"{recipe.name}: already prepared in {existing}")
         return 0
     start = time.monotonic()
-    path = models.prepare(name, force=force)
+    path = weights.prepare(name, force=force)
     print(f"{recipe.name}: prepared in {time.monotonic() - start:.1f} s → {path}")
     return 0
 
@@ -50,12 +50,12 @@ def _source(preset: Preset) -> dict[str, object]:
         return {"source": "local", "path": str(Path(preset.model).expanduser())}
     if preset.prepare is None:
         return {"source": "hub", "path": preset.model}
-    folder = models.model_dir(preset.prepare)
+    folder = weights.model_dir(preset.prepare)
     if folder.is_dir():
         return {
             "source": "prepared",
             "path": str(folder),
-            "size_mib": round(models.folder_size(folder) / 2**20, 1),
+            "size_mib": round(weights.folder_size(folder) / 2**20, 1),
         }
     return {"source": "not prepared", "path": f"evalpipe models prepare {preset.name}"}
 
@@ -81,5 +81,5 @@ def _list(*, as_json: bool) -> int:
         for r in rows
     ]
     print(format_table(("preset", "model", "recipe", "source", "path / how to get it"), table))
-    print(f"cache: {models.cache_dir()}")
+    print(f"cache: {weights.cache_dir()}")
     return 0

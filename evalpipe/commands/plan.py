@@ -19,12 +19,12 @@ from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.core.options import add_options, flags_given, from_args, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
-from evalpipe.planning.placement import Placement, choose_placement, plan_judge
-from evalpipe.run.options import LAYOUT, JudgeOptions, LayoutOptions
+from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
+from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
-    from evalpipe.estimate.judging import PhasesEstimate
+    from evalpipe.estimate.judgework import PhasesEstimate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,10 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
     """--max-model-len; with --estimate and named tasks, the context their budgets need, as
-    `submit` plans it (evalpipe/jobs/budgets.py)."""
+    `submit` plans it (evalpipe/jobs/taskbudgets.py)."""
     if not args.estimate:
         return args.max_model_len
-    from evalpipe.jobs.budgets import task_model_len
+    from evalpipe.jobs.taskbudgets import task_model_len
 
     return task_model_len(preset, from_args(Selection, args), args.max_model_len)
 
@@ -169,7 +169,7 @@ def _estimate(
         judge_predictor,
         predictor,
     )
-    from evalpipe.run.judging import JUDGE_SAMPLING
+    from evalpipe.run.judgephase import JUDGE_SAMPLING
 
     selection = from_args(Selection, args)
     results = args.results or [DEFAULT_RESULTS]

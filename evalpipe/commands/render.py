@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
-    from evalpipe.jobs.budgets import budget_table
-    from evalpipe.jobs.submit import check, prepare
+    from evalpipe.jobs.sbatchsubmit import check, prepare
+    from evalpipe.jobs.taskbudgets import budget_table
     from evalpipe.rundir.layout import RunDir
-    from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.samplelog import new_run_dir
     from evalpipe.rundir.sweep import run_name
 
     run_dir = args.out or new_run_dir(Path("results"), run_name(args.preset))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from evalpipe.catalog.selection import SELECTION
 from evalpipe.core.options import add_options, from_args
-from evalpipe.run.options import (
+from evalpipe.run.runoptions import (
     ENDPOINT,
     ENGINE,
     EXECUTOR,

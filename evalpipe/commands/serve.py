@@ -8,7 +8,7 @@ import shlex
 import sys
 
 from evalpipe.core.options import add_options, positive_int
-from evalpipe.run.options import LayoutOptions
+from evalpipe.run.runoptions import LayoutOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,9 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.run.localplan import plan_local
-    from evalpipe.run.serve import VLLM_SERVER, served_name, server_argv, server_kwargs
+    from evalpipe.run.vllmserver import VLLM_SERVER, served_name, server_argv, server_kwargs
 
     preset = load_preset(args.preset)
     layout = plan_local(

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evalpipe.catalog.gpus import load_gpus
     from evalpipe.core.errors import ConfigError
-    from evalpipe.rundir.results import write_text
+    from evalpipe.rundir.samplelog import write_text
     from evalpipe.slurm import sitedetect
     from evalpipe.slurm.client import Slurm
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from evalpipe.core.options import add_options, from_args, positive_int, seconds
-from evalpipe.run.options import ENGINE, EXECUTOR, LAYOUT, RunnerOptions
+from evalpipe.run.runoptions import ENGINE, EXECUTOR, LAYOUT, RunnerOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
-    from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.samplelog import new_run_dir
     from evalpipe.rundir.sweep import run_name
 
     out = args.out or new_run_dir(Path("results"), f"smoke-{run_name(args.preset)}")
@@ -51,15 +51,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _local(args: argparse.Namespace, out: Path) -> int:
-    from evalpipe.catalog import models
+    from evalpipe.catalog import weights
     from evalpipe.catalog.clusters import load_cluster
     from evalpipe.catalog.gpus import get_gpu
     from evalpipe.catalog.preset import load_preset
     from evalpipe.core.errors import ConfigError
-    from evalpipe.engine.base import EngineSettings
+    from evalpipe.engine.protocol import EngineSettings
     from evalpipe.estimate.calibration import table
     from evalpipe.planning import planner
-    from evalpipe.run.smoke import run_smoke
+    from evalpipe.run.smokeprobe import run_smoke
 
     if args.cluster is None and args.gpu is None:
         raise ConfigError("evalpipe smoke --local needs --gpu NAME or --cluster C to plan for.")
@@ -83,7 +83,7 @@ def _local(args: argparse.Namespace, out: Path) -> int:
     )
     calibration = run_smoke(preset, plan, backend=args.backend, out=out, settings=settings)
     # The cluster's cache_dir reaches the job as EVALPIPE_CACHE: the shared copy goes there.
-    shared = models.cache_dir() if "EVALPIPE_CACHE" in os.environ else None
+    shared = weights.cache_dir() if "EVALPIPE_CACHE" in os.environ else None
     for path in calibration.write(out, shared):
         print(f"evalpipe smoke: calibration written to {path}", file=sys.stderr)
     sys.stdout.write(table(calibration))
@@ -93,7 +93,7 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 def _submit(args: argparse.Namespace, out: Path) -> int:
     from evalpipe.estimate.calibration import load_calibrations, table
     from evalpipe.jobs.jobspec import SMOKE_RUNNER_GROUPS, JobOptions
-    from evalpipe.jobs.submit import prepare, submit_prepared
+    from evalpipe.jobs.sbatchsubmit import prepare, submit_prepared
 
     # One engine is what smoke measures.
     run = from_args(RunnerOptions, args, groups=SMOKE_RUNNER_GROUPS, replicas=1)

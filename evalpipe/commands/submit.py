@@ -72,7 +72,7 @@ def _print_dry_run(prepared: list) -> None:
 def run(args: argparse.Namespace) -> int:
     from evalpipe.estimate.predict import DEFAULT_RESULTS
     from evalpipe.jobs.jobstatus import JobStatus
-    from evalpipe.jobs.submit import check, default_out, prepare_all, submit_all
+    from evalpipe.jobs.sbatchsubmit import check, default_out, prepare_all, submit_all
 
     presets = [p for group in args.preset for p in group]
     sweep = len(presets) > 1

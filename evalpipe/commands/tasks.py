@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
         return 0
     if args.action == "fetch":
-        from evalpipe.tasks.kind import LoadOptions
+        from evalpipe.tasks.kindbase import LoadOptions
         from evalpipe.tasks.kinds import load_refs
 
         # Loading every sample fills the cache (lm-eval's tasks as lm-eval builds them).
@@ -97,7 +97,7 @@ def _suites() -> list[tuple[str, str, str]]:
 
 def _one(reference: str, judge_data: Path | None) -> Task:
     """The first task `reference` names: a group, suite or benchmark may stand for several."""
-    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kindbase import LoadOptions
     from evalpipe.tasks.kinds import load_refs
 
     loaded, _ = load_refs([reference], LoadOptions(judge_data=judge_data))

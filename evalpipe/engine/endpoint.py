@@ -24,12 +24,12 @@ import threading
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
 
-from evalpipe.catalog import models
+from evalpipe.catalog import weights
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
-from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.http import HttpStatusError, RetryPolicy, Tally, request_json
+from evalpipe.engine.protocol import Engine, EngineSettings
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
 from evalpipe.records.device import REMOTE_DEVICE
 from evalpipe.records.prompt import Prompt, messages
@@ -400,7 +400,7 @@ class EndpointEngine(Engine):
 
     def _tokenizer_here(self) -> Any:
         if self._tokenizer is None:
-            source = models.model_source(self.preset)
+            source = weights.model_source(self.preset)
             try:
                 from transformers import AutoTokenizer
             except ImportError as exc:

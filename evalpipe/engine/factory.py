@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import Engine, EngineSettings
+from evalpipe.engine.protocol import Engine, EngineSettings
 
 
 def _vllm(preset: Preset, settings: EngineSettings) -> Engine:

@@ -16,7 +16,7 @@ from typing import Any
 from evalpipe import __version__
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Engine, EngineSettings, Room, SeenSampling, Slots
+from evalpipe.engine.protocol import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.request import Request

@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog import models
+from evalpipe.catalog import weights
 from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core import provenance
 from evalpipe.core.configio import suggest
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
 from evalpipe.engine import rendering
-from evalpipe.engine.base import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.engine.fallback import (
     Context,
     Ladder,
@@ -33,6 +32,7 @@ from evalpipe.engine.fallback import (
     fp8_kv_cache_supported,
     fp8_weights_supported,
 )
+from evalpipe.engine.protocol import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.request import Request
@@ -200,7 +200,7 @@ def engine_kwargs(
 
     where = f"preset {preset.name!r}"
     check_engine_kwargs(preset.engine_kwargs, engine_arg_names(), where=where)
-    model_path = models.model_source(preset)
+    model_path = weights.model_source(preset)
     kwargs = llm_kwargs(preset, settings, model_path)
     cpu_defaults = (
         {**_cpu_kv_default(preset, kwargs), **_cpu_whole_prefills(kwargs)}

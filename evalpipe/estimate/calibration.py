@@ -11,7 +11,7 @@ from typing import Any
 
 from evalpipe.core.errors import RunDirError
 from evalpipe.core.textable import format_table
-from evalpipe.rundir.results import write_json
+from evalpipe.rundir.samplelog import write_json
 
 SCHEMA = 1
 SUFFIX = ".calibration.json"

@@ -15,7 +15,7 @@ from evalpipe.catalog.gpus import Gpu
 from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
-from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.samplelog import read_samples
 from evalpipe.rundir.timings import Timings
 
 _FAMILY = re.compile(r"[a-z]+[0-9.]*")

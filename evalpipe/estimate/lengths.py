@@ -18,7 +18,7 @@ from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.discover import find_run_dirs
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
-from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.samplelog import read_samples
 
 # Where a prediction came from, best first.
 Basis = Literal["sample", "task", "max_tokens"]

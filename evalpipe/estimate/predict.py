@@ -15,7 +15,7 @@ from evalpipe.estimate.autosize import Choice, Limit, choose
 from evalpipe.estimate.calibration import SHARED_FOLDER, SUFFIX, Calibration, load_calibrations
 from evalpipe.estimate.cost import Basis, Estimate, basis, estimate
 from evalpipe.estimate.history import load_history
-from evalpipe.estimate.judging import (
+from evalpipe.estimate.judgework import (
     PhasesEstimate,
     judge_work,
     last_answer_s,
@@ -23,10 +23,10 @@ from evalpipe.estimate.judging import (
     turns_work,
 )
 from evalpipe.estimate.workmodel import TaskWork, task_work, token_counter
-from evalpipe.planning.placement import choose_placement, side_by_side_refusal
+from evalpipe.planning.judgeplacement import choose_placement, side_by_side_refusal
 from evalpipe.planning.planner import Plan
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.judging import Grading
+from evalpipe.tasks.gradings import Grading
 
 DEFAULT_RESULTS = Path("results")
 
@@ -93,7 +93,7 @@ def predictor(
 ) -> Prediction:
     """Load the tasks (their data only where it is local) and what `results` and
     `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible."""
-    from evalpipe.tasks.kind import LoadOptions
+    from evalpipe.tasks.kindbase import LoadOptions
     from evalpipe.tasks.kinds import load_selection
 
     # The same selection as `evalpipe run`: named tasks alone, else the preset's categories,
@@ -183,7 +183,7 @@ def estimate_phases(
     shards: int = 1,
 ) -> tuple[Estimate, PhasesEstimate]:
     """Both phases of a judged run, each placement's wall, and the placement the planner
-    chooses from them (planning/placement.py): (the generation as placed, the phases)."""
+    chooses from them (planning/judgeplacement.py): (the generation as placed, the phases)."""
     refusal = side_by_side_refusal(model.plan, judge.plan, gpus_per_node)
     judging = judge.estimate()
     generation = model.estimate(shards=shards)

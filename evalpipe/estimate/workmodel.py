@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from evalpipe.catalog import modelconfig, models
+from evalpipe.catalog import modelconfig, weights
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
 from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.task import ConfiguredTask
+from evalpipe.tasks.configured import ConfiguredTask
 
 # Bytes of English text per token when no tokenizer is at hand: "one token ≈ 4 characters of
 # common English text" (OpenAI's tokenizer guide); Llama-3's 128k vocabulary packs a little
@@ -97,7 +97,7 @@ def model_folder(preset: Preset) -> Path | None:
     build, or the Hugging Face cache; None when none has them."""
     candidates = [Path(preset.model).expanduser()]
     if preset.prepare is not None:
-        candidates.append(models.model_dir(preset.prepare))
+        candidates.append(weights.model_dir(preset.prepare))
     snapshot = modelconfig.hub_snapshot(modelconfig.hub_cache(), preset)
     if snapshot is not None:
         candidates.append(snapshot)

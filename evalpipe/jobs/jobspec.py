@@ -26,12 +26,12 @@ from evalpipe.core.options import (
     to_argv,
 )
 from evalpipe.estimate.autosize import MARGIN
-from evalpipe.jobs.budgets import task_model_len
+from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
+from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
 from evalpipe.planning.memory import max_seqs
-from evalpipe.planning.placement import Placement, choose_placement, plan_judge
 from evalpipe.planning.planner import Plan
-from evalpipe.run.options import (
+from evalpipe.run.runoptions import (
     ENGINE,
     EXECUTOR,
     GENERATION,
@@ -43,7 +43,7 @@ from evalpipe.run.options import (
     LayoutOptions,
     RunnerOptions,
 )
-from evalpipe.run.serve import READY_TIMEOUT_S, served_name
+from evalpipe.run.vllmserver import READY_TIMEOUT_S, served_name
 from evalpipe.rundir.layout import RunDir
 
 # Characters a run directory may not hold: SLURM expands % in --output patterns, and #SBATCH
@@ -84,7 +84,7 @@ def _margin(value: float) -> None:
 JOB = "job"  # the option group of JobOptions' own flags
 # The runner's options a submission takes; the job sets the executor, the endpoint (a serve
 # job's own server) and each array task's shard itself. A judged run's job holds both phases:
-# the judge after generation, or side by side with it (planning/placement.py).
+# the judge after generation, or side by side with it (planning/judgeplacement.py).
 JOB_RUNNER_GROUPS = (SELECTION, ENGINE, GENERATION, LAYOUT, RUNTIME, JUDGE, TRACKING)
 # What `evalpipe smoke --local` takes: the model and its layout, no tasks.
 SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
@@ -260,7 +260,8 @@ class JobSpec:
 
     @property
     def gpus_per_node(self) -> int:
-        """The model's GPUs, or what both phases of a judged job need (planning/placement.py)."""
+        """The model's GPUs, or what both phases of a judged job need
+        (planning/judgeplacement.py)."""
         return self.plan.gpus_per_node if self.placement is None else self.placement.gpus_per_node
 
     @property

@@ -10,7 +10,7 @@ from pathlib import Path
 from evalpipe.core.errors import RunDirError, SlurmError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
-from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.samplelog import read_samples
 from evalpipe.rundir.submission import read_submission
 from evalpipe.slurm.client import UNKNOWN, Slurm, SlurmClient, TaskState
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from evalpipe.catalog import modelconfig, models
+from evalpipe.catalog import modelconfig, weights
 from evalpipe.catalog.clusters import Cluster
 from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core.errors import DatasetError, EvalpipeError, PreflightError
@@ -89,7 +89,7 @@ class Site:
         cache = env.get("EVALPIPE_CACHE")
         return cls(
             offline=env.get("HF_HUB_OFFLINE", "").lower() in _TRUE,
-            evalpipe_cache=Path(cache).expanduser() if cache else models.cache_dir(),
+            evalpipe_cache=Path(cache).expanduser() if cache else weights.cache_dir(),
             hf_home=home,
             hub_cache=Path(env.get("HF_HUB_CACHE") or home / "hub").expanduser(),
             datasets_cache=Path(env.get("HF_DATASETS_CACHE") or home / "datasets").expanduser(),
@@ -124,7 +124,7 @@ def locate_weights(preset: Preset, site: Site) -> tuple[Path | None, list[Findin
         if built.is_dir():
             return built, []
         looked.append(f"the prepared build {built}")
-    if preset.prepare is None and models.is_local_path(preset.model):
+    if preset.prepare is None and weights.is_local_path(preset.model):
         return None, [_missing_folder(preset, local)]
     if "/" not in preset.model:
         looked.insert(0, f"a local folder {local}")
@@ -157,7 +157,7 @@ def _missing(preset: Preset, site: Site, looked: list[str]) -> Finding:
 
 def _missing_folder(preset: Preset, folder: Path) -> Finding:
     # A path is no hub id: nothing can download it, so the fix is to make the folder exist.
-    recipes = ", ".join(sorted(models.RECIPES))
+    recipes = ", ".join(sorted(weights.RECIPES))
     return Finding(
         level="error",
         check="weights",
@@ -338,7 +338,7 @@ def check(
             findings += check_folder(preset, folder)
             findings += check_chat_template(preset, folder)
     try:
-        from evalpipe.tasks.kind import LoadOptions
+        from evalpipe.tasks.kindbase import LoadOptions
         from evalpipe.tasks.kinds import load_refs
 
         # Every kind's tasks are loaded (a missing task file or judged benchmark's package is

@@ -1,9 +1,9 @@
 """Per-GPU metrics of a job through NVML (CPU fallback), one module per job: device readers
 (nvml, cpu), the CSV log (csvlog), the cross-node phase protocol (phase), the per-device
-summaries (summary) and the sampler thread that drives them (sampler).
+summaries (devicesummary) and the sampler thread that drives them (sampler).
 
 The names below load their module on first use: the run directory's records import
-`monitor.summary` on every CLI start, which must not pull in the sampler, NVML and psutil.
+`monitor.devicesummary` on every CLI start, which must not pull in the sampler, NVML and psutil.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ _HOME = {
     "COLUMNS": "csvlog",
     "device_summaries": "csvlog",
     "Monitor": "sampler",
-    "DeviceSummary": "summary",
+    "DeviceSummary": "devicesummary",
 }
 __all__ = sorted(_HOME)
 

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalpipe.monitor.devicesummary import DeviceSummary, Tally, summarise
 from evalpipe.monitor.readings import READING_FIELDS, Reading, log
-from evalpipe.monitor.summary import DeviceSummary, Tally, summarise
 
 COLUMNS = (
     "time_s",

@@ -31,9 +31,9 @@ from typing import Any
 from evalpipe.core.errors import ConfigError
 from evalpipe.monitor import csvlog, phase
 from evalpipe.monitor.cpu import CpuSource, job_on_this_node
+from evalpipe.monitor.devicesummary import DeviceSummary, Tally, summarise
 from evalpipe.monitor.nvml import GpuSource
 from evalpipe.monitor.readings import LogOnce, Source, log
-from evalpipe.monitor.summary import DeviceSummary, Tally, summarise
 from evalpipe.monitor.visible_gpus import visible_devices
 
 # How long set_phase() and stop() wait for a sampler stuck in a hung driver call (a GPU fallen

@@ -1,6 +1,6 @@
 """Capacity planner: the smallest valid layout that fits, the figures behind it, and advice.
 
-The memory model lives in planning/memory.py, vLLM's layout rules in planning/layout.py;
+The memory model lives in planning/memory.py, vLLM's layout rules in planning/parallelism.py;
 docs/planner.md explains both with their sources.
 """
 
@@ -17,8 +17,6 @@ from evalpipe.catalog.gpus import Gpu
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.configio import missing_fields
 from evalpipe.core.errors import ConfigError, DoesNotFitError, LayoutError
-from evalpipe.planning.layout import Layout, candidates, check_pp, check_tp, place, tp_nodes
-from evalpipe.planning.layout import replicas as place_replicas
 from evalpipe.planning.memory import (
     GIB,
     WEIGHT_FORMATS,
@@ -30,6 +28,8 @@ from evalpipe.planning.memory import (
     sizing,
     weights_bytes,
 )
+from evalpipe.planning.parallelism import Layout, candidates, check_pp, check_tp, place, tp_nodes
+from evalpipe.planning.parallelism import replicas as place_replicas
 
 # An automatic layout must leave this share of usable memory free beyond one full-length
 # sequence: it absorbs the error of the overhead estimate.

@@ -24,7 +24,7 @@ from evalpipe.reports.readers import METRICS_COLUMNS, read_metrics
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
 from evalpipe.rundir.occupancy import SUMS
-from evalpipe.rundir.results import SampleRecord, read_samples
+from evalpipe.rundir.samplelog import SampleRecord, read_samples
 from evalpipe.rundir.submission import read_submission
 from evalpipe.rundir.summary import MetricSummary, Summary, read_summary
 

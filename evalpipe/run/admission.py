@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # the options record imports this module at start-up: keep it light
-    from evalpipe.engine.base import Room
+    from evalpipe.engine.protocol import Room
     from evalpipe.estimate.lengths import LengthModel, PastLengths, Predicted
     from evalpipe.run.stream import Item
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Engine, EngineSettings, Room
+from evalpipe.engine.protocol import Engine, EngineSettings, Room
 from evalpipe.records.completion import Completion
 from evalpipe.records.request import Request
 

@@ -23,13 +23,13 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.core import exitcodes, provenance
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import ConfigError, RunDirError, StorageError
-from evalpipe.engine.base import Engine, EngineSettings, Slots
 from evalpipe.engine.factory import check_backend
+from evalpipe.engine.protocol import Engine, EngineSettings, Slots
 from evalpipe.estimate.lengths import PastLengths
-from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.monitor.devicesummary import DeviceSummary
 from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
-from evalpipe.run.kindresults import write_run_results
+from evalpipe.run.kindfiles import write_run_results
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.run.tracking import Tracking
@@ -47,7 +47,8 @@ from evalpipe.rundir.manifest import (
     read_manifest,
     write_manifest,
 )
-from evalpipe.rundir.results import (
+from evalpipe.rundir.runconfig import RunConfig
+from evalpipe.rundir.samplelog import (
     SampleLog,
     SampleRecord,
     check_unique,
@@ -55,7 +56,6 @@ from evalpipe.rundir.results import (
     repair_samples,
     salvage_samples,
 )
-from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.submission import read_plan
 from evalpipe.rundir.summary import Summary, summarize_run, write_summary

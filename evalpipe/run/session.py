@@ -25,20 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from evalpipe.catalog.models import find_model
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.taskrefs import names_judged
+from evalpipe.catalog.weights import find_model
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import names, record_from, to_argv
-from evalpipe.engine.base import EngineSettings
 from evalpipe.engine.factory import open_engine
+from evalpipe.engine.protocol import EngineSettings
 from evalpipe.estimate.lengths import load_lengths
 from evalpipe.monitor import Monitor
-from evalpipe.run.judging import judge_for, judge_run, read_baseline
+from evalpipe.run.judgephase import judge_for, judge_run, read_baseline
+from evalpipe.run.judgeprocess import JudgeBeside, beside_gpus, generation_open, wait_child
 from evalpipe.run.localplan import LocalLayout, plan_local, visible_gpus
-from evalpipe.run.options import RunnerOptions
-from evalpipe.run.placement import JudgeBeside, beside_gpus, generation_open, wait_child
 from evalpipe.run.replicas import ReplicaPool
 from evalpipe.run.runner import (
     GenerationResult,
@@ -47,6 +46,7 @@ from evalpipe.run.runner import (
     run_evaluation,
     select_samples,
 )
+from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.run.trackdir import end_judging, track_judging
 from evalpipe.run.trackers import BACKENDS
 from evalpipe.run.tracking import Tracking, exit_wait_s
@@ -54,12 +54,12 @@ from evalpipe.run.watchdog import Watchdog, stall_limits
 from evalpipe.rundir.checkpoint import StopOnSignal
 from evalpipe.rundir.judgments import JudgeDir, judge_dirs
 from evalpipe.rundir.layout import MANIFEST, RunDir
-from evalpipe.rundir.results import SampleRecord, new_run_dir, read_samples
+from evalpipe.rundir.samplelog import SampleRecord, new_run_dir, read_samples
 from evalpipe.rundir.summary import Summary, TaskSummary, read_summary
 from evalpipe.rundir.sweep import run_sweep
 from evalpipe.rundir.tracked import tracking_group
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.kind import LoadOptions
+from evalpipe.tasks.kindbase import LoadOptions
 from evalpipe.tasks.kinds import FittedTasks, load_selection
 
 RESULTS = Path("results")  # where a run without `out` gets its directory

@@ -22,10 +22,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from evalpipe.core.errors import ConfigError, EngineError
-from evalpipe.engine.base import Engine, Slots
+from evalpipe.engine.protocol import Engine, Slots
 from evalpipe.records.completion import Completion, Generation
 from evalpipe.records.request import Request
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
 from evalpipe.tasks.base import Sample, ScoresResponses, Task, conversation
 from evalpipe.tasks.scorers import best_option

@@ -17,7 +17,7 @@ from evalpipe.run.tracking import Tracking, exit_wait_s
 from evalpipe.rundir.judgments import JudgeDefinition, JudgeSummary, judge_dirs, read_judge_summary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
-from evalpipe.rundir.results import read_samples
+from evalpipe.rundir.samplelog import read_samples
 from evalpipe.rundir.summary import read_summary
 from evalpipe.rundir.tracked import (
     judge_metrics,
@@ -29,7 +29,7 @@ from evalpipe.rundir.tracked import (
 )
 
 if TYPE_CHECKING:
-    from evalpipe.run.judging import JudgeResult
+    from evalpipe.run.judgephase import JudgeResult
 
 
 def export_run(tracker: str, run_dir: Path, *, exit_wait_s: float | None = None) -> Tracking:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from evalpipe.core.intervals import bootstrap_mean, interval
-from evalpipe.monitor.summary import DeviceSummary
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.monitor.devicesummary import DeviceSummary
+from evalpipe.rundir.samplelog import SampleRecord
 
 
 def metric_stats(values: Sequence[float], weights: Sequence[float] | None = None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 from evalpipe.core.errors import RunDirError
-from evalpipe.rundir.results import storage
+from evalpipe.rundir.samplelog import storage
 
 T = TypeVar("T")
 

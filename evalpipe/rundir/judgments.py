@@ -22,7 +22,7 @@ from typing import Any
 
 from evalpipe.core.errors import DamagedFileError
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import SampleRecord, read_json, write_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json, write_json
 from evalpipe.tasks.pairwise import (
     BASELINE_FIRST,
     MODEL_FIRST,

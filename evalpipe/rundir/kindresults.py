@@ -1,6 +1,6 @@
 """<kind>_results.json: a task kind's own results document for a completed run, in the shape its
 benchmark's tools read (lm-eval's results JSON for lm-eval's kind). The kind makes the document
-(evalpipe/tasks/kind.py, `TaskKind.results`); this module only owns the file."""
+(evalpipe/tasks/kindbase.py, `TaskKind.results`); this module only owns the file."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import read_json, write_json
+from evalpipe.rundir.samplelog import read_json, write_json
 
 
 def write_kind_results(files: RunDir, kind: str, document: Mapping[str, Any]) -> None:

@@ -27,7 +27,7 @@ from typing import Literal
 from evalpipe.core import provenance
 from evalpipe.core.errors import RunDirLockedError
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import storage
+from evalpipe.rundir.samplelog import storage
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from evalpipe.core.errors import DamagedFileError
-from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.monitor.devicesummary import DeviceSummary
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.occupancy import Occupancy
-from evalpipe.rundir.results import read_json, write_json
 from evalpipe.rundir.runconfig import RunConfig
+from evalpipe.rundir.samplelog import read_json, write_json
 from evalpipe.rundir.timings import Timings
 
 RunStatus = Literal["running", "complete", "interrupted", "failed"]

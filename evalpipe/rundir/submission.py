@@ -15,7 +15,7 @@ from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.core.span import Span
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import read_json, write_json
+from evalpipe.rundir.samplelog import read_json, write_json
 
 # submission.json's own version; readers accept it and older ones.
 SUBMISSION_SCHEMA = 1

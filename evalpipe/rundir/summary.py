@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.monitor.summary import DeviceSummary
+from evalpipe.monitor.devicesummary import DeviceSummary
 from evalpipe.rundir.aggregation import by_metric, metric_stats, pooled_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
 from evalpipe.rundir.occupancy import Occupancy, OccupancySummary
-from evalpipe.rundir.results import SampleRecord, read_json, write_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json, write_json
 from evalpipe.rundir.timings import Timings
 
 

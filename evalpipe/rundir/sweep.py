@@ -20,7 +20,7 @@ from typing import Any, Literal, TextIO
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, EvalpipeError, RunDirError
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import read_json, write_json
+from evalpipe.rundir.samplelog import read_json, write_json
 
 SWEEP_MANIFEST = "sweep.json"
 SCHEMA = 1

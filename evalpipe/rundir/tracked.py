@@ -17,7 +17,7 @@ from typing import Any
 from evalpipe.rundir.judgments import JudgeDefinition, JudgeSummary
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.summary import MetricSummary, Summary
 from evalpipe.rundir.sweep import SWEEP_MANIFEST
 

@@ -21,8 +21,8 @@ from evalpipe.catalog.taskfiles import task_names
 from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.config import TaskConfig, load_task_config
+from evalpipe.tasks.configured import ConfiguredTask
 from evalpipe.tasks.scorers import RunPrograms
-from evalpipe.tasks.task import ConfiguredTask
 
 __all__ = [
     "ConfiguredTask",

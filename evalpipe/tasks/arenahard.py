@@ -28,8 +28,8 @@ from evalpipe.catalog.taskrefs import ARENA_HARD_MAX_TOKENS, TaskRef
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task, check_limit
-from evalpipe.tasks.judging import JudgeAsk, JudgedAnswers
-from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.gradings import JudgeAsk, JudgedAnswers
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.pairwise import BASELINE_FIRST, MODEL_FIRST, model_outcome, read_verdict
 
 CONFIG = Path("config", "arena-hard-v2.0.yaml")

@@ -1,7 +1,7 @@
 """Dataset sources: a task's raw records from the hub cache, local files, packages or generators.
 
 Every loader returns rows (plain dicts) in the source's own order; ids, subsets and limits are the
-task's business (evalpipe/tasks/task.py).
+task's business (evalpipe/tasks/configured.py).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import FILE, TaskRef
 from evalpipe.tasks import load_task_files
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
-from evalpipe.tasks.task import ConfiguredTask
+from evalpipe.tasks.configured import ConfiguredTask
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 
 
 class FileKind(TaskKind):

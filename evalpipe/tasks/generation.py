@@ -20,7 +20,7 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.config import TaskConfig, check_sampling
-from evalpipe.tasks.task import ConfiguredTask
+from evalpipe.tasks.configured import ConfiguredTask
 
 FILE = "generation_config.json"
 # Sampling keys of a generation_config.json that vLLM reads (vllm/config/model.py,

@@ -30,14 +30,14 @@ from evalpipe.core.configio import as_config, build, read_yaml
 from evalpipe.core.errors import DatasetError
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task, check_limit
-from evalpipe.tasks.judging import (
+from evalpipe.tasks.gradings import (
     Grading,
     JudgedAnswers,
     JudgePrompt,
     Parser,
     TemplateGrading,
 )
-from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,7 @@
 and, when the run completes, the results documents the kinds keep of their own.
 
 A kind's loader is imported when a reference of it is loaded: `KindSpec.loader` names the module,
-whose `KIND` is the kind (evalpipe/tasks/kind.py)."""
+whose `KIND` is the kind (evalpipe/tasks/kindbase.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from evalpipe.catalog.taskrefs import FILE, KINDS, TaskRef, expand_refs
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.generation import with_generation_config
-from evalpipe.tasks.judging import Grading
-from evalpipe.tasks.kind import FinishedScores, Listed, Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.gradings import Grading
+from evalpipe.tasks.kindbase import FinishedScores, Listed, Loaded, LoadOptions, TaskKind
 
 
 def get_kind(name: str) -> TaskKind:

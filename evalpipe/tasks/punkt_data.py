@@ -18,7 +18,7 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-from evalpipe.catalog.models import cache_dir
+from evalpipe.catalog.weights import cache_dir
 from evalpipe.core.errors import MissingDependencyError
 
 LANGUAGE = "english"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evalpipe.catalog.models import find_model
 from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.weights import find_model
 from evalpipe.tasks.lmeval.loader import load, split_specs
 from evalpipe.tasks.lmeval.task import LmEvalTask, Prompting
 

@@ -15,7 +15,7 @@ from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import TaskRef
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.kind import FinishedScores, Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.lmeval import LmEvalTask, lm_eval_prompting, load_lmeval_tasks
 from evalpipe.tasks.lmeval.results import check_results, given, lm_eval_results
 from evalpipe.tasks.lmeval.task import GENERATE

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core.errors import DamagedFileError
-from evalpipe.tasks.kind import FinishedScores
+from evalpipe.tasks.kindbase import FinishedScores
 from evalpipe.tasks.lmeval.task import LmEvalTask
 
 # What lm-eval's CLI uses unless told otherwise (--bootstrap_iters).

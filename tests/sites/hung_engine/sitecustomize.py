@@ -10,7 +10,7 @@ from pathlib import Path
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.engine import factory
-from evalpipe.engine.base import Engine, EngineSettings
+from evalpipe.engine.protocol import Engine, EngineSettings
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/, as pytest puts it
 from hung_engine import HungEngine

@@ -17,7 +17,7 @@ from evalpipe.catalog.selection import Selection
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import KINDS, KindSpec, TaskRef
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.judging import Grading
+from evalpipe.tasks.gradings import Grading
 from evalpipe.tasks.scorers import RunPrograms
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evalpipe.core import provenance
 from evalpipe.core.errors import RunDirError
-from evalpipe.run.kindresults import write_merged_results
+from evalpipe.run.kindfiles import write_merged_results
 from evalpipe.rundir.aggregation import combine_devices
 from evalpipe.rundir.layout import MANIFEST, SHARDS, RunDir
 from evalpipe.rundir.lock import RunLock
@@ -25,7 +25,7 @@ from evalpipe.rundir.manifest import (
     read_manifest,
     write_manifest,
 )
-from evalpipe.rundir.results import (
+from evalpipe.rundir.samplelog import (
     SampleRecord,
     check_unique,
     read_samples,

@@ -5,8 +5,9 @@ in-process engine would build `LLM` with (evalpipe.engine.vllm.engine_kwargs), u
 the preset's endpoint uses; replicas become vLLM's own data parallelism behind the one server.
 A server-mode job (slurm_templates/_serve.sh.j2) runs it in the background and calls
 
-    python -m evalpipe.run.serve port                      # a free loopback port
-    python -m evalpipe.run.serve wait --base-url URL --model NAME --pid PID --timeout S --log FILE
+    python -m evalpipe.run.vllmserver port                      # a free loopback port
+    python -m evalpipe.run.vllmserver wait --base-url URL --model NAME --pid PID --timeout S \
+        --log FILE
 
 which exits 0 once /health answers and /v1/models lists the model, and 1 with what was seen
 when the server died or the time ran out.
@@ -24,7 +25,7 @@ from typing import Any
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.base import EngineSettings
+from evalpipe.engine.protocol import EngineSettings
 
 # vLLM's OpenAI-compatible server, run with the job's python. Not the `vllm serve` console
 # script: it asks importlib.metadata for a distribution named "vllm", which the CPU build
@@ -146,7 +147,7 @@ def wait_ready(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m evalpipe.run.serve")
+    parser = argparse.ArgumentParser(prog="python -m evalpipe.run.vllmserver")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("port", help="print a free loopback port")
     wait = sub.add_parser("wait", help="wait until the server answers for the model")

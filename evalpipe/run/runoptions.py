@@ -24,7 +24,7 @@ from evalpipe.core.options import (
     switch,
 )
 from evalpipe.engine.factory import BACKENDS
-from evalpipe.planning.placement import PLACEMENTS
+from evalpipe.planning.judgeplacement import PLACEMENTS
 from evalpipe.run.admission import POLICIES
 from evalpipe.run.watchdog import check_stall_timeout
 from evalpipe.rundir.shard import Shard

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.catalog.preset import Preset
-from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine
+from evalpipe.engine.protocol import Engine, EngineSettings
 from evalpipe.estimate.calibration import Calibration, DeviceMemory, Planned, ProbePoint
 from evalpipe.planning.memory import GIB, kv_bytes_per_token, kv_bytes_per_token_layer
 from evalpipe.planning.planner import Plan

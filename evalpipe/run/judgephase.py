@@ -21,11 +21,11 @@ from typing import Any
 
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import RunDirError
-from evalpipe.engine.base import Engine, EngineSettings
 from evalpipe.engine.factory import open_engine
+from evalpipe.engine.protocol import Engine, EngineSettings
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.localplan import plan_local
-from evalpipe.run.options import RunnerOptions
+from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.run.stream import WAIT, Hooks, Item, Wait, run_stream
 from evalpipe.rundir.judgments import (
     SCORE,
@@ -40,7 +40,7 @@ from evalpipe.rundir.judgments import (
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.lock import RunLock
 from evalpipe.rundir.manifest import Manifest, read_manifest
-from evalpipe.rundir.results import (
+from evalpipe.rundir.samplelog import (
     SampleLog,
     SampleRecord,
     SampleTail,
@@ -51,7 +51,7 @@ from evalpipe.rundir.results import (
 )
 from evalpipe.tasks.arenahard import Baseline, read_model_answers, run_baseline
 from evalpipe.tasks.base import Sample, Scored, Task
-from evalpipe.tasks.judging import Grading
+from evalpipe.tasks.gradings import Grading
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from evalpipe.rundir.kindresults import read_kind_results, write_kind_results
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import SampleRecord
+from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.kind import FinishedScores
+from evalpipe.tasks.kindbase import FinishedScores
 from evalpipe.tasks.kinds import kind_results, loadable, merged_kind_results
 
 

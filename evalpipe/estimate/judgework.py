@@ -31,7 +31,7 @@ from evalpipe.estimate.workmodel import (
 )
 from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.judging import Grading
+from evalpipe.tasks.gradings import Grading
 
 # Stands for an answer in a judge's prompt while its template is measured.
 _ANSWER = "\x00answer\x00"

@@ -1,4 +1,4 @@
-"""A judged run's phases as processes (planning/placement.py chooses where the judge runs).
+"""A judged run's phases as processes (planning/judgeplacement.py chooses where the judge runs).
 
 After generation, each phase has a process of its own, the generation's gone (its memory with
 it) before the judge's starts; run/session.py waits for each with `wait_child`. Side by side,

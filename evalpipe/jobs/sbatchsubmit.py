@@ -1,6 +1,6 @@
 """Plan → render → validate → submit → record: the Python API behind `evalpipe submit`.
 
-    from evalpipe.jobs.submit import submit
+    from evalpipe.jobs.sbatchsubmit import submit
     options = JobOptions(run=RunnerOptions(selection=Selection(limit=5)))
     job = submit("tiny_random", "local", options=options)
     status = job.wait()          # or job.state()
@@ -24,12 +24,12 @@ from evalpipe.catalog.gpus import Gpu, get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core.errors import ConfigError, EvalpipeError
-from evalpipe.jobs import preflight, render
+from evalpipe.jobs import preflight, sbatchrender
 from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.jobs.jobspec import JobOptions, JobSpec, make_jobspec
 from evalpipe.jobs.jobstatus import Job
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import new_run_dir
+from evalpipe.rundir.samplelog import new_run_dir
 from evalpipe.rundir.submission import Submission, write_plan, write_submission
 from evalpipe.rundir.sweep import SweepManifest, SweepRun, run_name, write_sweep
 from evalpipe.slurm.client import Slurm, SlurmClient, sbatch_argv
@@ -129,8 +129,10 @@ def prepare(
                 target_wall=None,
             )
         )
-    merge = render.render_merge(spec) if spec.options.shards > 1 else None
-    return dataclasses.replace(cost, spec=spec, script=render.render_job(spec), merge_script=merge)
+    merge = sbatchrender.render_merge(spec) if spec.options.shards > 1 else None
+    return dataclasses.replace(
+        cost, spec=spec, script=sbatchrender.render_job(spec), merge_script=merge
+    )
 
 
 def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] | None) -> Prepared:
