@@ -16,7 +16,8 @@ from test_estimate import _calibration
 from evalpipe.catalog.selection import Selection
 from evalpipe.cli import main
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.submit import prepare, submit_prepared
+from evalpipe.jobs.prepare import prepare
+from evalpipe.jobs.submit import submit_prepared
 from evalpipe.run.options import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm
 

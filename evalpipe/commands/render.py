@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
     from evalpipe.jobs.budgets import budget_table
-    from evalpipe.jobs.submit import check, prepare
+    from evalpipe.jobs.prepare import prepare
     from evalpipe.rundir.layout import RunDir
     from evalpipe.rundir.results import new_run_dir
 
@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if prepared.choice is not None:  # --shards/--time auto: say what was chosen and why
         print(prepared.cost_text(), end="", file=sys.stderr)
     if args.check:
+        from evalpipe.jobs.submit import check  # the preflight's modules: only when asked for
+
         for warning in check(prepared).warnings:
             print(f"evalpipe render: {warning.line()}", file=sys.stderr)
     text = prepared.script

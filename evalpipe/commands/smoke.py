@@ -92,7 +92,8 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 def _submit(args: argparse.Namespace, out: Path) -> int:
     from evalpipe.estimate.calibration import load_calibrations, table
     from evalpipe.jobs.jobspec import SMOKE_RUNNER_GROUPS, JobOptions
-    from evalpipe.jobs.submit import prepare, submit_prepared
+    from evalpipe.jobs.prepare import prepare
+    from evalpipe.jobs.submit import submit_prepared
 
     # One engine is what smoke measures.
     run = from_args(RunnerOptions, args, groups=SMOKE_RUNNER_GROUPS, replicas=1)
