@@ -34,8 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
     from evalpipe.jobs.budgets import budget_table
     from evalpipe.jobs.prepare import prepare
-    from evalpipe.rundir.layout import RunDir
-    from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.layout import RunDir, new_run_dir
 
     run_dir = args.out or new_run_dir(Path("results"), Path(args.preset).stem)
     prepared = prepare(args.preset, args.cluster, job_options(args), run_dir, results=args.results)

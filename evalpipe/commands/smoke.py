@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
-    from evalpipe.rundir.results import new_run_dir
+    from evalpipe.rundir.layout import new_run_dir
 
     out = args.out or new_run_dir(Path("results"), f"smoke-{Path(args.preset).stem}")
     if args.local:

@@ -22,8 +22,7 @@ from evalpipe.jobs.executors import EXECUTORS
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.jobstatus import Job
 from evalpipe.jobs.prepare import Prepared, prepare
-from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.results import new_run_dir
+from evalpipe.rundir.layout import RunDir, new_run_dir
 from evalpipe.rundir.submission import Submission, write_plan, write_submission
 from evalpipe.rundir.sweep import SweepManifest, SweepRun, write_sweep
 from evalpipe.slurm.client import Slurm, SlurmClient
