@@ -23,7 +23,7 @@ from evalpipe.core.errors import EvalpipeError
 from evalpipe.jobs import render
 from evalpipe.jobs.jobspec import JobOptions, JobSpec, make_jobspec
 from evalpipe.rundir.layout import RunDir
-from evalpipe.slurm.client import sbatch_argv
+from evalpipe.slurm.argv import sbatch_argv
 
 if TYPE_CHECKING:  # the estimate's modules load tasks: only when an estimate is made
     from evalpipe.estimate.autosize import Choice
