@@ -7,7 +7,7 @@
 Each measurement runs in a fresh child process (this script with --child), so imports, caches
 and peak memory belong to that measurement alone; the cases alternate and medians are printed.
 
-- plan + render: `evalpipe.jobs.sbatchsubmit.prepare` per job (load preset and cluster YAML, plan,
+- plan + render: `evalpipe.jobs.prepare.prepare` per job (load preset and cluster YAML, plan,
   build the JobSpec, render the sbatch script and, for arrays, the merge script), cycling through
   every shipped preset × cluster pair that fits, with 1–4 shards. Also the same jobs from preset,
   cluster and GPU objects loaded once (`jobspec.make_jobspec` + `render.render_job`), which
@@ -70,14 +70,14 @@ def _fitting_pairs() -> list[tuple[str, str]]:
     from evalpipe.catalog.configpath import names
     from evalpipe.catalog.preset import preset_names
     from evalpipe.core.errors import EvalpipeError
-    from evalpipe.jobs import sbatchsubmit
     from evalpipe.jobs.jobspec import JobOptions
+    from evalpipe.jobs.prepare import prepare
 
     pairs = []
     for cluster in names("clusters"):
         for preset in preset_names():
             try:
-                sbatchsubmit.prepare(preset, cluster, JobOptions(), Path("/nonexistent/run"))
+                prepare(preset, cluster, JobOptions(), Path("/nonexistent/run"))
             except EvalpipeError:
                 continue  # does not fit that site: the planner's refusal, not a job
             pairs.append((preset, cluster))
@@ -89,8 +89,9 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
     from evalpipe.catalog.clusters import load_cluster
     from evalpipe.catalog.gpus import load_gpus
     from evalpipe.catalog.preset import load_preset
-    from evalpipe.jobs import sbatchrender, sbatchsubmit
+    from evalpipe.jobs import sbatchrender
     from evalpipe.jobs.jobspec import JobOptions, make_jobspec
+    from evalpipe.jobs.prepare import prepare
 
     imported = time.perf_counter() - t0
     pairs = _fitting_pairs()
@@ -116,7 +117,7 @@ def child_plan_render(n: int, preloaded: bool) -> dict:
                 sbatchrender.render_merge(spec)
     else:
         for (preset, cluster, shards), run_dir in zip(jobs, run_dirs, strict=True):
-            sbatchsubmit.prepare(preset, cluster, JobOptions(shards=shards), Path(run_dir))
+            prepare(preset, cluster, JobOptions(shards=shards), Path(run_dir))
     return {
         "import_s": imported,
         "jobs_s": time.perf_counter() - t1,
@@ -258,7 +259,7 @@ def bench_plan_render(jobs: int, reps: int) -> None:
     print(f"\n## Planning + rendering {jobs:,} jobs (one process per repetition)")
     runs = interleave(
         {
-            "submit.prepare per job": lambda: spawn("plan-render", str(jobs), "api"),
+            "prepare per job": lambda: spawn("plan-render", str(jobs), "api"),
             "configs loaded once": lambda: spawn("plan-render", str(jobs), "preloaded"),
         },
         reps,

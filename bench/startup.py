@@ -92,6 +92,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=15)
     args = parse_args(parser, {"reps": 1})
     env = child_env()
+    # The warm-up must leave the .pyc files a login node keeps after its first run: inherited,
+    # PYTHONDONTWRITEBYTECODE would have every timed run compile evalpipe's modules again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     print(f"machine: {machine()}")
     print(f"at start: {load_average()}")
     print(f"python: {sys.executable}, checkout: {REPO}\n")

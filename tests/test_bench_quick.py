@@ -65,7 +65,7 @@ def test_startup_quick(tiny_random_path: Path) -> None:
 
 def test_scale_quick() -> None:
     out = quick("scale.py")
-    figures(out, "submit.prepare per job", "configs loaded once", "resume (run_evaluation")
+    figures(out, "prepare per job", "configs loaded once", "resume (run_evaluation")
     figures(out, "checkpoint read alone", "evalpipe report --format md:")
     assert "status complete" in out
 

@@ -135,7 +135,7 @@ def test_a_serve_mode_job_talks_to_its_own_server_with_a_full_window() -> None:
     from pathlib import Path
 
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.jobs.sbatchsubmit import prepare
+    from evalpipe.jobs.prepare import prepare
 
     spec = prepare("tiny_random", "local", JobOptions(mode="serve"), Path("/tmp/run")).spec
     options = dict(spec.runner_options)

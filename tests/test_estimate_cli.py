@@ -16,7 +16,8 @@ from test_estimate import _calibration
 from evalpipe.catalog.selection import Selection
 from evalpipe.cli import main
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.sbatchsubmit import prepare, submit_prepared
+from evalpipe.jobs.prepare import prepare
+from evalpipe.jobs.sbatchsubmit import submit_prepared
 from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.slurm.client import FakeSlurm
 

@@ -21,7 +21,7 @@ from evalpipe.core.options import record_from
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.sbatchsubmit import prepare
+from evalpipe.jobs.prepare import prepare
 from evalpipe.monitor.fake_nvml import FakeGpu, FakeNvml, fake_uuid
 from evalpipe.planning import planner
 from evalpipe.planning.judgeplacement import choose_placement

@@ -20,7 +20,7 @@ from evalpipe.commands.run import runner_options
 from evalpipe.core.errors import ConfigError, UnknownNameError
 from evalpipe.core.options import leaves, options_of, record_from, to_argv, value_at
 from evalpipe.jobs.jobspec import JOB_RUNNER_GROUPS, JobOptions
-from evalpipe.jobs.sbatchsubmit import prepare
+from evalpipe.jobs.prepare import prepare
 from evalpipe.run.runoptions import (
     EndpointOptions,
     EngineOptions,

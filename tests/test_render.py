@@ -21,7 +21,7 @@ from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.core.options import record_from
 from evalpipe.jobs import sbatchrender
 from evalpipe.jobs.jobspec import JobOptions
-from evalpipe.jobs.sbatchsubmit import Prepared, prepare
+from evalpipe.jobs.prepare import Prepared, prepare
 from evalpipe.run.runoptions import LayoutOptions, RunnerOptions
 
 GOLDEN = Path(__file__).parent / "golden"

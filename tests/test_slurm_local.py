@@ -25,7 +25,8 @@ from evalpipe.catalog.preset import preset_names
 from evalpipe.core.errors import SlurmError
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.jobstatus import Job
-from evalpipe.jobs.sbatchsubmit import prepare, submit_prepared
+from evalpipe.jobs.prepare import prepare
+from evalpipe.jobs.sbatchsubmit import submit_prepared
 from evalpipe.run.runoptions import LayoutOptions, RunnerOptions
 from evalpipe.slurm.client import UNKNOWN, Slurm
 

@@ -129,7 +129,7 @@ def test_the_measured_offset_fed_back_as_overhead_correction_moves_the_plan(
 ) -> None:
     """docs/planner.md: put the smoke table's `off` into the profile's overhead_correction_gib."""
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.jobs.sbatchsubmit import prepare
+    from evalpipe.jobs.prepare import prepare
 
     calibration, plan = smoked
     (device,) = calibration.devices

@@ -481,7 +481,7 @@ def test_a_cluster_profile_tracks_its_jobs_unless_told_otherwise(tmp_path: Path)
 
     from evalpipe.catalog.clusters import load_cluster
     from evalpipe.jobs.jobspec import JobOptions
-    from evalpipe.jobs.sbatchsubmit import prepare
+    from evalpipe.jobs.prepare import prepare
     from evalpipe.run.runoptions import RunnerOptions, TrackingOptions
 
     root = Path(__file__).resolve().parent.parent

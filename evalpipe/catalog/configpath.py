@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 from pathlib import Path
 
@@ -20,10 +19,12 @@ def shipped_dir(name: str) -> Path:
     top-level folders there); a source checkout (editable install, PYTHONPATH) has it beside the
     package, at the repository's top level.
     """
-    packaged = importlib.resources.files("evalpipe") / name
-    if packaged.is_dir():
-        return Path(str(packaged))
-    return Path(__file__).resolve().parents[2] / name
+    # The package's folder on disk, not importlib.resources: the same place for a package that
+    # is not zipped (the only kind these folders are read from), without importing
+    # importlib.resources, zipfile and tempfile into every command's start-up.
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / name
+    return packaged if packaged.is_dir() else package.parent / name
 
 
 def config_dir() -> Path:

@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
-    from evalpipe.jobs.sbatchsubmit import check, prepare
+    from evalpipe.jobs.prepare import prepare
+    from evalpipe.jobs.sbatchsubmit import check
     from evalpipe.jobs.taskbudgets import budget_table
-    from evalpipe.rundir.layout import RunDir
-    from evalpipe.rundir.samplelog import new_run_dir
+    from evalpipe.rundir.layout import RunDir, new_run_dir
     from evalpipe.rundir.sweep import run_name
 
     run_dir = args.out or new_run_dir(Path("results"), run_name(args.preset))
@@ -43,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if prepared.choice is not None:  # --shards/--time auto: say what was chosen and why
         print(prepared.cost_text(), end="", file=sys.stderr)
     if args.check:
+        from evalpipe.jobs.sbatchsubmit import check  # the preflight's modules: only when asked for
+
         for warning in check(prepared).warnings:
             print(f"evalpipe render: {warning.line()}", file=sys.stderr)
     text = prepared.script

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe.core.errors import ConfigError
-    from evalpipe.rundir.samplelog import new_run_dir
+    from evalpipe.rundir.layout import new_run_dir
     from evalpipe.rundir.sweep import run_name
 
     out = args.out or new_run_dir(Path("results"), f"smoke-{run_name(args.preset)}")
@@ -93,7 +93,8 @@ def _local(args: argparse.Namespace, out: Path) -> int:
 def _submit(args: argparse.Namespace, out: Path) -> int:
     from evalpipe.estimate.calibration import load_calibrations, table
     from evalpipe.jobs.jobspec import SMOKE_RUNNER_GROUPS, JobOptions
-    from evalpipe.jobs.sbatchsubmit import prepare, submit_prepared
+    from evalpipe.jobs.prepare import prepare
+    from evalpipe.jobs.sbatchsubmit import submit_prepared
 
     # One engine is what smoke measures.
     run = from_args(RunnerOptions, args, groups=SMOKE_RUNNER_GROUPS, replicas=1)

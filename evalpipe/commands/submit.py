@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _print_dry_run(prepared: list) -> None:
-    from evalpipe.slurm.client import sbatch_argv
+    from evalpipe.slurm.argv import sbatch_argv
 
     for p in prepared:
         print(f"==> {RunDir(p.run_dir).job_script} (not written) <==")

@@ -4,10 +4,15 @@ for. The CLI's `--backend` choices come from BACKENDS."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.protocol import Engine, EngineSettings
+
+# The options record imports BACKENDS at start-up: the engine's types, and the records they
+# speak, load when an engine is built.
+if TYPE_CHECKING:
+    from evalpipe.engine.protocol import Engine, EngineSettings
 
 
 def _vllm(preset: Preset, settings: EngineSettings) -> Engine:

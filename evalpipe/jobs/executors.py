@@ -12,7 +12,7 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.rundir.layout import RunDir
 
 if TYPE_CHECKING:
-    from evalpipe.jobs.sbatchsubmit import Prepared
+    from evalpipe.jobs.prepare import Prepared
     from evalpipe.slurm.client import SlurmClient
 
 # How a prepared job reaches SLURM: (job id, the command lines that ran, merge job id).

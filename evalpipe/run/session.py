@@ -53,8 +53,8 @@ from evalpipe.run.tracking import Tracking, exit_wait_s
 from evalpipe.run.watchdog import Watchdog, stall_limits
 from evalpipe.rundir.checkpoint import StopOnSignal
 from evalpipe.rundir.judgments import JudgeDir, judge_dirs
-from evalpipe.rundir.layout import MANIFEST, RunDir
-from evalpipe.rundir.samplelog import SampleRecord, new_run_dir, read_samples
+from evalpipe.rundir.layout import MANIFEST, RunDir, new_run_dir
+from evalpipe.rundir.samplelog import SampleRecord, read_samples
 from evalpipe.rundir.summary import Summary, TaskSummary, read_summary
 from evalpipe.rundir.sweep import run_sweep
 from evalpipe.rundir.tracked import tracking_group

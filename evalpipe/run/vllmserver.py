@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError
-from evalpipe.engine.protocol import EngineSettings
+
+if TYPE_CHECKING:  # the job spec imports this module at start-up: no engine code then
+    from evalpipe.engine.protocol import EngineSettings
 
 # vLLM's OpenAI-compatible server, run with the job's python. Not the `vllm serve` console
 # script: it asks importlib.metadata for a distribution named "vllm", which the CPU build
@@ -89,6 +90,10 @@ def server_argv(
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (the server binds it moments later)."""
+    # Not at the top: socket's import builds its enums (milliseconds), and `render` loads this
+    # module through the job spec without ever asking for a port.
+    import socket
+
     with socket.socket() as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

@@ -43,7 +43,9 @@ this evalpipe knows is refused with an upgrade message.
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 SCHEMA = 1
@@ -74,6 +76,12 @@ MLRUNS = "mlruns"
 
 # Any of these marks a run directory (a run killed early may have only some of them).
 RUN_FILES = (MANIFEST, SUMMARY, SAMPLES)
+
+
+def new_run_dir(results: Path, name: str) -> Path:
+    """results/<name>-<UTC yyyymmdd-HHMMSS>-<4 hex>: how `evalpipe run` and `submit` name runs."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return results / f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True)

@@ -12,24 +12,16 @@ import errno
 import gc
 import json
 import os
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import DamagedFileError, RunDirError, StorageError
 from evalpipe.records.prompt import Prompt
-
-
-def new_run_dir(results: Path, name: str) -> Path:
-    """results/<name>-<UTC yyyymmdd-HHMMSS>-<4 hex>: how `evalpipe run` and `submit` name runs."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return results / f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
 @dataclass(frozen=True, kw_only=True)
