@@ -209,8 +209,10 @@ def evalpipe(*args: str, cwd: Path, **extra: str) -> subprocess.CompletedProcess
 
 @pytest.mark.slurm
 def test_detect_on_the_local_slurm_writes_a_profile_submit_takes(
-    local_slurm, tmp_path: Path
+    local_slurm, tmp_path: Path, tiny_random_path: Path
 ) -> None:
+    # tiny_random_path: the jobs below load the prepared tiny_random, found through the
+    # EVALPIPE_CACHE the fixture sets (not through an earlier test having set it).
     site = tmp_path / "mysite.yaml"
     done = evalpipe("site", "detect", "-o", str(site), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
