@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from evalpipe.catalog.configpath import find_file, given_file
 from evalpipe.catalog.suites import SuiteEntry, expand
@@ -69,28 +70,13 @@ def load_task(
 
 
 def load_tasks(
-    categories: Sequence[str] | None = None,
-    tasks: Sequence[str] | None = None,
-    *,
-    mc_method: str | None = None,
-    since: str | None = None,
-    until: str | None = None,
-    run_programs: RunPrograms | None = None,
-    reasoning_parser: str | None = None,
+    categories: Sequence[str] | None = None, tasks: Sequence[str] | None = None, **options: Any
 ) -> list[ConfiguredTask]:
     """The task files to run: the default tasks of `categories`, then the named `tasks` (task
     names, task-file paths or `suite:NAME`, the suite's tasks with the n and max_tokens it sets,
-    evalpipe/catalog/suites.py); with neither, every category's default tasks. The options:
-    `load_task_files`."""
-    return load_task_files(
-        categories,
-        expand(tasks or ()),
-        mc_method=mc_method,
-        since=since,
-        until=until,
-        run_programs=run_programs,
-        reasoning_parser=reasoning_parser,
-    )
+    evalpipe/catalog/suites.py); with neither, every category's default tasks. `options` are
+    `load_task_files`'s."""
+    return load_task_files(categories, expand(tasks or ()), **options)
 
 
 def load_task_files(

@@ -27,8 +27,8 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import ARENA_HARD_MAX_TOKENS, TaskRef
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, Task, check_limit
-from evalpipe.tasks.gradings import JudgeAsk, JudgedAnswers
+from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.gradings import BenchmarkCategory, JudgeAsk
 from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.pairwise import BASELINE_FIRST, MODEL_FIRST, model_outcome, read_verdict
 
@@ -228,35 +228,19 @@ class PairwiseGrading:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArenaHardTask(JudgedAnswers):
+class ArenaHardTask(BenchmarkCategory):
     """The questions of one Arena-Hard category (task `arena_hard_<category>`)."""
 
-    name: str
-    category: str
-    topic: str
-    sampling: SamplingSettings
-    rows: tuple[dict[str, Any], ...]
+    benchmark = "arena_hard"
+    id_key = "uid"
 
-    def definition(self) -> dict[str, Any]:
-        return {
-            "benchmark": "arena_hard",
-            "topic": self.topic,
-            "questions": [r["uid"] for r in self.rows],
-            "sampling": self.sampling.to_dict(),
-        }
-
-    def samples(self, limit: int | None = None) -> list[Sample]:
-        check_limit(limit)
-        rows = self.rows if limit is None else self.rows[:limit]
-        return [
-            Sample(
-                id=str(r["uid"]),
-                prompt=str(r["prompt"]),
-                target=None,
-                meta={"category": self.topic},
-            )
-            for r in rows
-        ]
+    def sample(self, row: dict[str, Any]) -> Sample:
+        return Sample(
+            id=str(row["uid"]),
+            prompt=str(row["prompt"]),
+            target=None,
+            meta={"category": self.topic},
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,12 +13,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, Scored
+from evalpipe.tasks.base import Sample, Scored, check_limit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +143,35 @@ class JudgedAnswers:
 
     def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
         return [self.score(sample, texts) for sample, texts in items]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchmarkCategory(JudgedAnswers):
+    """One category of a published judged benchmark's questions (task `<benchmark>_<category>`):
+    its definition and samples come from its rows, read as the benchmark's `sample` says."""
+
+    name: str
+    category: str
+    topic: str  # the benchmark's own name for the category
+    sampling: SamplingSettings
+    rows: tuple[dict[str, Any], ...]
+    benchmark: ClassVar[str]
+    id_key: ClassVar[str]  # the row's question id
+
+    def definition(self) -> dict[str, Any]:
+        return {
+            "benchmark": self.benchmark,
+            "topic": self.topic,
+            "questions": [r[self.id_key] for r in self.rows],
+            "sampling": self.sampling.to_dict(),
+        }
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        check_limit(limit)
+        return [self.sample(row) for row in (self.rows if limit is None else self.rows[:limit])]
+
+    def sample(self, row: dict[str, Any]) -> Sample:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True, kw_only=True)

