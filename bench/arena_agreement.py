@@ -43,8 +43,8 @@ from benchlib import REPO, parse_args, print_checks
 
 from evalpipe.rundir.judgments import JudgeDefinition, judgment_id, summarize_judgments
 from evalpipe.rundir.samplelog import SampleRecord
-from evalpipe.tasks.arenahard import Baseline, arena_hard
-from evalpipe.tasks.pairwise import GAMES, arena_scores, pair_battles, read_verdict
+from evalpipe.tasks.arenahard import arena_hard
+from evalpipe.tasks.pairwise import GAMES, Baseline, arena_scores, pair_battles, read_verdict
 
 DEFAULT_REFERENCE = REPO / ".cache" / "arena-hard-auto"
 FIXTURE = REPO / "tests" / "fixtures" / "arena_hard"

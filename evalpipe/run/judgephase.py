@@ -49,9 +49,10 @@ from evalpipe.rundir.samplelog import (
     repair_samples,
     salvage_samples,
 )
-from evalpipe.tasks.arenahard import Baseline, read_model_answers, run_baseline
+from evalpipe.tasks.arenahard import read_model_answers, run_baseline
 from evalpipe.tasks.base import Sample, Scored, Task
 from evalpipe.tasks.gradings import Grading
+from evalpipe.tasks.pairwise import Baseline
 
 log = logging.getLogger(__name__)
 

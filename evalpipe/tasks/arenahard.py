@@ -30,7 +30,13 @@ from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task
 from evalpipe.tasks.gradings import BenchmarkCategory, JudgeAsk
 from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
-from evalpipe.tasks.pairwise import BASELINE_FIRST, MODEL_FIRST, model_outcome, read_verdict
+from evalpipe.tasks.pairwise import (
+    BASELINE_FIRST,
+    MODEL_FIRST,
+    Baseline,
+    model_outcome,
+    read_verdict,
+)
 
 CONFIG = Path("config", "arena-hard-v2.0.yaml")
 JUDGE_SETTINGS = Path("utils", "judge_utils.py")
@@ -135,14 +141,6 @@ class ArenaConfig:
                 "judges without them, as the published configuration does: set reference: null."
             )
         return config
-
-
-@dataclass(frozen=True, kw_only=True)
-class Baseline:
-    """The answers the model's are judged against, by question uid, and whose they are."""
-
-    name: str
-    answers: Mapping[str, str]
 
 
 def run_baseline(name: str, answered: Iterable[tuple[str, str, str]], source: str) -> Baseline:

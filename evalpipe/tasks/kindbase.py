@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.preset import Preset
@@ -18,11 +18,8 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import KINDS, KindSpec, TaskRef
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.gradings import Grading
+from evalpipe.tasks.pairwise import Baseline
 from evalpipe.tasks.scorers import RunPrograms
-
-if TYPE_CHECKING:
-    from evalpipe.tasks.arenahard import Baseline
-
 
 # Per task name, each finished sample's id and metric values: what a kind's results document is
 # made from (the run directory's sample records, which this layer does not read).

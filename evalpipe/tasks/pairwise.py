@@ -189,3 +189,11 @@ def arena_scores(
         for model, values in battles.items()
         if values
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """The answers the model's are judged against, by question uid, and whose they are."""
+
+    name: str
+    answers: Mapping[str, str]
