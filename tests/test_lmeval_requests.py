@@ -11,8 +11,7 @@ import pytest
 from lmeval_support import use_lm_eval, write_tasks
 
 from evalpipe.engine import rendering
-from evalpipe.tasks import load_tasks
-from evalpipe.tasks.lmeval import LmEvalTask, Prompting
+from evalpipe.tasks.lmeval import LmEvalTask, Prompting, load_lmeval_tasks
 
 use_lm_eval()
 
@@ -87,8 +86,7 @@ def test_token_ids_equal_lm_evals_encoding(
     model = lm_eval_vllm(tokenizer, monkeypatch)
     reference = lm_eval_instances(folder, model, chat)
     prompting = Prompting(chat_model=str(tiny_random_path) if chat else None)
-    tasks = load_tasks(tasks=[f"lm_eval:{folder}", *(f"lm_eval:{n}" for n in NAMES)],
-                       lm_eval=prompting)  # fmt: skip
+    tasks = load_lmeval_tasks([str(folder), *NAMES], prompting=prompting)
     compared = 0
     for task in tasks:
         assert isinstance(task, LmEvalTask)
