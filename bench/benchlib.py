@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parent.parent
 # The scripts measure this checkout's evalpipe, in their own process too, whatever is installed.
@@ -29,6 +29,8 @@ if str(REPO) not in sys.path:
 # for comparing model text (neartie).
 if str(REPO / "tests") not in sys.path:
     sys.path.append(str(REPO / "tests"))
+if TYPE_CHECKING:
+    from evalpipe.rundir.summary import Summary
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -197,7 +199,7 @@ class EvalpipeRun:
     timing: Timing
     timings: dict[str, float]  # the manifest's phases: load, generate:<cat>, score:<cat>
     samples: list[dict[str, Any]]  # samples.jsonl, in file order
-    summary: dict[str, Any]
+    summary: Summary
     engine: dict[str, Any]  # the manifest's engine description (effective LLM() kwargs)
 
     def phase(self, prefix: str) -> float:
@@ -206,6 +208,16 @@ class EvalpipeRun:
     @property
     def generated_tokens(self) -> int:
         return sum(sum(s["completion_tokens"]) for s in self.samples)
+
+
+def _summary(out: Path) -> Summary:
+    from evalpipe.rundir.layout import RunDir
+    from evalpipe.rundir.summary import read_summary
+
+    summary = read_summary(RunDir(out))
+    if summary is None:
+        raise SystemExit(f"{out}: the run wrote no summary.json")
+    return summary
 
 
 def evalpipe_run(
@@ -223,7 +235,7 @@ def evalpipe_run(
         timing=timing,
         timings=manifest["timings"],
         samples=[json.loads(line) for line in lines if line.strip()],
-        summary=json.loads((out / "summary.json").read_text()),
+        summary=_summary(out),
         engine=manifest.get("engine") or {},
     )
 
