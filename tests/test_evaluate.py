@@ -142,21 +142,40 @@ def test_import_evalpipe_loads_the_api_on_first_use() -> None:
         evalpipe.evaluat  # noqa: B018
 
 
-def test_the_docs_example_runs(tmp_path: Path) -> None:
+def _doc_code(after: str) -> str:
+    """The indented code block of docs/python.md that follows the text `after`."""
     text = (ROOT / "docs" / "python.md").read_text()
-    block = text.split("For example, a table of accuracies")[1].split("\n\n", 1)[1]
+    block = text.split(after)[1].split("\n\n", 1)[1]
     lines = []
     for line in block.splitlines():
         if line and not line.startswith("    "):
             break
         lines.append(line[4:])
-    code = "\n".join(lines).replace("limit=20)", 'limit=20, backend="fake")')
-    assert "evalpipe.evaluate(" in code and 'backend="fake"' in code
+    return "\n".join(lines)
+
+
+def _run_code(code: str, cwd: Path) -> str:
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, env=env, check=False)  # fmt: skip
+                          cwd=cwd, env=env, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "arithmetic: " in done.stdout and "ordering: " in done.stdout
+    return done.stdout
+
+
+def test_the_docs_example_runs(tmp_path: Path) -> None:
+    code = _doc_code("For example, a table of accuracies").replace(
+        "limit=20)", 'limit=20, backend="fake")'
+    )
+    assert "evalpipe.evaluate(" in code and 'backend="fake"' in code
+    out = _run_code(code, tmp_path)
+    assert "arithmetic: " in out and "ordering: " in out
+
+
+def test_the_docs_submitting_example_renders_both_options(tmp_path: Path) -> None:
+    code = _doc_code("submits it (docs/slurm.md):")
+    out = _run_code(code + "\nprint(script)", tmp_path)
+    command = out[out.index("-m evalpipe run") :]
+    assert "--window 8" in command and "--deterministic" in command
 
 
 @pytest.mark.vllm
