@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
-from evalpipe.core.options import check_options, count_option, names, names_text, option, some_names
+from evalpipe.core.options import check_options, count_option, names_option, option
 
 SELECTION = "selection"  # the option group: every command that selects tasks adds it
 
@@ -24,20 +24,14 @@ class Selection:
     """The tasks and samples a run evaluates; None: the preset's categories, each task file's
     value."""
 
-    categories: tuple[str, ...] | None = option(
+    categories: tuple[str, ...] | None = names_option(
         flag="--categories",
         group=SELECTION,
-        parse=names,
-        text=names_text,
-        check=some_names,
         help="comma list (default: the preset's)",
     )
-    tasks: tuple[str, ...] | None = option(
+    tasks: tuple[str, ...] | None = names_option(
         flag="--tasks",
         group=SELECTION,
-        parse=names,
-        text=names_text,
-        check=some_names,
         help="comma list of task references: task names, task files, suites (suite:NAME, "
         "suite:FILE) and the other task kinds `evalpipe tasks list` shows (lm-eval's tasks, "
         "judged benchmarks)",

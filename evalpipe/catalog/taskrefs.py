@@ -184,10 +184,6 @@ KINDS: dict[str, KindSpec] = {
 }  # fmt: skip
 
 
-def kind_names() -> list[str]:
-    return list(KINDS)
-
-
 def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]:
     """`tasks` parsed, each `suite:` reference replaced by its entries in order (a suite's
     entries are task files, so the settings it gives them are a task file's)."""

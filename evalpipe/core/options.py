@@ -121,6 +121,11 @@ def leaves(cls: type, *, groups: Collection[str] | None = None) -> list[Leaf]:
     ]
 
 
+def names_option(**declared: Any) -> Any:
+    """An option holding a comma-separated list of names (categories, task references)."""
+    return option(parse=names, text=names_text, check=some_names, **declared)
+
+
 def options_of(cls: type) -> list[tuple[dataclasses.Field, Option]]:
     """The record's own option fields (not its nested records'), in declaration order."""
     return [(f, f.metadata[_KEY]) for f in dataclasses.fields(cls) if _KEY in f.metadata]
