@@ -222,3 +222,13 @@ def test_a_task_that_does_not_load_in_the_sandbox_is_refused_as_the_run_starts(
         ConfigError, match=r"'ep_unsafe' \(unsafe_code\) does not load in the sandbox"
     ):
         load(f"lm_eval:{unsafe_task}", allow_unsafe_code=True)
+
+
+def test_a_code_eval_metric_is_refused_without_the_flag_even_unmarked(tmp_path: Path) -> None:
+    data = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "def f():", "test": "assert f()"}])
+    task_file(tmp_path, "ep_code_eval", {"test": data}, output_type="generate_until",
+              doc_to_text="{{prompt}}", doc_to_target="{{test}}",
+              metric_list=[{"metric": "code_eval", "hf_evaluate": True, "k": [1],
+                            "aggregation": "mean", "higher_is_better": True}])  # fmt: skip
+    with pytest.raises(ConfigError, match="'ep_code_eval' is marked unsafe_code or scores with"):
+        load(f"lm_eval:{tmp_path}/ep_code_eval.yaml")

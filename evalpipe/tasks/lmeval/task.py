@@ -24,6 +24,7 @@ from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
 from evalpipe.tasks.lmeval.sandboxed import score_in_sandbox
+from evalpipe.tasks.lmeval.unsafe import runs_model_code
 from evalpipe.tasks.reasoning import Split, split
 
 CATEGORY = "lm_eval"
@@ -89,7 +90,7 @@ class LmEvalTask:
                 f"{', '.join(SCORED_TYPES)}. Run this task with lm-eval itself."
             )
         # Its metric executes the model's code (lm-eval's unsafe_code): scored in the sandbox.
-        self.unsafe_code = bool(getattr(task, "UNSAFE_CODE", False))
+        self.unsafe_code = runs_model_code(task)
         self.repeats = int(task.config.repeats or 1)
         self.sampling = _sampling(self.name, task.config.generation_kwargs or {}, self.repeats)
         self._built: dict[int, tuple[Any, list[Any]]] | None = None  # doc id → (doc, instances)

@@ -14,31 +14,45 @@ from typing import Any
 from evalpipe.core.errors import ConfigError
 
 FLAG = "--allow-unsafe-code"
+# Metrics that execute the predictions they score, whatever the task file's unsafe_code says
+# (Hugging Face evaluate's, which lm-eval loads for `hf_evaluate: true` or an unknown name).
+CODE_METRICS = frozenset({"code_eval"})
 
 
 def refuse_unsafe(manager: Any, names: Sequence[str]) -> None:
     """ConfigError naming the first of `names` (or of the tasks their groups and tags hold)
-    whose task file, an `include:`d file, or a group over it sets `unsafe_code`; read from the
-    files' text, with no `!function` resolved."""
+    whose task file, an `include:`d file, or a group over it sets `unsafe_code` or scores
+    with a metric that executes code; read from the files' text, no `!function` resolved."""
     for name, source in _flagged(manager, names):
         raise ConfigError(unsafe_message(name, source))
 
 
 def refuse_loaded(tasks: Iterable[Any]) -> None:
-    """The same refusal for a loaded task lm-eval marks UNSAFE_CODE that no file said so of (a
-    Python-defined task's class): nothing of the model's has run yet."""
+    """The same refusal for a loaded task that no file said so of (a Python-defined task's
+    class sets UNSAFE_CODE): nothing of the model's has run yet."""
     for task in tasks:
-        if getattr(task, "UNSAFE_CODE", False):
+        if runs_model_code(task):
             raise ConfigError(unsafe_message(task.task_name, "its lm-eval task class"))
+
+
+def runs_model_code(task: Any) -> bool:
+    """Whether a loaded lm-eval task executes the model's code as it scores."""
+    return bool(getattr(task, "UNSAFE_CODE", False)) or _code_metric(task.config.metric_list)
+
+
+def _code_metric(metric_list: Any) -> bool:
+    metrics = metric_list if isinstance(metric_list, list) else []
+    names = [m.get("metric") for m in metrics if isinstance(m, dict)]
+    return any(isinstance(name, str) and name in CODE_METRICS for name in names)
 
 
 def unsafe_message(name: str, source: str) -> str:
     return (
-        f"lm-eval task {name!r} is marked unsafe_code (in {source}): its metric executes the "
-        "programs the model writes. evalpipe runs them only inside its sandbox (no network, "
-        "no inherited environment, a private /tmp, resource limits; docs/sandbox.md) and only "
-        f"when asked: add {FLAG} (evalpipe.evaluate(..., allow_unsafe_code=True)) to run it. "
-        "See docs/lmeval.md."
+        f"lm-eval task {name!r} is marked unsafe_code or scores with code_eval (in {source}): "
+        "its metric executes the programs the model writes. evalpipe runs them only inside "
+        "its sandbox (no network, no inherited environment, a private /tmp, resource limits; "
+        f"docs/sandbox.md) and only when asked: add {FLAG} (evalpipe.evaluate(..., "
+        "allow_unsafe_code=True)) to run it. See docs/lmeval.md."
     )
 
 
@@ -52,7 +66,7 @@ def _flagged(manager: Any, names: Sequence[str]) -> Iterable[tuple[str, str]]:
     def visit(spec: Any, source: str) -> Iterable[tuple[str, str]]:
         if isinstance(spec, dict):  # an inline task or group, or overrides of a named one
             name = spec.get("group", spec.get("task"))
-            if spec.get("unsafe_code"):
+            if spec.get("unsafe_code") or _code_metric(spec.get("metric_list")):
                 yield str(name), source
             members = spec.get("task")
             for member in members if isinstance(members, list) else [members]:
