@@ -232,3 +232,23 @@ def test_a_code_eval_metric_is_refused_without_the_flag_even_unmarked(tmp_path: 
                             "aggregation": "mean", "higher_is_better": True}])  # fmt: skip
     with pytest.raises(ConfigError, match="'ep_code_eval' is marked unsafe_code or scores with"):
         load(f"lm_eval:{tmp_path}/ep_code_eval.yaml")
+
+
+def test_lm_evals_humaneval_is_refused_before_its_module_runs() -> None:
+    """Its module loads and runs HF evaluate's code_eval as it is imported."""
+    import sys
+
+    with pytest.raises(ConfigError, match=r"'humaneval' is marked unsafe_code.*humaneval\.yaml"):
+        load("lm_eval:humaneval")
+    assert "lm_eval.tasks.humaneval.utils" not in sys.modules
+
+
+def test_a_task_class_that_says_unsafe_code_is_refused_once_built() -> None:
+    from types import SimpleNamespace
+
+    from evalpipe.tasks.lmeval.unsafe import refuse_loaded
+
+    config = SimpleNamespace(metric_list=[{"metric": "acc"}])
+    refuse_loaded([SimpleNamespace(task_name="ep_safe", UNSAFE_CODE=False, config=config)])
+    with pytest.raises(ConfigError, match=r"'ep_class' is marked .* its lm-eval task class"):
+        refuse_loaded([SimpleNamespace(task_name="ep_class", UNSAFE_CODE=True, config=config)])
