@@ -47,6 +47,7 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--mc-method": (["logprobs"], []),
     "--since": (["2024-08-01"], []),
     "--until": (["2025-05-01"], []),
+    "--allow-unsafe-code": ([], []),
     "--stall-timeout": (["90.5"], []),
     "--monitor-interval": (["0.5"], []),
     "--judge": (["tiny_random"], ["--tasks", f"judge:{JUDGED}"]),

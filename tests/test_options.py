@@ -55,6 +55,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
         mc_method="logprobs",
         since="2024-08-01",
         until="2025-05-01",
+        allow_unsafe_code=True,
     ),
     runtime=RuntimeOptions(
         stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
@@ -89,6 +90,7 @@ EVERY_JOB_OPTION = JobOptions(
             mc_method="generate",
             since="2025-02-01",
             until="2025-05-01",
+            allow_unsafe_code=True,
         ),
         runtime=RuntimeOptions(stall_timeout=600, monitor_interval=2),
         judge=JudgeOptions(

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
-from evalpipe.core.options import check_options, count_option, names_option, option
+from evalpipe.core.options import check_options, count_option, names_option, option, switch
 
 SELECTION = "selection"  # the option group: every command that selects tasks adds it
 
@@ -60,6 +60,13 @@ class Selection:
     )
     until: str | None = day_option(
         flag="--until", help="… and on or before this day (default: each task file's window)"
+    )
+    allow_unsafe_code: bool = switch(
+        flag="--allow-unsafe-code",
+        group=SELECTION,
+        help="run lm-eval tasks marked unsafe_code (their metric executes the programs the model "
+        "writes, as humaneval's and mbpp's), scored inside evalpipe's sandbox; without it they "
+        "are refused (docs/lmeval.md)",
     )
 
     def __post_init__(self) -> None:

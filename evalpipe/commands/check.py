@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
         load_cluster(args.cluster),
         categories=args.categories,
         tasks=args.tasks,
+        allow_unsafe_code=args.allow_unsafe_code,
     )
     for finding in report.warnings:
         print(f"evalpipe check: {finding.line()}")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from evalpipe.tasks import ConfiguredTask
     from evalpipe.tasks.base import Task
+    from evalpipe.tasks.kindbase import LoadOptions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,14 +30,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fetch.add_argument("tasks", nargs="+", help="task references of any kind")
     for action in (show, fetch):
         action.add_argument("--judge-data", type=Path, help="a judged benchmark's data folder")
+        action.add_argument(
+            "--allow-unsafe-code",
+            action="store_true",
+            help="load lm-eval tasks marked unsafe_code, as `run --allow-unsafe-code` does "
+            "(their modules are imported; nothing here runs the model's code)",
+        )
     parser.set_defaults(json=False)
 
 
 def run(args: argparse.Namespace) -> int:
     from evalpipe import tasks
+    from evalpipe.tasks.kindbase import LoadOptions
 
     if args.action == "show":
-        task = _one(args.task, args.judge_data)
+        task = _one(args.task, LoadOptions(judge_data=args.judge_data,
+                                           allow_unsafe_code=args.allow_unsafe_code))  # fmt: skip
         for sample in task.samples(limit=args.limit):
             row = {"id": sample.id, "prompt": sample.prompt, "target": sample.target}
             if sample.turns:  # a conversation: the user's later turns
@@ -46,11 +55,11 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({**row, "meta": sample.meta}, ensure_ascii=False))
         return 0
     if args.action == "fetch":
-        from evalpipe.tasks.kindbase import LoadOptions
         from evalpipe.tasks.kinds import load_refs
 
         # Loading every sample fills the cache (lm-eval's tasks as lm-eval builds them).
-        loaded, _ = load_refs(args.tasks, LoadOptions(judge_data=args.judge_data))
+        given = LoadOptions(judge_data=args.judge_data, allow_unsafe_code=args.allow_unsafe_code)
+        loaded, _ = load_refs(args.tasks, given)
         for task in loaded.tasks:
             print(f"{task.name}: {len(task.samples())} samples available")
         return 0
@@ -95,12 +104,11 @@ def _suites() -> list[tuple[str, str, str]]:
     return rows
 
 
-def _one(reference: str, judge_data: Path | None) -> Task:
+def _one(reference: str, given: LoadOptions) -> Task:
     """The first task `reference` names: a group, suite or benchmark may stand for several."""
-    from evalpipe.tasks.kindbase import LoadOptions
     from evalpipe.tasks.kinds import load_refs
 
-    loaded, _ = load_refs([reference], LoadOptions(judge_data=judge_data))
+    loaded, _ = load_refs([reference], given)
     return loaded.tasks[0]
 
 

@@ -327,6 +327,7 @@ def check(
     tasks: Sequence[str] | None = None,
     environ: Mapping[str, str] | None = None,
     backend: str = "vllm",
+    allow_unsafe_code: bool = False,
 ) -> Report:
     """Every check for `preset` on `cluster` with the chosen tasks; nothing raised."""
     site = Site.of(cluster, environ)
@@ -343,7 +344,10 @@ def check(
 
         # Every kind's tasks are loaded (a missing task file or judged benchmark's package is
         # an error here); the judged ones' data is local, so only the others' is checked.
-        loaded, _ = load_refs(tasks, LoadOptions(categories=tuple(categories or ()) or None))
+        given = LoadOptions(
+            categories=tuple(categories or ()) or None, allow_unsafe_code=allow_unsafe_code
+        )
+        loaded, _ = load_refs(tasks, given)
         chosen = [task for task in loaded.tasks if task.name not in loaded.gradings]
     except EvalpipeError as exc:
         findings.append(Finding(level="error", check="dataset", message=str(exc)))

@@ -37,6 +37,7 @@ def check(prepared: Prepared) -> preflight.Report:
         categories=spec.options.run.selection.categories,
         tasks=spec.options.run.selection.tasks,
         backend=spec.options.run.engine.backend,
+        allow_unsafe_code=spec.options.run.selection.allow_unsafe_code,
     )
     report.raise_for_errors()
     return report

@@ -40,6 +40,7 @@ class LoadOptions:
     reasoning_parser: str | None = None  # separates reasoning from the scored answer
     judge_data: Path | None = None  # --judge-data
     baseline: Baseline | None = None  # --judge-baseline, read
+    allow_unsafe_code: bool = False  # lm-eval tasks that execute the model's code, sandboxed
 
     @classmethod
     def selected(cls, selection: Selection, preset: Preset, **given: object) -> LoadOptions:
@@ -52,6 +53,7 @@ class LoadOptions:
             mc_method=selection.mc_method,
             since=selection.since,
             until=selection.until,
+            allow_unsafe_code=selection.allow_unsafe_code,
             **given,  # type: ignore[arg-type]
         )
 

@@ -29,13 +29,16 @@ def load_lmeval_tasks(
     *,
     prompting: Prompting | None = None,
     reasoning_parser: str | None = None,
+    allow_unsafe_code: bool = False,
 ) -> list[LmEvalTask]:
     """The leaf tasks `specs` name (what `lm_eval:` references give after their prefix; groups
     expand to their tasks), in lm-eval's order, each knowing the groups it belongs to for the
     results record.
-    `reasoning_parser` (a reasoning preset's) keeps reasoning out of what lm-eval scores."""
+    `reasoning_parser` (a reasoning preset's) keeps reasoning out of what lm-eval scores.
+    A task marked unsafe_code is refused unless `allow_unsafe_code`; then it is scored in the
+    sandbox."""
     wanted, folders = split_specs(specs)
-    loaded = load(wanted, folders)
+    loaded = load(wanted, folders, allow_unsafe_code=allow_unsafe_code)
     made = {"prompting": prompting or Prompting(), "groups": loaded.get("groups", {}),
             "reasoning_parser": reasoning_parser}  # fmt: skip
     return [LmEvalTask(task, **made) for task in loaded["tasks"].values()]

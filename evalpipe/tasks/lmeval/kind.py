@@ -18,6 +18,7 @@ from evalpipe.tasks.base import Task
 from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.lmeval import LmEvalTask, lm_eval_prompting, load_lmeval_tasks
 from evalpipe.tasks.lmeval.results import check_results, given, lm_eval_results
+from evalpipe.tasks.lmeval.sandboxed import check_in_sandbox
 from evalpipe.tasks.lmeval.task import GENERATE
 
 
@@ -32,7 +33,11 @@ class LmEvalKind(TaskKind):
             [ref.name for ref, _ in refs],
             prompting=lm_eval_prompting(preset, options.backend) if preset else None,
             reasoning_parser=options.reasoning_parser,
+            allow_unsafe_code=options.allow_unsafe_code,
         )
+        for task in tasks:
+            if task.unsafe_code:
+                check_in_sandbox(task.lm_task)
         return Loaded(tasks=tuple(tasks))
 
     def ask(self, task: Task) -> Ask:
@@ -70,9 +75,11 @@ class LmEvalKind(TaskKind):
         first = next(iter(shards.values()))
         names, folders = given(first)
         separated = set(first.get("evalpipe_reasoning_separated", {}).values())
+        # Aggregating runs none of the model's code; the run that scored it was allowed to.
         tasks = load_lmeval_tasks(
             [*folders, *names],
             reasoning_parser=separated.pop() if separated else None,
+            allow_unsafe_code=True,
         )
         return self.results(tasks, scores)
 

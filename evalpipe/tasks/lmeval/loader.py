@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core.errors import ConfigError, DatasetError, MissingDependencyError
+from evalpipe.tasks.lmeval.unsafe import refuse_loaded, refuse_unsafe
 
 VERSION = "0.4.13"  # the release the bridge uses (pinned by the evalpipe[lmeval] extra)
 
@@ -55,8 +56,11 @@ def split_specs(specs: Sequence[str]) -> tuple[list[str], list[Path]]:
     return wanted, folders
 
 
-def load(names: Sequence[str], folders: Sequence[Path]) -> dict[str, Any]:
-    """lm-eval's TaskManager.load result (tasks, groups, group_map) for `names`."""
+def load(
+    names: Sequence[str], folders: Sequence[Path], *, allow_unsafe_code: bool = False
+) -> dict[str, Any]:
+    """lm-eval's TaskManager.load result (tasks, groups, group_map) for `names`; a task marked
+    unsafe_code is refused before lm-eval imports its modules unless `allow_unsafe_code`."""
     lm_eval = import_lm_eval()
     from lm_eval.tasks import TaskManager
 
@@ -66,12 +70,13 @@ def load(names: Sequence[str], folders: Sequence[Path]) -> dict[str, Any]:
     shipped = Path(lm_eval.tasks.__file__).parent
     near = sorted({folder for name in names for folder in _candidates(shipped, name)})
     folders = list(dict.fromkeys(folders))
+    nearby = TaskManager(include_defaults=False, include_path=[*near, *folders])
     try:
-        return _load(TaskManager(include_defaults=False, include_path=[*near, *folders]), names)
+        return _load(nearby, names, allow_unsafe_code)
     except KeyError:  # a name elsewhere, or a group reaching into other folders: scan them all
         pass
     try:
-        return _load(TaskManager(include_path=list(folders) or None), names)
+        return _load(TaskManager(include_path=list(folders) or None), names, allow_unsafe_code)
     except KeyError as exc:
         raise ConfigError(
             f"lm-eval {VERSION} has no task, group or tag {exc.args[0]!r}; `lm-eval ls tasks` "
@@ -90,12 +95,14 @@ def _name_in(path: Path) -> str:
     return name
 
 
-def _load(manager: Any, names: Sequence[str]) -> dict[str, Any]:
+def _load(manager: Any, names: Sequence[str], allow_unsafe_code: bool) -> dict[str, Any]:
     for name in names:
         if name not in manager.all_tasks:
             raise KeyError(name)
+    if not allow_unsafe_code:
+        refuse_unsafe(manager, names)
     try:
-        return manager.load(list(names))
+        loaded = manager.load(list(names))
     except (ConnectionError, OSError, RuntimeError) as exc:  # the datasets library's failures
         raise DatasetError(
             f"lm-eval could not load the dataset of {', '.join(names)}: {exc}. Fill the "
@@ -107,6 +114,9 @@ def _load(manager: Any, names: Sequence[str]) -> dict[str, Any]:
         ) from None
     except ValueError as exc:
         raise ConfigError(f"lm-eval could not load {', '.join(names)}: {exc}") from exc
+    if not allow_unsafe_code:
+        refuse_loaded(loaded["tasks"].values())
+    return loaded
 
 
 def _candidates(shipped: Path, name: str) -> list[Path]:

@@ -23,6 +23,8 @@ from evalpipe.records.prompt import Rendered
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
+from evalpipe.tasks.lmeval.sandboxed import score_in_sandbox
+from evalpipe.tasks.lmeval.unsafe import runs_model_code
 from evalpipe.tasks.reasoning import Split, split
 
 CATEGORY = "lm_eval"
@@ -87,6 +89,8 @@ class LmEvalTask:
                 f"does not run yet; its lm-eval tasks may send {GENERATE}, "
                 f"{', '.join(SCORED_TYPES)}. Run this task with lm-eval itself."
             )
+        # Its metric executes the model's code (lm-eval's unsafe_code): scored in the sandbox.
+        self.unsafe_code = runs_model_code(task)
         self.repeats = int(task.config.repeats or 1)
         self.sampling = _sampling(self.name, task.config.generation_kwargs or {}, self.repeats)
         self._built: dict[int, tuple[Any, list[Any]]] | None = None  # doc id → (doc, instances)
@@ -136,11 +140,20 @@ class LmEvalTask:
             for instance, response in zip(fresh, self._responses(completion, fresh), strict=True):
                 instance.resps.extend(response)
             chunk.append((sample, doc, fresh))
-        every = [instance for _, _, fresh in chunk for instance in fresh]
-        for ensemble in self.lm_task._filters:
-            ensemble.apply(every)
+        if self.unsafe_code:
+            found: list[dict | None] = list(
+                score_in_sandbox(self.lm_task, [(doc, fresh) for _, doc, fresh in chunk])
+            )
+        else:
+            every = [instance for _, _, fresh in chunk for instance in fresh]
+            for ensemble in self.lm_task._filters:
+                ensemble.apply(every)
+            found = [None] * len(chunk)
         with templates_compiled_once():
-            scored = [self._scored(doc, fresh) for _, doc, fresh in chunk]
+            scored = [
+                self._scored(doc, fresh, metrics)
+                for (_, doc, fresh), metrics in zip(chunk, found, strict=True)
+            ]
         if self.reasoning_parser is None or self.output_type != GENERATE:
             return scored
         return [
@@ -228,10 +241,16 @@ class LmEvalTask:
             )
         return [[(x.logprob, bool(x.is_greedy))] for x in found]
 
-    def _scored(self, doc: Any, instances: list[Any]) -> Scored:
+    def _scored(self, doc: Any, instances: list[Any], found: dict | None = None) -> Scored:
+        """The document's scores: `found` ({filter: metrics}, computed in the sandbox), else
+        lm-eval's process_results here."""
         scores: dict[str, float] = {}
         for key in instances[0].filtered_resps:
-            metrics = self.lm_task.process_results(doc, [i.filtered_resps[key] for i in instances])
+            metrics = (
+                found[key]
+                if found is not None
+                else self.lm_task.process_results(doc, [i.filtered_resps[key] for i in instances])
+            )
             for metric, value in metrics.items():
                 scores[f"{metric},{key}"] = _number(self.name, metric, value)
         first = instances[0].filtered_resps[next(iter(instances[0].filtered_resps))]
