@@ -106,6 +106,25 @@ def mutants(seeds: list[bytes], rng: random.Random, count: int) -> Iterator[byte
         yield bytes(data)
 
 
+def json_mutants(rng: random.Random, count: int) -> Iterator[str]:
+    """JSON texts with characters flipped, cut, repeated or spliced in; the decoder meets each
+    pickled (as LiveCodeBench's private tests) and bare (as its public tests)."""
+    texts = [json.dumps(TESTS), json.dumps([TESTS[0]] * 3), '[{"input": 1e999999, "output": []}]']
+    specials = ['"', "\\", "[", "{", "]", "}", ",", ":", "\\u", "\\ud800", "1e99999", "NaN"]
+    for _ in range(count):
+        text = list(rng.choice(texts))
+        for _ in range(rng.randint(1, 3)):
+            where = rng.randrange(len(text) + 1)
+            kind = rng.randrange(3)
+            if kind == 0:
+                del text[where:]
+            elif kind == 1:
+                text[where:where] = rng.choice(specials) * rng.randrange(1, 4)
+            elif text:
+                text[min(where, len(text) - 1)] = chr(rng.randrange(0x20, 0x3000))
+        yield "".join(text)
+
+
 def outer_mutants(valid: str, rng: random.Random, count: int) -> Iterator[object]:
     """Damage at the base64 and zlib layers, and fields that are not text at all."""
     yield from (None, 3, b"[]", ["x"], "", "   ", "[", "\ud800", "not base64!", "QUJD")
@@ -156,6 +175,9 @@ def test_hostile_and_mutated_pickles_are_refused_and_run_nothing(
             decoded += 1
     for raw in outer_mutants(pack(valid[4]), rng, 1_000):
         decode_or_refuse(raw)
+    for text in json_mutants(rng, 2_000):
+        decode_or_refuse(pack(pickle.dumps(text)))
+        decode_or_refuse("[" + text)
     assert not marker.exists()
     # Every hostile and malformed seed is refused; the valid ones (and some mutants) decode.
     assert all(decode_or_refuse(pack(p)) is None for p in hostile(marker) + malformed())
