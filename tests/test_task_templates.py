@@ -92,3 +92,21 @@ def test_a_template_that_reaches_for_python_is_refused_and_runs_nothing(
     ):
         task.samples(limit=1)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "module_file", ["sidefx.sub/x.py", "sidefx/../sidefx/x.py", "sidefx//x.py"]
+)
+def test_package_constant_imports_nothing_and_stays_inside_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module_file: str
+) -> None:
+    marker = tmp_path / "imported"
+    package = tmp_path / "sidefx"
+    package.mkdir()
+    (package / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (package / "x.py").write_text('A = "a"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"must be PACKAGE/PATH\.py"):
+        package_constant.__wrapped__(module_file, "A")
+    assert not marker.exists()
+    assert package_constant.__wrapped__("sidefx/x.py", "A") == "a"
