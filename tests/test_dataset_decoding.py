@@ -19,7 +19,7 @@ import pytest
 
 from evalpipe.core.errors import DatasetError
 from evalpipe.tasks.livecodebench import decode_tests
-from evalpipe.tasks.safepickle import MAX_DECODED_BYTES
+from evalpipe.tasks.safepickle import MAX_DECODED_BYTES, MAX_OPCODES
 
 WHAT = "LiveCodeBench problem 'fx' private tests"
 TESTS = [{"input": "1 2\n", "output": "3\n", "testtype": "stdin"}]
@@ -192,11 +192,12 @@ def test_hostile_and_mutated_pickles_are_refused_and_run_nothing(
         (pickle.dumps(_System("true")), r"opcode STACK_GLOBAL at byte \d+ .*names posix\.system"),
         (b"cos\nsystem\n(S'true'\ntR.", r"opcode GLOBAL .*names os\.system"),
         (b"\x80\x02\x82\xe0X\x04\x00\x00\x00true\x85R.", r"opcode EXT1"),
-        (b"\x80\x04]r\xf0\xff\xff\xff.", r"memo index 4294967280 .* out of range"),
+        (b"\x80\x04]r\xf0\xff\xff\xff.", r"memo index 4294967280 at byte 3 skips ahead"),
+        (b"\x80\x04(" + b"N" * MAX_OPCODES + b"l.", rf"more than {MAX_OPCODES:,} opcodes"),
         (b"\x80\x05" + b"]" * 9 + b"a" * 8 + b".", r"the pickle holds list, not JSON text"),
         (pickle.dumps("[" * 200_000), r"not JSON \(RecursionError"),
     ],
-    ids=["reduce", "global", "ext1", "memo", "list", "deep-json"],
+    ids=["reduce", "global", "ext1", "memo", "opcodes", "list", "deep-json"],
 )
 def test_a_refusal_says_why(pickled: bytes, why: str) -> None:
     with pytest.raises(DatasetError, match=rf"^{WHAT}.*{why}"):

@@ -1,18 +1,19 @@
 """Decoding compressed, pickled dataset bytes without running code: plain data types only.
 
 A pickle can name any importable callable and call it while loading (`os.system` through
-`__reduce__`), so `pickle.loads` on downloaded bytes runs whatever the file's author chose. Two
-walls stand here, each enough alone:
+`__reduce__`), so `pickle.loads` on downloaded bytes runs whatever the file's author chose.
+Here:
 
 - before anything is unpickled, every opcode is read with `pickletools.genops` and checked
   against the opcodes plain data needs (strings, bytes, numbers, booleans, None, lists, tuples,
   dicts, sets, the memo). Whatever names, builds or calls an object is refused — GLOBAL,
   STACK_GLOBAL, INST, OBJ, REDUCE, BUILD, NEWOBJ, persistent ids, and EXT1/2/4, which read
   `copyreg`'s extension cache without asking `find_class`;
-- the unpickler resolves no global at all.
+- the unpickler then resolves no global at all, in case the list were ever widened.
 
-Decompression stops at MAX_DECODED_BYTES, so a small zip bomb cannot fill the memory; every
-malformed input ends in a DatasetError naming `what`, never in a traceback.
+Decompression stops at MAX_DECODED_BYTES and a pickle may hold at most MAX_OPCODES opcodes, so
+a small zip bomb cannot fill the memory; every malformed input ends in a DatasetError naming
+`what`, never in a traceback.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from typing import Any
 
 from evalpipe.core.errors import DatasetError
 
-# A decompressed payload larger than this is refused. LiveCodeBench's largest problem (its
-# private tests) decompresses to tens of MB; a 1 GB run of zeros compresses to a few MB.
+# Bounds on what one field may cost: far above a test-case field, far below a node's memory
+# (a 1 GB run of zeros compresses to a few MB). Each opcode makes at most one object.
 MAX_DECODED_BYTES = 256 * 2**20
+MAX_OPCODES = 2**20
 
 # What plain data needs, by group: protocol and framing, scalars, text and bytes, containers, memo.
 _PLAIN_OPCODES = frozenset((
@@ -85,20 +87,25 @@ def decompress(data: bytes, *, what: str) -> bytes:
 
 
 def _check_opcodes(data: bytes) -> None:
-    """Refuses, before loading, any opcode plain data does not need, and memo indices past the
-    pickle's length (the C unpickler would grow its memo to that size)."""
+    """Refuses, before loading, any opcode plain data does not need, more than MAX_OPCODES of
+    them, and a memo index beyond the entries stored so far (the C unpickler would grow its memo
+    to that index)."""
     strings: deque[str] = deque(maxlen=2)  # what a STACK_GLOBAL would name
-    for op, arg, position in pickletools.genops(data):
+    stored = 0
+    for count, (op, arg, position) in enumerate(pickletools.genops(data)):
         if op.name not in _PLAIN_OPCODES:
             named = arg if isinstance(arg, str) else ".".join(strings)
             raise pickle.UnpicklingError(
                 f"opcode {op.name} at byte {position} builds an object"
                 + (f" (it names {named.replace(' ', '.')})" if named else "")
             )
+        if count >= MAX_OPCODES:
+            raise pickle.UnpicklingError(f"it holds more than {MAX_OPCODES:,} opcodes")
         if isinstance(arg, str):
             strings.append(arg)
-        if op.name in _MEMO_PUTS and arg >= len(data):
-            raise pickle.UnpicklingError(f"memo index {arg} at byte {position} is out of range")
+        if op.name in _MEMO_PUTS and arg > stored:
+            raise pickle.UnpicklingError(f"memo index {arg} at byte {position} skips ahead")
+        stored += op.name in _MEMO_PUTS or op.name == "MEMOIZE"
 
 
 def plain_loads(data: bytes, *, what: str) -> Any:
