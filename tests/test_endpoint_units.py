@@ -64,7 +64,7 @@ def test_top_k_and_min_p_are_the_task_s_not_the_server_s() -> None:
     ("field", "value", "message"),
     [
         ("base_url", "127.0.0.1:8000/v1", "is not an http(s) URL"),
-        ("api_key_env", "sk-123", "not an environment variable name"),
+        ("api_key_env", "MY-KEY", "not an environment variable name"),
         ("concurrency", 0, "concurrency must be a positive integer"),
         ("max_retries", -1, "max_retries must be 0 or more"),
         ("timeout_s", 0, "timeout_s must be a positive number"),

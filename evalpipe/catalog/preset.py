@@ -10,6 +10,7 @@ from typing import Any, Literal, get_args
 from evalpipe.catalog.configpath import names, resolve
 from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
 from evalpipe.core.errors import ConfigError
+from evalpipe.core.redact import looks_like_key, redact_url
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 Quantization = Literal["none", "fp8", "awq", "gptq", "bitsandbytes", "mxfp4"]
@@ -102,8 +103,42 @@ class Architecture:
 
 EndpointApi = Literal["chat", "completions"]
 ENDPOINT_APIS: tuple[str, ...] = get_args(EndpointApi)
-# No user:password@ and no ?query: a key there would reach the manifest and the logs.
+# No user:password@, no ?query and no key-like path segment: a key there would reach the
+# manifest, the job script and the logs. Refusals quote the URL redacted, never whole.
 _BASE_URL = re.compile(r"https?://[^/@\s?#]+(/[^\s?#]*)?")
+_KEY_ADVICE = "put the key in an environment variable and name that variable with api_key_env"
+
+
+def check_base_url(url: str) -> None:
+    """ValueError for a base URL that is not plain http(s) or may carry a key (quoted redacted)."""
+    if not _BASE_URL.fullmatch(url):
+        raise ValueError(
+            f"base_url {redact_url(url)!r} (secrets shown as ***) is not an http(s) URL such as "
+            "http://127.0.0.1:8000/v1 (credentials and query strings in the URL are refused: "
+            f"{_KEY_ADVICE})"
+        )
+    if any(looks_like_key(segment) for segment in url.split("://", 1)[1].split("/")[1:]):
+        raise ValueError(
+            f"base_url {redact_url(url)!r} has a path segment that looks like a key (shown as "
+            "***: a key prefix such as sk- or hf_, or a run of 20+ letters and digits); "
+            f"{_KEY_ADVICE}"
+        )
+
+
+def check_api_key_env(name: str) -> None:
+    """ValueError, never quoting `name`, unless it is a variable name that is not key-like."""
+    if ENV_NAME.fullmatch(name) and not looks_like_key(name):
+        return
+    # The value is not shown: what is given here instead of a name is often the key itself.
+    why = (
+        "looks like a key rather than the name of an environment variable"
+        if looks_like_key(name)
+        else "is not an environment variable name (letters, digits and underscores)"
+    )
+    raise ValueError(
+        f"api_key_env (a value of {len(name)} characters, not shown) {why}; give the name of "
+        "the variable that holds the key (e.g. OPENAI_API_KEY), not the key"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,19 +161,12 @@ class Endpoint:
     backoff_max_s: float = 60.0  # the longest delay between two attempts
 
     def __post_init__(self) -> None:
-        if self.base_url is not None and not _BASE_URL.fullmatch(self.base_url):
-            raise ValueError(
-                f"base_url {self.base_url!r} is not an http(s) URL such as "
-                "http://127.0.0.1:8000/v1 (credentials and query strings in the URL are "
-                "refused: name the variable that holds the key with api_key_env)"
-            )
+        if self.base_url is not None:
+            check_base_url(self.base_url)
         if self.api is not None and self.api not in ENDPOINT_APIS:
             raise ValueError(f"api {self.api!r} is not one of {', '.join(ENDPOINT_APIS)}")
-        if self.api_key_env is not None and not ENV_NAME.fullmatch(self.api_key_env):
-            raise ValueError(
-                f"api_key_env {self.api_key_env!r} is not an environment variable name; give "
-                "the name of the variable that holds the key, not the key"
-            )
+        if self.api_key_env is not None:
+            check_api_key_env(self.api_key_env)
         check_positive("endpoint", concurrency=self.concurrency)
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"max_retries must be 0 or more, got {self.max_retries!r}")

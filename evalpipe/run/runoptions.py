@@ -9,7 +9,7 @@ import argparse
 from dataclasses import dataclass
 
 from evalpipe.catalog.clusters import TRACKERS
-from evalpipe.catalog.preset import Preset, with_endpoint
+from evalpipe.catalog.preset import Preset, check_api_key_env, check_base_url, with_endpoint
 from evalpipe.catalog.selection import SELECTION, Selection
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.options import (
@@ -232,6 +232,18 @@ class JudgeOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
+        # The model's endpoint is checked when applied to its preset, before the run starts; the
+        # judge's is applied only when judging begins, so its URL and key name are checked here.
+        served = self.endpoint
+        for flag, value, check in (
+            ("--judge-base-url", served.base_url, check_base_url),
+            ("--judge-api-key-env", served.api_key_env, check_api_key_env),
+        ):
+            try:
+                if value is not None:
+                    check(value)
+            except ValueError as exc:
+                raise ConfigError(f"{flag}: {exc}.") from None
         given = flags_given(self)
         if not self.named and given and self.phase != "generate":
             raise ConfigError(

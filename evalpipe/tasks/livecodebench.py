@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import zlib
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from evalpipe.core.errors import DatasetError
 from evalpipe.sandbox.pool import Limits, Program, SandboxResult, run_in_order
 from evalpipe.tasks.base import Scored
-from evalpipe.tasks.safepickle import plain_loads
+from evalpipe.tasks.safepickle import decompress, plain_loads
 from evalpipe.tasks.scorers import pass_at_k
 
 Target = dict[str, Any]
@@ -68,14 +67,16 @@ def extract_solution(completion: str) -> str:
     return (found.group(1) if found else completion).strip()
 
 
-def decode_tests(raw: str, *, what: str) -> list[dict[str, str]]:
+def decode_tests(raw: object, *, what: str) -> list[dict[str, str]]:
     """A test-case column: JSON, or base64 → zlib → pickle of JSON (LiveCodeBench's private
-    tests), as [{"input", "output", "testtype"}, …]."""
+    tests), as [{"input", "output", "testtype"}, …]; DatasetError naming `what` otherwise."""
+    if not isinstance(raw, str):
+        raise DatasetError(f"{what}: expected text, got {type(raw).__name__}")
     text = raw if raw.lstrip().startswith("[") else _unpack(raw, what)
     try:
         tests = json.loads(text)
-    except ValueError as exc:
-        raise DatasetError(f"{what}: not JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than Python's
+        raise DatasetError(f"{what}: not JSON ({type(exc).__name__}: {str(exc)[:200]})") from exc
     if not isinstance(tests, list) or not all(
         isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str)
         for t in tests
@@ -86,10 +87,10 @@ def decode_tests(raw: str, *, what: str) -> list[dict[str, str]]:
 
 def _unpack(raw: str, what: str) -> str | bytes:
     try:
-        packed = zlib.decompress(base64.b64decode(raw.encode("utf-8"), validate=True))
-    except (ValueError, zlib.error) as exc:
+        packed = base64.b64decode(raw.encode("utf-8"), validate=True)
+    except ValueError as exc:  # binascii.Error and UnicodeEncodeError are ValueErrors
         raise DatasetError(f"{what} is neither JSON nor base64 → zlib → pickle ({exc})") from exc
-    text = plain_loads(packed, what=what)
+    text = plain_loads(decompress(packed, what=what), what=what)
     if not isinstance(text, str | bytes):
         raise DatasetError(f"{what}: the pickle holds {type(text).__name__}, not JSON text")
     return text

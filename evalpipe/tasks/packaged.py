@@ -14,7 +14,7 @@ import importlib.util
 import warnings
 from pathlib import Path
 
-from evalpipe.core.errors import MissingDependencyError
+from evalpipe.core.errors import ConfigError, MissingDependencyError
 
 
 @functools.cache
@@ -23,6 +23,13 @@ def package_constant(module_file: str, name: str) -> str:
     class's body for `CLASS.NAME`, literal or a literal's `.strip()`, as the module would hold
     it."""
     package, _, relative = module_file.partition("/")
+    # find_spec("a.b") imports `a`, running its code, and `..` would leave the package: a task
+    # file names a top-level package and a file inside it.
+    if not package.isidentifier() or Path(relative).is_absolute() or ".." in Path(relative).parts:
+        raise ConfigError(
+            f"package_constant({module_file!r}, {name!r}): the file must be PACKAGE/PATH.py, a "
+            "top-level package name (no dots) and a path inside it (no '..', not absolute)."
+        )
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(

@@ -1,10 +1,11 @@
-"""Records → prompts: Jinja templates (StrictUndefined), zero- or few-shot, plain text or chat."""
+"""Records → prompts: sandboxed Jinja templates, zero- or few-shot, plain text or chat."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from evalpipe.core.errors import ConfigError
 from evalpipe.records.prompt import Prompt
@@ -12,8 +13,11 @@ from evalpipe.tasks.config import PromptConfig
 from evalpipe.tasks.packaged import package_constant
 from evalpipe.tasks.records import Record
 
+# A task file is text from anywhere: its templates render in Jinja's sandbox, which refuses
+# the attribute walks (`cycler.__init__.__globals__.os`) that reach Python from a template, and
+# any change to the records they read.
 # trim_blocks/lstrip_blocks: `{% for %}` lines in a YAML block leave no stray blank lines.
-_ENV = jinja2.Environment(
+_ENV = ImmutableSandboxedEnvironment(
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
@@ -51,6 +55,13 @@ class PromptBuilder:
             raise ConfigError(
                 f"{self._where}: prompt.{key} uses an undefined value ({exc.message}). "
                 f"Available: {', '.join(sorted(record))}. Map it under `fields:`."
+            ) from exc
+        except jinja2.exceptions.SecurityError as exc:
+            raise ConfigError(
+                f"{self._where}: prompt.{key} was refused by the template sandbox ({exc}). "
+                "A prompt template may read the record's fields, loop, filter and call "
+                "package_constant, but not reach Python internals (dunder attributes, "
+                "functions' globals) or change values; remove that expression from the task file."
             ) from exc
 
     def build(self, record: Record, shots: Sequence[Record] = ()) -> Prompt:
