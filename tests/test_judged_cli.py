@@ -117,12 +117,15 @@ THINKING = {
 }
 
 
+# The thinking in the content (a server without a reasoning parser), or kept apart by the server
+# in the message's `reasoning` (vLLM 0.32) or `reasoning_content` (older servers): read alike.
+@pytest.mark.parametrize("field", [None, "reasoning", "reasoning_content"])
 def test_mt_bench_with_a_thinking_judge_reads_its_answer_and_counts_ratings_out_of_range(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], field: str | None
 ) -> None:
     data = mt_bench_data(tmp_path / "llm_judge", QUESTIONS, REFERENCES)
     out = tmp_path / "run"
-    with FaultServer(model="judge-a", script=THINKING) as server:
+    with FaultServer(model="judge-a", script=THINKING, reasoning_field=field) as server:
         assert main([
             *FAKE, "--tasks", "mt_bench", "--judge-data", str(data), "--out", str(out),
             "--judge", str(thinking_judge(tmp_path)),

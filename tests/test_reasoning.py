@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.preset import REASONING_PARSERS, load_preset
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
+from evalpipe.records.reasoning import joined
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.samplelog import SampleRecord, read_samples
 from evalpipe.rundir.summary import read_summary
 from evalpipe.tasks import load_task, load_tasks
-from evalpipe.tasks.reasoning import reasoning_tokens, split
+from evalpipe.tasks.reasoning import Split, reasoning_tokens, split
 
 # Shaped as the models write them (Qwen3-32B with thinking on; DeepSeek-R1, whose template
 # opens <think> in the prompt; gpt-oss with special tokens kept and with them skipped). Each
@@ -113,6 +114,19 @@ def test_split_rules() -> None:
     assert split("plain text", "gpt_oss").answer == "plain text"
     assert split("<think>x</think>y", None).answer == "<think>x</think>y"
     assert reasoning_tokens(10, "abcd", "ab") == 5 and reasoning_tokens(10, "ab", None) == 0
+
+
+@pytest.mark.parametrize("parser", REASONING_PARSERS)
+def test_reasoning_a_server_kept_apart_is_joined_back_and_split_alike(parser: str) -> None:
+    # vLLM serving with --reasoning-parser returns the reasoning in its own field; the endpoint
+    # engine joins it back (records/reasoning.joined) and the preset's parser splits it again.
+    whole = split(joined("13 - 3 = 10, not 7.", "The answer is 10.", parser), parser)
+    assert whole == Split(
+        reasoning="13 - 3 = 10, not 7.", answer="The answer is 10.", cut_off=False
+    )
+    cut = split(joined("13 - 3 is", None, parser), parser)  # stopped inside its reasoning
+    assert (cut.reasoning, cut.answer, cut.cut_off) == ("13 - 3 is", "", True)
+    assert joined("13 - 3 is", "10", None) == "10"  # no parser: the server's answer alone
 
 
 def test_presets_and_loader_carry_the_parser() -> None:

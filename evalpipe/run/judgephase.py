@@ -98,6 +98,9 @@ def judge_for(
     when no `--judge-model` names another model) gives the reasoning parser of its verdicts."""
     asked = options.judge
     preset = load_preset(asked.preset) if asked.preset else model
+    if not asked.preset and asked.endpoint.model is not None:
+        # Another model than the run's, with no preset: nothing says how it marks reasoning.
+        preset = dataclasses.replace(preset, reasoning_parser=None)
     if asked.endpoint.base_url is not None:
         backend = "openai"
         preset = asked.endpoint.apply(preset)
@@ -134,9 +137,7 @@ def judge_for(
         gradings=gradings,
         sampling=sampling,
         published=published,
-        reasoning_parser=preset.reasoning_parser
-        if asked.preset or asked.endpoint.model is None
-        else None,
+        reasoning_parser=preset.reasoning_parser,
     )
     return judge, start
 
