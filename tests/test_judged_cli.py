@@ -17,6 +17,9 @@ from evalpipe.core.errors import ConfigError
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.run.judgephase import judge_for
 from evalpipe.run.runoptions import EndpointOptions, JudgeOptions, RunnerOptions
+from evalpipe.rundir.judgments import JudgeDir, read_judge_summary
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.tracked import judge_metrics
 from evalpipe.tasks.judged import load_judged_task
 from evalpipe.tasks.mtbench import mtbench_tasks
 
@@ -156,6 +159,9 @@ def test_mt_bench_with_a_thinking_judge_reads_its_answer_and_counts_ratings_out_
     read = [x for x in fastchat if x != -1]
     assert summary["overall"] == pytest.approx(sum(read) / len(read))
     assert summary["tasks"]["mt_bench_math"]["mean"] == (85 + 2023) / 2
+    tracked = judge_metrics({folder.name: read_judge_summary(JudgeDir(RunDir(out), folder.name))})
+    prefix = f"judge/{folder.name[:8]}"
+    assert (tracked[f"{prefix}/out_of_range"], tracked[f"{prefix}/cut_off_in_reasoning"]) == (3, 1)
     printed = capfd.readouterr().out
     assert "1 cut off inside the judge's reasoning; 3 rating(s) out of range" in printed
     assert main(["report", str(out)]) == 0
