@@ -414,7 +414,7 @@ def judge_dirs(run: RunDir) -> list[JudgeDir]:
     return [JudgeDir(run, p.name) for p in sorted(root.iterdir()) if (p / JUDGE).is_file()]
 
 
-def reliability(summary: JudgeSummary) -> str:
+def _reliability(summary: JudgeSummary) -> str:
     """The judgments cut off inside the judge's reasoning and the ratings out of range, as a
     clause to follow the parse failures ("" when there are none)."""
     parts = []
@@ -434,7 +434,7 @@ def format_judge_summary(summary: JudgeSummary) -> str:
     judge = summary.judge
     lines = [
         f"Judge {judge.model!r} ({judge.backend}): {summary.judgments} "
-        f"judgment(s), {summary.parse_failures} without a readable score" + reliability(summary),
+        f"judgment(s), {summary.parse_failures} without a readable score" + _reliability(summary),
         f"  overall  {score(summary.overall)}",
     ]
     lines += [f"  {t:<24} {score(v.mean)}  (n={v.n})" for t, v in summary.tasks.items()]
