@@ -9,8 +9,8 @@ package ships it (its questions, judge prompts and GPT-4 reference answers, and 
   judge, to_openai_api_messages), on answers written here to probe formatting (braces, brackets,
   newlines, non-ASCII): byte-equal or not.
 - Parsing: judge outputs written here (double and single brackets, decimals, several ratings,
-  "Rating: 8", spaces, none) through FastChat's process_judgement and evalpipe's parse_rating.
-- Scores: seeded ratings, with -1 for parse failures, through the package's
+  "Rating: 8", spaces, none, ratings outside 1-10) through FastChat's process_judgement and evalpipe's parse_rating.
+- Scores: seeded ratings, with -1 for parse failures and some outside 1-10, through the package's
   render_result_json.py script (its own pandas computation, run as a program) and through
   evalpipe's summarize_judgments: the total, every category and the missing count.
 - Constants: evalpipe's answer temperatures and reference categories against the package's.
@@ -59,6 +59,9 @@ OUTPUTS = [
     "Score [[7.]] end",
     "",
     "Évaluation : [[6]]",
+    "[[85]]",  # out of range: read as it stands
+    "Rating: [2023]",
+    "[[0]]",
 ]
 
 
@@ -156,7 +159,8 @@ def check_scores(limit: int, seed: int) -> tuple[int, list[str]]:
     for task in tasks:
         for sample in task.samples()[: max(1, limit // len(tasks))]:
             for turn in (1, 2):
-                score = rng.choice([-1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 7.5])
+                # Out of range (0, 85, 2023) included: the mean keeps them, as FastChat's does.
+                score = rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 7.5, 85, 2023])
                 rows.append({"question_id": int(sample.id), "turn": turn, "score": score})
                 records.append(
                     SampleRecord(

@@ -55,6 +55,7 @@ class FaultServer:
         api_key: str | None = None,
         echo_logprobs: bool = True,
         script: dict[str, str] | None = None,
+        reasoning_field: str | None = None,
     ) -> None:
         self.model = model
         self.faults = deque(faults)
@@ -65,6 +66,10 @@ class FaultServer:
         self.echo_logprobs = echo_logprobs
         # Scripted answers: the first entry whose key occurs in the prompt (a judge's verdicts).
         self.script = dict(script or {})
+        # A server that keeps reasoning apart (vLLM's --reasoning-parser): a chat answer's
+        # <think>…</think> goes to this message field; one never closed is cut off (no content,
+        # finish_reason "length"). None: the content carries it.
+        self.reasoning_field = reasoning_field
         self.down = False
         self.bodies: list[dict[str, Any]] = []  # every generation/scoring request body
         self.outcomes: Counter[str] = Counter()  # fault name or "ok", per request
@@ -99,10 +104,7 @@ class FaultServer:
     def reply(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         key = prompt_key(body)
         if path.endswith("/chat/completions"):
-            choices = [
-                {"index": i, "message": {"role": "assistant", "content": self.answer_for(key)}}
-                for i in range(body.get("n", 1))
-            ]
+            choices = [self.chat_choice(i, self.answer_for(key)) for i in range(body.get("n", 1))]
         elif body.get("echo"):
             ids = body["prompt"]
             logprobs = None
@@ -115,6 +117,16 @@ class FaultServer:
         words = len(self.answer_for(key).split())
         usage = {"prompt_tokens": len(key.split()), "completion_tokens": words * len(choices)}
         return {"object": "chat.completion", "choices": choices, "usage": usage}
+
+    def chat_choice(self, index: int, text: str) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        finish = "stop"
+        if self.reasoning_field is not None and text.startswith("<think>"):
+            reasoning, closed, content = text.removeprefix("<think>").partition("</think>")
+            message = {"role": "assistant", self.reasoning_field: reasoning}
+            message["content"] = content if closed else None
+            finish = "stop" if closed else "length"
+        return {"index": index, "message": message, "finish_reason": finish}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

@@ -8,6 +8,7 @@ BASE_URL and exits 0 (complete) or 75 (interrupted).
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -72,6 +73,40 @@ def endpoint_judge(base_url: str, model: str = "judge-a", concurrency: int = 2) 
         max_retries=3,
     )
     return EndpointEngine(endpoint, key=None)
+
+
+def thinking_judge(folder: Path, parser: str = "qwen3") -> Path:
+    """A judge preset (a YAML file in `folder`): the test model with a reasoning parser, as a
+    thinking judge's preset has."""
+    shipped = Path(__file__).parents[1] / "configs" / "presets" / "tiny_random.yaml"
+    path = folder / "thinking_judge.yaml"
+    path.write_text(shipped.read_text() + f"reasoning_parser: {parser}\n")
+    return path
+
+
+def mt_bench_data(folder: Path, questions: list[dict], references: list[dict]) -> Path:
+    """An MT-Bench data folder laid out as FastChat's llm_judge/data, with these questions and
+    reference answers and short judge prompts of FastChat's names and fields."""
+    (folder / "mt_bench" / "reference_answer").mkdir(parents=True)
+    (folder / "mt_bench" / "question.jsonl").write_text(
+        "".join(json.dumps(q) + "\n" for q in questions)
+    )
+    (folder / "mt_bench" / "reference_answer" / "gpt-4.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in references)
+    )
+    prompts = {
+        "single-v1": "Q: {question} A: {answer}",
+        "single-math-v1": "Q: {question} R: {ref_answer_1} A: {answer}",
+        "single-v1-multi-turn": "{question_1} {answer_1} {question_2} A2: {answer_2}",
+        "single-math-v1-multi-turn": "{question_2} R2: {ref_answer_2} A2: {answer_2}",
+    }
+    lines = [
+        {"name": n, "type": "single", "system_prompt": "Judge.", "prompt_template": t,
+         "output_format": "[[rating]]"}
+        for n, t in prompts.items()
+    ]  # fmt: skip
+    (folder / "judge_prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder
 
 
 def main(argv: list[str]) -> int:

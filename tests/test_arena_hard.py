@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from endpoint_support import FaultServer
+from judge_support import thinking_judge
 
 from evalpipe.cli import main
 from evalpipe.core.errors import DatasetError
@@ -182,6 +183,28 @@ def test_arena_hard_through_evalpipe_run_scores_exactly(
     report = capfd.readouterr().out
     (row,) = [line for line in report.splitlines() if "| base-a" in line]
     assert "base-a" in row and f"{100 * hard['score']:.1f}" in row and "1/2 (50%)" in row
+
+
+def test_a_thinking_judges_verdict_is_read_from_its_final_answer(tmp_path: Path) -> None:
+    # gpt-oss's Harmony channels: the analysis drafts the opposite strong verdict, which would
+    # be read (the first pattern's last match) if the analysis were not set apart.
+    drafted = "<|channel|>analysis<|message|>Draft: [[A>>B]]<|end|><|start|>assistant"
+    script = {k: f"{drafted}<|channel|>final<|message|>{v}<|return|>" for k, v in VERDICTS.items()}
+    out = tmp_path / "run"
+    with FaultServer(model="judge-a", script=script) as server:
+        assert main([
+            *FAKE, "--tasks", "arena_hard", "--judge-data", str(DATA), "--out", str(out),
+            "--judge", str(thinking_judge(tmp_path, "gpt_oss")),
+            "--judge-base-url", server.base_url, "--judge-model", "judge-a",
+        ]) == 0  # fmt: skip
+    (folder,) = sorted((out / "judgments").iterdir())
+    summary = json.loads((folder / "summary.json").read_text())
+    hard = summary["pairwise"]["arena_hard_hard_prompt"]
+    assert hard["verdicts"] == {"A=B": 1, "A>B": 2, "B>>A": 1, "B>A": 1, "none": 1}
+    assert (hard["pairs_scored"], hard["win_rate"]) == (2, 5.5 / 6)
+    assert summary["parse_failures"] == 1 and summary["cut_off_in_reasoning"] == 0
+    records = [json.loads(x) for x in (folder / "judgments.jsonl").open()]
+    assert {tuple(r["reasoning"]) for r in records} == {("Draft: [[A>>B]]",)}
 
 
 def test_a_run_directory_is_a_baseline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 from endpoint_support import FaultServer
-from judge_support import TASK, answer, endpoint_judge, judge, verdicts
+from judge_support import PROMPT, TASK, answer, endpoint_judge, judge, verdicts
 from runner_support import preset
 
 from evalpipe.core.errors import ConfigError, DamagedFileError
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
-from evalpipe.run.judgephase import judge_run
-from evalpipe.rundir.judgments import JudgeDefinition, judge_dirs, read_judge_summary
+from evalpipe.run.judgephase import JUDGE_SAMPLING, JudgeTask, judge_run
+from evalpipe.rundir.judgments import SCORE, JudgeDefinition, judge_dirs, read_judge_summary
 from evalpipe.tasks.base import Sample
 from evalpipe.tasks.gradings import (
     JudgePrompt,
@@ -68,6 +68,28 @@ def test_pass_fail_and_regex_parsers() -> None:
 
 def judge_prompt(name: str, template: str = "{question} {answer}") -> JudgePrompt:
     return JudgePrompt(name=name, system_prompt=f"sys {name}", prompt_template=template)
+
+
+def test_a_thinking_judge_is_read_from_its_answer_only() -> None:
+    task = JudgeTask(
+        name="t", category="c", sampling=JUDGE_SAMPLING, reasoning_parser="deepseek_r1",
+        grading=TemplateGrading(prompt=PROMPT, parser="pass_fail"),
+    )  # fmt: skip
+    sample = Sample(id="1@1", prompt="q", target=None)
+    scored = task.score(sample, ["[[FAIL]] would be harsh.</think>\n[[PASS]]"])
+    assert scored.scores == {SCORE: 1.0} and scored.reasoning == ("[[FAIL]] would be harsh.",)
+    # DeepSeek-R1's template opens <think> in the prompt: no </think>, all of it reasoning.
+    cut = task.score(sample, ["Still weighing it: [[PASS]]"])
+    assert (cut.extracted, cut.scores, cut.cut_off) == ((None,), {}, (True,))
+    # The parser shapes the judgments: a judge folder of its own; none leaves the name as it was.
+    plain = JudgeDefinition(model="m")
+    assert "reasoning_parser" not in plain.to_dict()
+    assert JudgeDefinition(model="m", reasoning_parser="qwen3").fingerprint != plain.fingerprint
+    # A task file's rating declares no scale: nothing is out of range there.
+    rating = JudgeTask(
+        name="t", category="c", sampling=JUDGE_SAMPLING, grading=TemplateGrading(prompt=PROMPT)
+    )
+    assert rating.score(sample, ["[[85]]"]).scores == {SCORE: 85.0}
 
 
 def test_single_grading_asks_one_judgment_per_turn_with_references() -> None:

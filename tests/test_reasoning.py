@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.preset import REASONING_PARSERS, load_preset
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
-from evalpipe.rundir.samplelog import SampleRecord
-from evalpipe.rundir.summary import PlannedTask, summarize
+from evalpipe.records.reasoning import joined
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.samplelog import SampleRecord, read_samples
+from evalpipe.rundir.summary import read_summary
 from evalpipe.tasks import load_task, load_tasks
-from evalpipe.tasks.reasoning import reasoning_tokens, split
+from evalpipe.tasks.reasoning import Split, reasoning_tokens, split
 
 # Shaped as the models write them (Qwen3-32B with thinking on; DeepSeek-R1, whose template
 # opens <think> in the prompt; gpt-oss with special tokens kept and with them skipped). Each
@@ -72,42 +76,36 @@ def test_without_a_parser_the_reasoning_leaks_into_the_answer() -> None:
     assert task.score(sample, ["<think>she has 10"]).scores == {"accuracy": 1.0}
 
 
-def test_sample_record_keeps_reasoning_and_summary_counts_it() -> None:
-    _, sample, generation, scored = _replay("qwen3", COMPLETIONS["qwen3"])
-    _, _, cut_gen, cut = _replay("qwen3", CUT["qwen3"])
-    records = []
-    for i, (gen, sc) in enumerate(((generation, scored), (cut_gen, cut))):
-        records.append(
-            SampleRecord(
-                task="arithmetic",
-                category="math",
-                sample_id=f"{sample.id}-{i}",
-                prompt=sample.prompt,
-                completions=gen.texts,
-                extracted=sc.extracted,
-                scores=sc.scores,
-                prompt_tokens=gen.prompt_tokens,
-                completion_tokens=gen.completion_tokens,
-                reasoning=sc.reasoning,
-                reasoning_tokens=tuple(
-                    reasoning_tokens(n, t, r)
-                    for n, t, r in zip(gen.completion_tokens, gen.texts, sc.reasoning, strict=True)
-                ),
-                cut_off=sc.cut_off,
-            )
-        )
-    line = json.loads(json.dumps(records[1].to_dict()))
-    assert SampleRecord.from_dict(line) == records[1]
+def test_the_run_records_reasoning_apart_and_its_summary_counts_it(tmp_path: Path) -> None:
+    preset = load_preset("tiny_random")
+    task = load_task("arithmetic", reasoning_parser="qwen3")
+    other = next(s for s in task.samples(limit=40) if QUESTION not in str(s.prompt))
+    asked = str(other.prompt).splitlines()[0]  # its question, which no other prompt holds
+    script = {QUESTION: COMPLETIONS["qwen3"], asked: CUT["qwen3"]}
+    engine = FakeEngine(preset, EngineSettings(), script=script, delay_s=0)
+    run_evaluation(
+        lambda settings: engine, [task], tmp_path, preset=preset,
+        options=RunOptions(backend="fake", limit=40),
+    )  # fmt: skip
+    records = {r.sample_id: r for r in read_samples(RunDir(tmp_path).samples).records}
+    answered = next(r for r in records.values() if QUESTION in str(r.prompt))
+    assert answered.reasoning == ("13 - 3 = 10, not 16 or 13.",) and answered.cut_off == (False,)
+    assert answered.extracted == ("10",) and answered.completions == (COMPLETIONS["qwen3"],)
+    cut = records[other.id]
+    assert cut.cut_off == (True,) and cut.extracted == (None,)
+    (spent,), (total,) = cut.reasoning_tokens, cut.completion_tokens
+    assert 0.95 * total < spent <= total  # nearly all of it was reasoning ("<think>" aside)
+    # Thinking off (no markers, the fake engine's other answers): all answer, nothing cut.
+    plain = [r for r in records.values() if r.reasoning == (None,)]
+    assert len(plain) == 38 and all(r.reasoning_tokens == (0,) for r in plain)
+    line = json.loads(json.dumps(cut.to_dict()))
     old = {k: v for k, v in line.items() if k not in ("reasoning", "reasoning_tokens", "cut_off")}
     assert SampleRecord.from_dict(old).reasoning == ()  # files written before still load
-    summary = summarize(
-        records, run_id="r", preset="qwen3_32b",
-        planned=[PlannedTask(name="arithmetic", category="math", n_total=2)],
-        timings={}, wall_s=1.0, devices=[], gpus=0, oom_fallback=[],
-    )  # fmt: skip
-    task = summary.tasks["arithmetic"]
-    assert task.cut_off_in_reasoning == 1
-    assert task.reasoning_tokens == sum(sum(r.reasoning_tokens) for r in records) > 128
+    summary = read_summary(RunDir(tmp_path))
+    assert summary is not None
+    counted = summary.tasks["arithmetic"]
+    assert counted.cut_off_in_reasoning == 1
+    assert counted.reasoning_tokens == sum(sum(r.reasoning_tokens) for r in records.values())
 
 
 def test_split_rules() -> None:
@@ -116,6 +114,19 @@ def test_split_rules() -> None:
     assert split("plain text", "gpt_oss").answer == "plain text"
     assert split("<think>x</think>y", None).answer == "<think>x</think>y"
     assert reasoning_tokens(10, "abcd", "ab") == 5 and reasoning_tokens(10, "ab", None) == 0
+
+
+@pytest.mark.parametrize("parser", REASONING_PARSERS)
+def test_reasoning_a_server_kept_apart_is_joined_back_and_split_alike(parser: str) -> None:
+    # vLLM serving with --reasoning-parser returns the reasoning in its own field; the endpoint
+    # engine joins it back (records/reasoning.joined) and the preset's parser splits it again.
+    whole = split(joined("13 - 3 = 10, not 7.", "The answer is 10.", parser), parser)
+    assert whole == Split(
+        reasoning="13 - 3 = 10, not 7.", answer="The answer is 10.", cut_off=False
+    )
+    cut = split(joined("13 - 3 is", None, parser), parser)  # stopped inside its reasoning
+    assert (cut.reasoning, cut.answer, cut.cut_off) == ("13 - 3 is", "", True)
+    assert joined("13 - 3 is", "10", None) == "10"  # no parser: the server's answer alone
 
 
 def test_presets_and_loader_carry_the_parser() -> None:

@@ -33,6 +33,7 @@ from evalpipe.engine.protocol import Engine, EngineSettings
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
 from evalpipe.records.device import REMOTE_DEVICE
 from evalpipe.records.prompt import Prompt, messages
+from evalpipe.records.reasoning import joined
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 
@@ -322,7 +323,7 @@ class EndpointEngine(Engine):
                 f"n={settings.n} were asked for."
             )
         if self.api == "chat":
-            texts = tuple((c.get("message") or {}).get("content") or "" for c in choices)
+            texts = tuple(self._text(c) for c in choices)
         else:
             texts = tuple(c.get("text") or "" for c in choices)
         usage = data.get("usage") or {}
@@ -335,6 +336,17 @@ class EndpointEngine(Engine):
                 completion_tokens=split_tokens(generated, len(texts)),
             ),
         )
+
+    def _text(self, choice: dict[str, Any]) -> str:
+        """A chat answer's text; reasoning the server kept apart (vLLM's --reasoning-parser) is
+        put back in the form the preset's reasoning parser splits, so it is kept, not scored.
+        No answer and a `length` finish: it stopped inside its reasoning (cut off)."""
+        message = choice.get("message") or {}
+        reasoning = message.get("reasoning") or message.get("reasoning_content")
+        answer = message.get("content") or None
+        if answer is None and choice.get("finish_reason") != "length":
+            answer = ""
+        return joined(reasoning, answer, self.preset.reasoning_parser)
 
     async def _score(self, rid: str, encoded: list[tuple[list[int], int]]) -> Completion:
         scored = await asyncio.gather(*(self._option(ids, start) for ids, start in encoded))

@@ -33,13 +33,16 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
                 pairwise.append((run_dir.name, who, task, str(pair.baseline), *_pair(pair)))
             n, failed = summary.judgments, summary.parse_failures
             rate = summary.parse_failure_rate
+            cut = summary.cut_off_in_reasoning
             rows.append(
                 (
                     run_dir.name,
                     who,
                     str(n),
-                    f"{failed} ({rate:.0%})" if rate is not None else str(failed),
+                    (f"{failed} ({rate:.0%})" if rate is not None else str(failed))
+                    + (f", {cut} cut off" if cut else ""),
                     DASH if summary.overall is None else f"{summary.overall:.2f}",
+                    str(summary.out_of_range),
                     " ".join(
                         f"{t}={DASH if v.mean is None else format(v.mean, '.2f')}"
                         for t, v in summary.tasks.items()
@@ -55,12 +58,25 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
     tables = [
         Table(
             title="Judges",
-            header=("run", "judge", "judgments", "parse failures", "overall", "tasks", "scores"),
+            header=(
+                "run",
+                "judge",
+                "judgments",
+                "parse failures",
+                "overall",
+                "out of range",
+                "tasks",
+                "scores",
+            ),
             rows=tuple(rows),
-            right=(False, False, True, True, True, False, False),
+            right=(False, False, True, True, True, True, False, False),
             notes=(
                 "Means leave parse failures out (as FastChat's MT-Bench results do); scores: "
                 "how many judgments gave each score.",
+                "Cut off: parse failures of a reasoning judge that stopped inside its reasoning "
+                "(a verdict is read from its answer only). Out of range: ratings outside the "
+                "scale the judge was asked for (MT-Bench: 1-10), kept in the means as "
+                "FastChat keeps them.",
                 *notes,
             ),
         )

@@ -28,6 +28,7 @@ from evalpipe.run.localplan import plan_local
 from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.run.stream import WAIT, Hooks, Item, Wait, run_stream
 from evalpipe.rundir.judgments import (
+    OUT_OF_RANGE,
     SCORE,
     JudgeDefinition,
     JudgeDir,
@@ -53,6 +54,7 @@ from evalpipe.tasks.arenahard import read_model_answers, run_baseline
 from evalpipe.tasks.base import Sample, Scored, Task
 from evalpipe.tasks.gradings import Grading
 from evalpipe.tasks.pairwise import Baseline
+from evalpipe.tasks.reasoning import split
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +72,14 @@ class Judge:
     gradings: Mapping[str, Grading]
     sampling: SamplingSettings = JUDGE_SAMPLING
     published: str | None = None  # the benchmark's published judge, for the comparability line
+    # The judge preset's: a verdict is read from the answer after the judge's reasoning only.
+    reasoning_parser: str | None = None
 
     def definition(self) -> JudgeDefinition:
         """Everything that shapes the judgments: the judge folder's fingerprint."""
         return JudgeDefinition(
             **self.identity,
+            reasoning_parser=self.reasoning_parser,
             sampling=self.sampling.to_dict(),
             gradings={t: g.definition() for t, g in sorted(self.gradings.items())},
         )
@@ -89,9 +94,13 @@ def judge_for(
     """The judge the options name, and how to open its engine: `--judge PRESET` on this
     machine's engine (the fake one when the model runs on it), or the server `--judge-base-url`
     names (its model defaults to the judge preset's, else the run's). Its identity is the judge
-    model, not where it runs."""
+    model, not where it runs. The preset that describes the judge (`--judge`'s, else the run's
+    when no `--judge-model` names another model) gives the reasoning parser of its verdicts."""
     asked = options.judge
     preset = load_preset(asked.preset) if asked.preset else model
+    if not asked.preset and asked.endpoint.model is not None:
+        # Another model than the run's, with no preset: nothing says how it marks reasoning.
+        preset = dataclasses.replace(preset, reasoning_parser=None)
     if asked.endpoint.base_url is not None:
         backend = "openai"
         preset = asked.endpoint.apply(preset)
@@ -123,7 +132,13 @@ def judge_for(
             else g
             for task, g in gradings.items()
         }
-    judge = Judge(identity=identity, gradings=gradings, sampling=sampling, published=published)
+    judge = Judge(
+        identity=identity,
+        gradings=gradings,
+        sampling=sampling,
+        published=published,
+        reasoning_parser=preset.reasoning_parser,
+    )
     return judge, start
 
 
@@ -151,6 +166,7 @@ class JudgeTask:
     category: str
     sampling: SamplingSettings
     grading: Grading
+    reasoning_parser: str | None = None
 
     def definition(self) -> dict[str, Any]:
         return self.grading.definition()
@@ -159,8 +175,19 @@ class JudgeTask:
         raise RunDirError("A judge task's samples come from the run's answers.")
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
-        extracted, value = self.grading.read(texts[0], sample.meta.get("game"))
-        return Scored(extracted=(extracted,), scores={} if value is None else {SCORE: value})
+        """The verdict read from the judge's answer, never from its reasoning: a judgment cut
+        off inside its reasoning is unparsed (a rating drafted there is not the verdict)."""
+        part = split(texts[0], self.reasoning_parser)
+        kept = self.reasoning_parser is not None  # without a parser: no reasoning fields
+        reasoning, cut_off = ((part.reasoning,), (part.cut_off,)) if kept else ((), ())
+        if part.cut_off:
+            return Scored(extracted=(None,), scores={}, reasoning=reasoning, cut_off=cut_off)
+        extracted, value = self.grading.read(part.answer, sample.meta.get("game"))
+        scores = {} if value is None else {SCORE: value}
+        scale = self.grading.scale
+        if value is not None and scale is not None and not scale[0] <= value <= scale[1]:
+            scores[OUT_OF_RANGE] = 1.0
+        return Scored(extracted=(extracted,), scores=scores, reasoning=reasoning, cut_off=cut_off)
 
     def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
         return [self.score(sample, texts) for sample, texts in items]
@@ -295,6 +322,7 @@ def _index(
             category=task.category,
             sampling=grading.sampling or judge.sampling,
             grading=grading,
+            reasoning_parser=judge.reasoning_parser,
         )
         index |= {(task.name, sample.id): (judge_task, sample) for sample in samples}
     return index

@@ -27,7 +27,8 @@ from evalpipe.records.completion import Completion, Generation
 from evalpipe.records.request import Request
 from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
-from evalpipe.tasks.base import Sample, ScoresResponses, Task, conversation
+from evalpipe.tasks.base import Sample, Scored, ScoresResponses, Task, conversation
+from evalpipe.tasks.reasoning import reasoning_tokens
 from evalpipe.tasks.scorers import best_option
 
 
@@ -271,10 +272,21 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
                     completion_tokens=generation.completion_tokens,
                     option_logprobs=tuple(x.logprob for x in completion.loglikelihoods),
                     shard=shard,
+                    reasoning=scored.reasoning,
+                    reasoning_tokens=_reasoning_tokens(generation, scored),
+                    cut_off=scored.cut_off,
                     turns=(*item.answers, generation.texts[0]) if item.sample.turns else (),
                 )
             )
     return _Scored(records=records, seconds=seconds)
+
+
+def _reasoning_tokens(generation: Generation, scored: Scored) -> tuple[int, ...]:
+    """Each completion's tokens spent reasoning; none when the task split no reasoning."""
+    if not scored.reasoning:
+        return ()
+    parts = zip(generation.completion_tokens, generation.texts, scored.reasoning, strict=True)
+    return tuple(reasoning_tokens(n, text, thought) for n, text, thought in parts)
 
 
 def _answer(item: Item, completion: Completion) -> Generation:

@@ -4,7 +4,10 @@ prompts and sampling), judgments.jsonl (one judgment per line, kept in full) and
 
 A judgment is a sample record of the judge: `sample_id` is the judged sample's id and turn
 ("81@2"), `prompt` the judge's chat, `completions` its whole output, `extracted` the score as
-read (None: a parse failure) and `scores` {"judge_score": value} when one was read. So
+read (None: a parse failure) and `scores` {"judge_score": value} when one was read, with
+{"judge_out_of_range": 1.0} beside it when the rating lies outside the grading's scale. A
+reasoning judge's record keeps its reasoning in `reasoning`, apart from the answer the score
+is read from, and `cut_off` true when it stopped inside its reasoning (unparsed). So
 judgments.jsonl has the checkpoint rules of samples.jsonl (results.py): appended as they
 finish, a line cut short repaired, never asked twice.
 """
@@ -37,6 +40,7 @@ JUDGE = "judge.json"
 JUDGMENTS = "judgments.jsonl"
 SUMMARY = "summary.json"
 SCORE = "judge_score"  # the metric a judgment's record carries
+OUT_OF_RANGE = "judge_out_of_range"  # beside it, 1.0: a rating outside the grading's scale
 
 
 def judgment_id(sample_id: str, turn: int, game: int | None = None) -> str:
@@ -68,6 +72,7 @@ class JudgeDefinition:
     preset: str | None = None
     model: str | None = None
     revision: str | None = None
+    reasoning_parser: str | None = None  # separates a reasoning judge's thinking from its verdict
     sampling: Mapping[str, Any] = field(default_factory=dict)  # SamplingSettings.to_dict()
     gradings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # task → Grading's
 
@@ -90,6 +95,7 @@ class JudgeDefinition:
             "preset": self.preset,
             "model": self.model,
             "revision": self.revision,
+            "reasoning_parser": self.reasoning_parser,
         }
         return {k: v for k, v in identity.items() if v is not None} | {
             "sampling": dict(self.sampling),
@@ -106,6 +112,7 @@ class JudgeDefinition:
             preset=text("preset"),
             model=text("model"),
             revision=text("revision"),
+            reasoning_parser=text("reasoning_parser"),
             sampling=dict(data.get("sampling") or {}),
             gradings=dict(data.get("gradings") or {}),
         )
@@ -232,6 +239,10 @@ class JudgeSummary:
     pairwise: dict[str, PairwiseSummary] = field(default_factory=dict)
     published_judge: str | None = None
     note: str | None = None  # why the scores do not compare with the published ones
+    # Ratings outside the grading's scale (MT-Bench's 1-10), in the means as FastChat has them.
+    out_of_range: int = 0
+    # Parse failures of a reasoning judge that stopped inside its reasoning (no verdict given).
+    cut_off_in_reasoning: int = 0
 
     @property
     def parse_failure_rate(self) -> float | None:
@@ -259,6 +270,8 @@ class JudgeSummary:
             "published_judge": self.published_judge,
             "comparable": self.comparable,
             "note": self.note,
+            "out_of_range": self.out_of_range,
+            "cut_off_in_reasoning": self.cut_off_in_reasoning,
         }
 
     @classmethod
@@ -276,6 +289,8 @@ class JudgeSummary:
             },
             published_judge=data.get("published_judge"),
             note=data.get("note"),
+            out_of_range=int(data.get("out_of_range") or 0),
+            cut_off_in_reasoning=int(data.get("cut_off_in_reasoning") or 0),
         )
 
 
@@ -286,7 +301,7 @@ def summarize_judgments(
     published_judge: str | None,
 ) -> JudgeSummary:
     """The judge's summary of its judgments `records` (parse failures left out of the means,
-    as FastChat's MT-Bench results do)."""
+    as FastChat's MT-Bench results do; ratings out of range kept in them, as FastChat's are)."""
     scored = [(r, s) for r in records if (s := score_of(r)) is not None]
     by_task: dict[str, list[float]] = {}
     by_turn: dict[str, list[float]] = {}
@@ -310,6 +325,8 @@ def summarize_judgments(
         if comparable
         else f"Scores from judge {judge.name!r} are not comparable to the benchmark's published "
         f"numbers, which come from {published_judge or 'another judge'}.",
+        out_of_range=sum(OUT_OF_RANGE in r.scores for r in records),
+        cut_off_in_reasoning=sum(any(r.cut_off) for r in records),
     )
 
 
@@ -397,6 +414,17 @@ def judge_dirs(run: RunDir) -> list[JudgeDir]:
     return [JudgeDir(run, p.name) for p in sorted(root.iterdir()) if (p / JUDGE).is_file()]
 
 
+def _reliability(summary: JudgeSummary) -> str:
+    """The judgments cut off inside the judge's reasoning and the ratings out of range, as a
+    clause to follow the parse failures ("" when there are none)."""
+    parts = []
+    if summary.cut_off_in_reasoning:
+        parts.append(f"{summary.cut_off_in_reasoning} cut off inside the judge's reasoning")
+    if summary.out_of_range:
+        parts.append(f"{summary.out_of_range} rating(s) out of range (kept in the means)")
+    return "".join(f"; {p}" for p in parts)
+
+
 def format_judge_summary(summary: JudgeSummary) -> str:
     """The judge's scores and reliability as `evalpipe run` prints them."""
 
@@ -406,7 +434,7 @@ def format_judge_summary(summary: JudgeSummary) -> str:
     judge = summary.judge
     lines = [
         f"Judge {judge.model!r} ({judge.backend}): {summary.judgments} "
-        f"judgment(s), {summary.parse_failures} without a readable score",
+        f"judgment(s), {summary.parse_failures} without a readable score" + _reliability(summary),
         f"  overall  {score(summary.overall)}",
     ]
     lines += [f"  {t:<24} {score(v.mean)}  (n={v.n})" for t, v in summary.tasks.items()]

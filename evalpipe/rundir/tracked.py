@@ -76,7 +76,8 @@ def _stats(prefix: str, stats: MetricSummary) -> dict[str, float]:
 
 def judge_metrics(judges: Mapping[str, JudgeSummary]) -> dict[str, float]:
     """Each judge's figures (its summary.json, by fingerprint): judgments, parse failures and
-    their rate, the overall and per-task means, how many judgments gave each score, and per
+    their rate, the overall and per-task means, ratings out of range, judgments cut off inside
+    the judge's reasoning, how many judgments gave each score, and per
     pairwise task its score, interval, win rate and position inconsistency."""
     out: dict[str, float] = {}
     for fingerprint, summary in judges.items():
@@ -86,6 +87,8 @@ def judge_metrics(judges: Mapping[str, JudgeSummary]) -> dict[str, float]:
             f"{prefix}/parse_failures": summary.parse_failures,
             f"{prefix}/parse_failure_rate": summary.parse_failure_rate,
             f"{prefix}/overall": summary.overall,
+            f"{prefix}/out_of_range": summary.out_of_range,
+            f"{prefix}/cut_off_in_reasoning": summary.cut_off_in_reasoning,
         }
         for task, info in summary.tasks.items():
             figures[name(prefix, "task", task, "mean")] = info.mean

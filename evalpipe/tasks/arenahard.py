@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -184,6 +184,7 @@ class PairwiseGrading:
     patterns: tuple[str, ...]
     baseline: Baseline
     sampling: SamplingSettings | None = None
+    scale: ClassVar[None] = None  # verdicts, not ratings
 
     def asks(self, sample: Sample, answers: Sequence[str]) -> list[JudgeAsk]:
         other = self.baseline.answers.get(sample.id)

@@ -201,6 +201,12 @@ class Grading(Protocol):
         text read from it and its score; no score is a parse failure."""
         ...
 
+    @property
+    def scale(self) -> tuple[float, float] | None:
+        """The lowest and highest rating the judge is asked for (None: not a rating scale). A
+        rating read outside it is recorded as out of range and still scored as read."""
+        ...
+
     def definition(self) -> dict[str, Any]:
         """Everything that shapes the asks and the parsing: part of the judge's fingerprint."""
         ...
@@ -229,6 +235,9 @@ class SingleGrading:
     prompts: Mapping[str, JudgePrompt]
     ref_categories: frozenset[str]
     sampling: SamplingSettings | None = None
+    # FastChat's prompts ask for a rating from 1 to 10, but process_judgement takes any number
+    # in [[ ]] ("[[85]]", "[2023]"), and the published results average them as read.
+    scale: ClassVar[tuple[float, float]] = (1.0, 10.0)
 
     def __post_init__(self) -> None:
         names = ("single-v1", "single-math-v1", "single-v1-multi-turn", "single-math-v1-multi-turn")
@@ -295,6 +304,7 @@ class TemplateGrading:
     parser: Parser = "rating"
     pattern: str | None = None
     sampling: SamplingSettings | None = None
+    scale: ClassVar[None] = None  # the task file's template sets its own scale
 
     def __post_init__(self) -> None:
         if (self.parser == "regex") != (self.pattern is not None):

@@ -23,11 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evalpipe.catalog.preset import REASONING_PARSERS
+from evalpipe.records.reasoning import (
+    HARMONY_ANALYSIS,
+    HARMONY_ENDS,
+    HARMONY_FINAL,
+    THINK_END,
+    THINK_START,
+)
 
-THINK_START, THINK_END = "<think>", "</think>"
-HARMONY_FINAL = "<|channel|>final<|message|>"
-HARMONY_ANALYSIS = "<|channel|>analysis<|message|>"
-HARMONY_ENDS = ("<|return|>", "<|end|>", "<|call|>")
 # The same boundaries after skip_special_tokens removed the <|...|> tokens.
 PLAIN_ANALYSIS, PLAIN_FINAL = "analysis", "assistantfinal"
 
