@@ -9,7 +9,8 @@ package ships it (its questions, judge prompts and GPT-4 reference answers, and 
   judge, to_openai_api_messages), on answers written here to probe formatting (braces, brackets,
   newlines, non-ASCII): byte-equal or not.
 - Parsing: judge outputs written here (double and single brackets, decimals, several ratings,
-  "Rating: 8", spaces, none, ratings outside 1-10) through FastChat's process_judgement and evalpipe's parse_rating.
+  "Rating: 8", spaces, none, ratings outside 1-10) through FastChat's process_judgement and
+  evalpipe's parse_rating.
 - Scores: seeded ratings, with -1 for parse failures and some outside 1-10, through the package's
   render_result_json.py script (its own pandas computation, run as a program) and through
   evalpipe's summarize_judgments: the total, every category and the missing count.
