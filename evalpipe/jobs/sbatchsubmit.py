@@ -37,6 +37,7 @@ def check(prepared: Prepared) -> preflight.Report:
         categories=spec.options.run.selection.categories,
         tasks=spec.options.run.selection.tasks,
         backend=spec.options.run.engine.backend,
+        strict_versions=spec.options.run.runtime.strict_versions,
     )
     report.raise_for_errors()
     return report
