@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runner_support import preset
 
 from evalpipe.cli import main
-from evalpipe.core.errors import ConfigError
+from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.core.provenance import installed_version, pinned_version
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.tasks import load_task
 from evalpipe.tasks.config import PromptConfig
 from evalpipe.tasks.packages import Source
@@ -119,7 +122,7 @@ def test_another_version_changes_the_fingerprint_warns_and_strict_refuses(tmp_pa
     assert not (tmp_path / "strict").exists()
 
 
-def test_evalpipe_check_reports_a_missing_package(
+def test_evalpipe_check_reports_a_missing_package_and_a_run_refuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["check", "--preset", "tiny_random", "--cluster", "local", "--tasks",
@@ -132,6 +135,17 @@ def test_evalpipe_check_reports_a_missing_package(
     said = " ".join(capsys.readouterr().err.split())
     assert "error: [package] nvidia-simple-evals is not installed" in said
     assert "pip install --no-deps 'nvidia-simple-evals" in said
+    # A run refuses it before its directory is made.
+    out = tmp_path / "run"
+    with pytest.raises(MissingDependencyError, match="nvidia-simple-evals is not installed"):
+        run_evaluation(
+            lambda settings: FakeEngine(preset(), settings),
+            [load_task(argv[-1])],
+            out,
+            preset=preset(),
+            options=RunOptions(backend="fake"),
+        )
+    assert not out.exists()
 
 
 def test_a_prompt_reading_a_package_names_its_module_as_a_string() -> None:
