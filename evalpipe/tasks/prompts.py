@@ -47,7 +47,7 @@ class PromptBuilder:
         records the versions of (so each call names its module as a quoted string, or as a
         name the template `{% set %}`s to one)."""
         tree = _ENV.parse(source)
-        literals: dict[str, list[str]] = {}
+        literals: dict[str, list[str | None]] = {}
         for assign in tree.find_all(jinja2.nodes.Assign):
             if isinstance(assign.target, jinja2.nodes.Name):
                 value = assign.node.value if isinstance(assign.node, jinja2.nodes.Const) else None
