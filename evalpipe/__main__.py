@@ -1,5 +1,5 @@
 """`python -m evalpipe` runs the command line, so tests and jobs need no console script on PATH."""
 
-from evalpipe.cli import main
+from evalpipe.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from evalpipe import __version__
 from evalpipe.commands import VERBS
@@ -52,3 +55,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"evalpipe {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def entry() -> NoReturn:
+    """The process's way in (`python -m evalpipe`, the `evalpipe` script): `main`'s status is the
+    exit status, and a tracker the run stopped waiting for does not hold the exit."""
+    status = main()
+    tracking = sys.modules.get("evalpipe.run.tracking")  # not imported: nothing was tracked
+    if tracking is not None and tracking.left_behind():
+        # wandb's atexit hook waits for its service process, which retries an unreachable
+        # server until its own timeout (90 s): a job would hold its GPUs that long after its
+        # work. By now every file evalpipe writes is closed (samples fsynced, manifest and
+        # summary replaced whole) and the results are printed, so ending here skips only the
+        # trackers' own teardown, whose run `evalpipe report --export` logs later; the
+        # buffered output is flushed and the status kept.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    raise SystemExit(status)

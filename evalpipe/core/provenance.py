@@ -6,6 +6,7 @@ only from a torch that the engine has already imported.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -45,6 +46,35 @@ def _dist_version(*names: str) -> str | None:
         except metadata.PackageNotFoundError:
             continue
     return None
+
+
+def installed_version(distribution: str) -> str | None:
+    """The installed version of `distribution` (its metadata); None when it has none."""
+    return _dist_version(distribution)
+
+
+@functools.cache
+def _pins() -> dict[str, str]:
+    try:
+        required = metadata.requires("evalpipe") or []
+    except metadata.PackageNotFoundError:  # a bare checkout: nothing installed, nothing pinned
+        return {}
+    pins = {}
+    for line in required:
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;,]+)", line)
+        if match:
+            pins[_canonical(match.group(1))] = match.group(2)
+    return pins
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned_version(distribution: str) -> str | None:
+    """The version evalpipe's metadata pins `distribution` to (`NAME==VERSION` in
+    pyproject.toml, extras included); None when it pins none or evalpipe is not installed."""
+    return _pins().get(_canonical(distribution))
 
 
 def _cuda_version() -> str | None:

@@ -316,6 +316,22 @@ def check_datasets(tasks: Sequence[Any], site: Site) -> list[Finding]:
     return found
 
 
+# -- packages -------------------------------------------------------------------------------------
+
+
+def check_packages(tasks: Sequence[Any], *, strict: bool = False) -> list[Finding]:
+    """The installed packages the tasks read prompts or data from: one that is missing is an
+    error (the job would fail on the node); another version than evalpipe pins is a warning,
+    an error when the job runs with --strict-versions (it would refuse)."""
+    from evalpipe.tasks.packages import check_sources, sources_of
+
+    found = check_sources(sources_of(tasks))
+    return [Finding(level="error", check="package", message=m) for m in found.missing] + [
+        Finding(level="error" if strict else "warning", check="package", message=m)
+        for m in found.off_pin
+    ]
+
+
 # -- all of it ------------------------------------------------------------------------------------
 
 
@@ -328,6 +344,7 @@ def check(
     environ: Mapping[str, str] | None = None,
     backend: str = "vllm",
     allow_unsafe_code: bool = False,
+    strict_versions: bool = False,
 ) -> Report:
     """Every check for `preset` on `cluster` with the chosen tasks; nothing raised."""
     site = Site.of(cluster, environ)
@@ -352,5 +369,6 @@ def check(
     except EvalpipeError as exc:
         findings.append(Finding(level="error", check="dataset", message=str(exc)))
     else:
+        findings += check_packages(loaded.tasks, strict=strict_versions)
         findings += check_datasets(chosen, site)
     return Report(findings=tuple(findings), model_dir=str(folder) if folder else None)

@@ -38,6 +38,7 @@ def check(prepared: Prepared) -> preflight.Report:
         tasks=spec.options.run.selection.tasks,
         backend=spec.options.run.engine.backend,
         allow_unsafe_code=spec.options.run.selection.allow_unsafe_code,
+        strict_versions=spec.options.run.runtime.strict_versions,
     )
     report.raise_for_errors()
     return report

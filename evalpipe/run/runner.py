@@ -64,6 +64,7 @@ from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params
 from evalpipe.rundir.turns import TurnRecord, stored_answers
 from evalpipe.tasks.base import Sample, Task, check_limit
 from evalpipe.tasks.bounds import needed_model_len
+from evalpipe.tasks.packages import check_sources, sources_of, task_packages
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,9 @@ class RunOptions:
     # The order samples are admitted in (evalpipe.run.admission); None: longest first where
     # past runs predict lengths. Not fingerprinted: it changes when samples run, not what.
     admission: Policy | None = None
+    # Refuse, rather than warn about, a package the tasks read from at another version than
+    # evalpipe's pin (evalpipe.tasks.packages). Not fingerprinted: the versions themselves are.
+    strict_versions: bool = False
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
@@ -144,6 +148,7 @@ class GenerationResult:
 def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> RunConfig:
     """The manifest's `config`, built from JSON-round-tripped values so that it fingerprints
     like a stored one."""
+    packages = check_sources(sources_of(tasks)).versions
     config = {
         "preset": preset.name,
         "model": {
@@ -168,6 +173,8 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> Ru
     }
     if options.deterministic:  # absent otherwise: runs made before the mode existed resume
         config["deterministic"] = True
+    if packages:  # absent otherwise: runs of tasks that read no package keep their fingerprint
+        config["packages"] = packages
     return RunConfig.from_dict(json.loads(json.dumps(config)))
 
 
@@ -278,13 +285,18 @@ def _new_manifest(
         plan=read_plan(RunDir(out_dir)),  # written beside the run by `evalpipe submit`
         config=config,
         config_hash=config.fingerprint(),
-        versions=provenance.versions(),
+        versions=_versions(config),
         git_sha=provenance.git_sha(),
         slurm=provenance.slurm_ids(),
         seed=preset.seed,
         started_at=provenance.utc_now(),
         samples_planned=planned,
     )
+
+
+def _versions(config: RunConfig) -> dict[str, str | None]:
+    """The manifest's `versions`: evalpipe's stack, and the packages the tasks read from."""
+    return provenance.versions() | config.packages
 
 
 def _load_existing(
@@ -353,7 +365,10 @@ def run_evaluation(
     """
     if not tasks:
         raise ConfigError("No tasks selected: name at least one category or task.")
-    # The samples first: a task whose data cannot be had fails before the directory exists.
+    # The packages the tasks read from, then the samples: a task whose prompts or data cannot
+    # be had fails before the directory exists.
+    for warning in task_packages(tasks, strict=options.strict_versions).off_pin:
+        log.warning("%s", warning)
     work = [(task, select_samples(task, options)) for task in tasks]
     out_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(out_dir):  # one writer at a time: a second run, resume or merge is refused
@@ -453,7 +468,7 @@ def _evaluate(
             if guard is not None:
                 guard.phase("generate")
             run.add_time(LOAD, time.monotonic() - t0)
-            run.manifest.versions = provenance.versions()  # the engine may have imported torch
+            run.manifest.versions = _versions(config)  # the engine may have imported torch
             run.note_engine(engine)
             run.save()
             # Multi-turn samples resume after their stored turns (turns.jsonl).

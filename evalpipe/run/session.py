@@ -301,6 +301,7 @@ class _Session:
             window=given.engine.window,
             deterministic=given.engine.deterministic,
             admission=given.engine.admission,
+            strict_versions=given.runtime.strict_versions,
         )
 
     def _where(self, layout: LocalLayout) -> str:

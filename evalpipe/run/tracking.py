@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 EXIT_WAIT_S = 5.0  # the most the tracker may delay the run's end, unless EXIT_WAIT_ENV says
 EXIT_WAIT_ENV = "EVALPIPE_TRACK_EXIT_WAIT_S"
 INTERVAL_S = 2.0  # how often progress and device readings are logged
+# Set once `end` stops waiting for a tracker in this process: its thread, and the service
+# process wandb's atexit hook waits for, must not hold the process's exit (evalpipe.cli.entry).
+_LEFT_BEHIND = threading.Event()
+
+
+def left_behind() -> bool:
+    """Whether a tracker of this process was left behind still busy (see `Tracking.end`)."""
+    return _LEFT_BEHIND.is_set()
 
 
 def exit_wait_s() -> float:
@@ -132,7 +140,8 @@ class Tracking:
         self._ending.set()
         self._thread.join(wait_s)
         if self._thread.is_alive() and not self._failed:
-            self._failed = True
+            self._failed = True  # what the abandoned thread raises from now on is not reported
+            _LEFT_BEHIND.set()
             log.warning(
                 "The %s tracker did not finish within %g s; the run ends without waiting for "
                 "it. `evalpipe report --export %s %s` logs the finished run.",
@@ -185,6 +194,8 @@ class Tracking:
         try:
             return work()
         except Exception as exc:  # whatever the library raises, the run goes on
+            if self._failed:  # left behind by `end`, which said so
+                return None
             self._failed = True
             hint = (
                 " Install it with: pip install 'evalpipe[track]'."

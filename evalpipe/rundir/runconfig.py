@@ -23,7 +23,7 @@ UNHASHED = "engine"
 
 _KEYS = (
     "preset", "model", "backend", "categories", "tasks", "definitions", "limit", "shard",
-    "sampling", "engine", "deterministic",
+    "sampling", "engine", "deterministic", "packages",
 )  # fmt: skip
 
 
@@ -44,6 +44,9 @@ class RunConfig:
     engine: dict[str, Any] = field(default_factory=dict)  # EngineSettings + replicas
     # Absent from the JSON when off: runs made before the mode existed keep their fingerprint.
     deterministic: bool = False
+    # The installed packages the tasks read prompts or data from: distribution → version.
+    # Absent from the JSON when none: runs of other tasks keep their fingerprint.
+    packages: dict[str, str | None] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
     @property
@@ -88,6 +91,8 @@ class RunConfig:
         }
         if self.deterministic:
             out["deterministic"] = True
+        if self.packages:
+            out["packages"] = self.packages
         return self.extra | out
 
     @classmethod
@@ -109,6 +114,7 @@ class RunConfig:
                 sampling=dict(data.get("sampling") or {}),
                 engine=dict(data.get("engine") or {}),
                 deterministic=bool(data.get("deterministic", False)),
+                packages=dict(data.get("packages") or {}),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except KeyError as exc:

@@ -15,6 +15,7 @@ from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import ShuffleConfig, TaskConfig
 from evalpipe.tasks.datasets import Row, load_rows
 from evalpipe.tasks.mcq import shuffled_rows
+from evalpipe.tasks.packages import Source
 from evalpipe.tasks.prompts import PromptBuilder
 from evalpipe.tasks.reasoning import split
 from evalpipe.tasks.records import Record, build_record, lookup
@@ -88,6 +89,11 @@ class ConfiguredTask:
         """Names of the per-sample metrics `score` reports."""
         scorer = self.config.scorer
         return scorer_kind(scorer).metrics(scorer, self.sampling.n)
+
+    @property
+    def packages(self) -> tuple[Source, ...]:
+        """The installed packages its prompts (package_constant) and its scorer read from."""
+        return tuple(sorted({*self._prompts.packages, *scorer_kind(self.config.scorer).packages}))
 
     def definition(self) -> dict[str, Any]:
         """The resolved task file, without its path (the same task resumes on another host)."""

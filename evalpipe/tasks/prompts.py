@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import jinja2
+import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from evalpipe.core.errors import ConfigError
 from evalpipe.records.prompt import Prompt
 from evalpipe.tasks.config import PromptConfig
-from evalpipe.tasks.packaged import package_constant
+from evalpipe.tasks.packaged import package_constant, source_of
+from evalpipe.tasks.packages import Source
 from evalpipe.tasks.records import Record
 
 # A task file is text from anywhere: its templates render in Jinja's sandbox, which refuses
@@ -26,7 +28,8 @@ _ENV = ImmutableSandboxedEnvironment(
 )
 # A reference implementation's own prompt text, e.g. GPQA's:
 # {{ package_constant("simple_evals/common.py", "QUERY_TEMPLATE_MULTICHOICE").format(…) }}
-_ENV.globals["package_constant"] = package_constant
+_READER = "package_constant"
+_ENV.globals[_READER] = package_constant
 
 
 class PromptBuilder:
@@ -38,6 +41,38 @@ class PromptBuilder:
         self._question = self._compile("template", config.template)
         self._answer = self._compile("answer", config.answer) if config.answer else None
         self._system = self._compile("system", config.system) if config.system else None
+        given = {"template": config.template, "answer": config.answer, "system": config.system}
+        self.packages = tuple(
+            sorted({s for key, text in given.items() if text for s in self._sources(key, text)})
+        )
+
+    def _sources(self, key: str, source: str) -> Iterator[Source]:
+        """The packages the template's `package_constant` calls read from: what the run
+        records the versions of (so each call names its module as a quoted string, or as a
+        name the template `{% set %}`s to one)."""
+        tree = _ENV.parse(source)
+        literals: dict[str, list[str | None]] = {}
+        for assign in tree.find_all(jinja2.nodes.Assign):
+            if isinstance(assign.target, jinja2.nodes.Name):
+                value = assign.node.value if isinstance(assign.node, jinja2.nodes.Const) else None
+                literals.setdefault(assign.target.name, []).append(value)
+        for call in tree.find_all(jinja2.nodes.Call):
+            if not (isinstance(call.node, jinja2.nodes.Name) and call.node.name == _READER):
+                continue
+            module = call.args[0] if call.args else None
+            if isinstance(module, jinja2.nodes.Const):
+                modules = [module.value]
+            elif isinstance(module, jinja2.nodes.Name):
+                modules = literals.get(module.name, [None])
+            else:
+                modules = [None]
+            if not all(isinstance(m, str) for m in modules):
+                raise ConfigError(
+                    f"{self._where}: prompt.{key} calls {_READER} with a module that is not a "
+                    f'quoted string; name it as written, e.g. {_READER}("simple_evals/common.py", '
+                    '"NAME"), so that the run can record the version of the package it reads.'
+                )
+            yield from (source_of(m) for m in modules)
 
     def _compile(self, key: str, source: str) -> jinja2.Template:
         try:

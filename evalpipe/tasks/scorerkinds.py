@@ -15,6 +15,8 @@ from evalpipe.tasks.config import ScorerConfig
 from evalpipe.tasks.ifeval import METRICS as IFEVAL_METRICS
 from evalpipe.tasks.ifeval import InstructionScorer, ifeval_target
 from evalpipe.tasks.math_metrics import sampled_metrics
+from evalpipe.tasks.packages import Source
+from evalpipe.tasks.punkt_data import SOURCE as PUNKT
 from evalpipe.tasks.records import Record
 from evalpipe.tasks.scorers import (
     COUNTS_NO_ANSWER,
@@ -34,6 +36,8 @@ class ScorerKind:
     metrics: Callable[[ScorerConfig, int], tuple[str, ...]]  # (config, n completions)
     build: Callable[[ScorerConfig, RunPrograms | None], Scorer]
     describe: Callable[[ScorerConfig], str]  # a few words for `tasks list`
+    packages: tuple[Source, ...] = ()  # installed packages it reads data from (their versions
+    # are part of a run's fingerprint)
 
 
 def _choice_metrics(config: ScorerConfig, n: int) -> tuple[str, ...]:
@@ -97,6 +101,7 @@ SCORER_KINDS: dict[str, ScorerKind] = {
         metrics=lambda config, _: IFEVAL_METRICS,
         build=lambda config, _: InstructionScorer(),
         describe=lambda config: f"generate ({config.extractor_name})",
+        packages=(PUNKT,),
     ),
 }
 
