@@ -168,7 +168,7 @@ def _predicted(run_dir: Path, warnings: list[str]) -> dict[str, float]:
 _COLUMNS = {
     "runs": (
         "run", "run_id", "preset", "parts", "status", "complete", "shards", "shards_expected",
-        "n_done", "n_total", "ladder_quantization", *PREDICTED,
+        "n_done", "n_total", "ladder_quantization", "sandbox", *PREDICTED,
     ),
     "samples": ("run", "task", "category", "sample_id", "metric", "score", "primary"),
     "totals": ("run", "task", "category", "n_total"),
@@ -285,6 +285,7 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
         n_done=n_done,
         n_total=n_total,
         ladder_quantization=_ladder_quantization([top, *shards]),
+        sandbox=_sandbox([top, *shards]),
         **_predicted(run_dir, warnings),
     )
 
@@ -295,6 +296,12 @@ def _ladder_quantization(parts: Sequence[_Part]) -> str | None:
         if part.manifest and (found := ladder_quantization(part.manifest.oom_fallback)):
             return found
     return None
+
+
+def _sandbox(parts: Sequence[_Part]) -> str | None:
+    """The weakest sandbox isolation any part scored code under (None: none scored code)."""
+    levels = {p.manifest.sandbox for p in parts if p.manifest and p.manifest.sandbox}
+    return "weak" if "weak" in levels else next(iter(levels), None)
 
 
 def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], SampleRecord]) -> None:

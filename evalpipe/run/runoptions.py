@@ -12,6 +12,7 @@ from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.catalog.preset import Preset, with_endpoint
 from evalpipe.catalog.selection import SELECTION, Selection
 from evalpipe.core.errors import ConfigError
+from evalpipe.core.isolation import ISOLATION_LEVELS
 from evalpipe.core.options import (
     check_options,
     count_option,
@@ -274,6 +275,15 @@ class RuntimeOptions:
         check=positive_seconds,
         metavar="S",
         help="seconds between GPU/CPU samples (default: the monitor's, 1)",
+    )
+    sandbox: str | None = option(
+        flag="--sandbox",
+        group=RUNTIME,
+        choices=ISOLATION_LEVELS,
+        help="the weakest code-sandbox isolation code tasks may be scored under: weak accepts "
+        "the fallback without namespaces, where model-written code has the network and can "
+        "reach the runner's processes (default full: such a run refuses to start, saying what "
+        "is missing; docs/sandbox.md)",
     )
     shard: Shard | None = option(
         flag="--shard",

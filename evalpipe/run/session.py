@@ -301,6 +301,7 @@ class _Session:
             window=given.engine.window,
             deterministic=given.engine.deterministic,
             admission=given.engine.admission,
+            sandbox=given.runtime.sandbox or "full",
         )
 
     def _where(self, layout: LocalLayout) -> str:
