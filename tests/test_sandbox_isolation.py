@@ -102,3 +102,15 @@ def test_a_cluster_profile_accepts_the_weak_fallback_for_its_jobs(tmp_path: Path
     profile.write_text(yaml.safe_dump(local | {"sandbox": "none"}))
     with pytest.raises(ConfigError, match="sandbox 'none' is not one of full, weak"):
         load_cluster(str(profile))
+
+
+def test_the_sandbox_command_refuses_the_weak_fallback_unless_told(
+    weak_machine: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    program = tmp_path / "p.py"
+    program.write_text("print('hi')\n")
+    assert main(["sandbox", str(program)]) == exitcodes.ERROR
+    assert "--sandbox weak" in capsys.readouterr().err
+    assert main(["sandbox", str(program), "--sandbox", "weak"]) == exitcodes.OK
+    printed = capsys.readouterr().out
+    assert "hi" in printed and "note: no filesystem, network, pid isolation here" in printed
