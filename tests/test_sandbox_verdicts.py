@@ -12,7 +12,7 @@ from evalpipe.sandbox import plaindata
 from evalpipe.sandbox.pool import Program, run_programs
 
 # Every attack goes inside a solution whose answer is wrong, so only a forged verdict passes.
-TESTS = "assert add(1, 2) == 3\nassert add(-1, 1) == 0\n"
+TESTS = "assert abs(add(1, 2) - 3) < 1\nassert len([add(-1, 1)]) == 1 and add(-1, 1) == 0\n"
 ATTACKS = {
     "caller-frame-nonce": """
         import os, sys
@@ -69,6 +69,10 @@ ATTACKS = {
         builtins.AssertionError = type("Quiet", (Exception,), {})
         builtins.abs = lambda x: 0
         builtins.__build_class__ = None
+    """,
+    "shadowed-builtin": """
+        global abs, len
+        abs, len = (lambda x: 0), (lambda x: 1)
     """,
     "atexit-exit": """
         import atexit, os, sys

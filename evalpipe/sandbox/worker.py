@@ -13,6 +13,10 @@ directories and /run hidden, and no network. Per program, two processes:
          └─ program: PID 1 of its namespace (its death kills every process it started);
             rlimits, unprivileged uid, no capabilities; runs the code, then reports its outcome
             with a per-program nonce over a pipe the code did not create
+With `tests`, the supervisor first forks a third process outside the program's PID namespace:
+the test process runs the tests, calls the program's functions over two pipes with plain data
+(plaindata.py), and alone reports, so no code of the program's can write the verdict
+(docs/sandbox.md, "The verdict").
 Nothing a program leaves survives it: it cannot mount or configure the network (no
 capabilities), its processes die with its PID namespace, its IPC objects with its IPC namespace,
 its files with its tmpfs. Forking from a warm server costs a few milliseconds, where a fresh
@@ -430,10 +434,11 @@ def _answer(line: bytes) -> dict:
 def _checker(request: dict, iso: Isolation, nonce: bytes, fds: dict) -> None:
     """The test process: the benchmark's tests, run apart from the solution. Never returns.
 
-    Its namespace holds the solution's names: functions as `_Remote` calls, plain data as
-    copies, modules as this process's own standard-library modules. It alone holds the report
-    pipe, and the solution's process is forked after it, into a PID namespace that cannot see
-    it; not dumpable, so neither ptrace nor /proc/PID/fd reach it where namespaces are missing."""
+    Its namespace holds the solution's names, save those of built-ins: functions as `_Remote`
+    calls, plain data as copies, modules as this process's own standard-library modules. It
+    alone holds the report pipe, and the solution's process is forked after it, into a PID
+    namespace that cannot see it; not dumpable, so neither ptrace nor /proc/PID/fd reach it
+    where namespaces are missing."""
     try:
         _arrange([os.open(os.devnull, os.O_RDWR), fds["out"], fds["out"], fds["report"],
                   fds["calls"], fds["replies"]], listed=False)  # fmt: skip
@@ -456,6 +461,9 @@ def _checker(request: dict, iso: Isolation, nonce: bytes, fds: dict) -> None:
             raise RuntimeError("the solution's process did not list its names")
         namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         for name, (kind, value) in names.items():
+            # A solution's `abs` or `__builtins__` would answer the tests' own checks.
+            if name.startswith("__") or hasattr(builtins, name):
+                continue
             if kind == "call":
                 namespace[name] = _Remote(name, calls, replies)
             elif kind == "data":
