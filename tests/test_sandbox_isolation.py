@@ -114,3 +114,13 @@ def test_the_sandbox_command_refuses_the_weak_fallback_unless_told(
     assert main(["sandbox", str(program), "--sandbox", "weak"]) == exitcodes.OK
     printed = capsys.readouterr().out
     assert "hi" in printed and "note: no filesystem, network, pid isolation here" in printed
+
+
+@pytest.mark.parametrize(
+    ("levels", "weakest_level"),
+    [(["full", "weak", None], "weak"), (["full", None], "full"), ([None, None], None), ([], None)],
+)
+def test_a_run_of_several_parts_takes_its_weakest_level(levels, weakest_level) -> None:
+    from evalpipe.core.isolation import weakest
+
+    assert weakest(levels) == weakest_level

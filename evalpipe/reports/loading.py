@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
+from evalpipe.core.isolation import weakest
 from evalpipe.monitor import DeviceSummary, device_summaries
 from evalpipe.planning.ladderlog import ladder_quantization
 from evalpipe.records.device import REMOTE_DEVICE
@@ -285,7 +286,7 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
         n_done=n_done,
         n_total=n_total,
         ladder_quantization=_ladder_quantization([top, *shards]),
-        sandbox=_sandbox([top, *shards]),
+        sandbox=weakest(p.manifest.sandbox for p in (top, *shards) if p.manifest),
         **_predicted(run_dir, warnings),
     )
 
@@ -296,12 +297,6 @@ def _ladder_quantization(parts: Sequence[_Part]) -> str | None:
         if part.manifest and (found := ladder_quantization(part.manifest.oom_fallback)):
             return found
     return None
-
-
-def _sandbox(parts: Sequence[_Part]) -> str | None:
-    """The weakest sandbox isolation any part scored code under (None: none scored code)."""
-    levels = {p.manifest.sandbox for p in parts if p.manifest and p.manifest.sandbox}
-    return "weak" if "weak" in levels else next(iter(levels), None)
 
 
 def _add_samples(out: _Columns, run: str, merged: dict[tuple[str, str], SampleRecord]) -> None:
