@@ -349,21 +349,20 @@ def _program(request: dict, iso: Isolation, workdir: str, nonce: bytes, fds: dic
         exit_now(status)
 
 
-def _arrange(fds: list[int], *, listed: bool = True) -> None:
+def _arrange(fds: list[int], opened: list[int] | None = None) -> None:
     """Put fds[i] at descriptor i (not inherited past exec) and close every other descriptor.
 
-    `listed`: find them in /proc/self/fd (closerange is slow without close_range); the test
-    process cannot, as its program may mount its own /proc over the server's at any moment."""
+    `opened`: the descriptors open now, listed by the caller where this process's /proc may
+    not be its own (the test process's program may mount a /proc over the server's at any
+    moment); None: listed here. (closerange is slow without close_range.)"""
+    if opened is None:
+        opened = [int(fd) for fd in os.listdir("/proc/self/fd")]
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # no source is overwritten
     for i, fd in enumerate(high):
         os.dup2(fd, i, inheritable=i < 3)
-    if not listed:
-        os.closerange(len(fds), os.sysconf("SC_OPEN_MAX"))
-        return
-    for fd in os.listdir("/proc/self/fd"):
-        if int(fd) >= len(fds):
-            with contextlib.suppress(OSError):  # the descriptor listdir itself used
-                os.close(int(fd))
+    for fd in {*opened, *high} - set(range(len(fds))):
+        with contextlib.suppress(OSError):  # one listdir itself used, or a standard one
+            os.close(fd)
 
 
 def _serve(source: str, filename: str, module: types.ModuleType) -> None:
@@ -441,7 +440,7 @@ def _checker(request: dict, iso: Isolation, nonce: bytes, fds: dict) -> None:
     where namespaces are missing."""
     try:
         _arrange([os.open(os.devnull, os.O_RDWR), fds["out"], fds["out"], fds["report"],
-                  fds["calls"], fds["replies"]], listed=False)  # fmt: skip
+                  fds["calls"], fds["replies"]], fds["opened"])  # fmt: skip
         os.chdir("/")
         _set_limits(request["limits"], request["timeout_s"])
         if iso.run_as is not None:
@@ -495,11 +494,10 @@ def _supervise(request: dict, iso: Isolation, workdir: str, nonce: bytes, pipes:
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         if request.get("tests") is not None:
             calls, replies = os.pipe(), os.pipe()
+            opened = [int(fd) for fd in os.listdir("/proc/self/fd")]  # the program mounts none yet
             checker = os.fork()
             if checker == 0:
-                os.close(calls[0])
-                os.close(replies[1])
-                mine = {"out": pipes["out"], "report": pipes["report"]}
+                mine = {"out": pipes["out"], "report": pipes["report"], "opened": opened}
                 _checker(request, iso, nonce, {**mine, "calls": calls[1], "replies": replies[0]})
             os.close(pipes.pop("report"))
             os.close(calls[1])
