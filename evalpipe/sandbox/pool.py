@@ -1,6 +1,7 @@
 """Run untrusted, model-written Python programs isolated, resource-limited and in parallel.
 
-A program passes only if it runs to its end with no uncaught exception. Each program runs in a
+A program passes only if it runs to its end with no uncaught exception; with `tests`, only if
+the tests, run in a process of their own that calls the program, do. Each program runs in a
 fresh process forked by a warm server (evalpipe/sandbox/worker.py, one per parallel worker,
 kept for reuse across calls); docs/sandbox.md gives the threat model and the limits.
 
