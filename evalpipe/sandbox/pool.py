@@ -38,6 +38,7 @@ from typing import Literal
 from evalpipe.core.errors import ConfigError, SandboxError
 from evalpipe.core.isolation import ISOLATION_LEVELS, IsolationLevel
 from evalpipe.sandbox.levels import isolation_level, weak_refused
+from evalpipe.sandbox.program import Program
 
 log = logging.getLogger(__name__)
 
@@ -107,26 +108,6 @@ class SandboxResult:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "isolation": list(self.isolation)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Program:
-    """A program with its input: the source, and what its stdin holds (None: /dev/null).
-
-    `capture_stdout`: keep its stdout whole and apart from stderr (SandboxResult.stdout), for
-    judges that compare output. `exit_ok`: `sys.exit()` / `SystemExit` with any code counts as
-    reaching the end, as a stdin/stdout judge treats a program that exits after printing.
-    `tests`: see docs/sandbox.md, "The verdict": the only form whose pass model code cannot
-    forge."""
-
-    source: str
-    stdin: str | None = None
-    capture_stdout: bool = False
-    exit_ok: bool = False
-    # The benchmark's test code, run in a process of its own that calls `source`'s functions
-    # with copies of plain data; the program passes when these tests run to their end. None:
-    # `source` is the whole program and its own end is the verdict.
-    tests: str | None = None
 
 
 def _program(item: str | Program) -> Program:

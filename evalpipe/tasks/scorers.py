@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from evalpipe.sandbox.pool import Program
+from evalpipe.sandbox.program import Program
 from evalpipe.tasks.base import Scored
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
 from evalpipe.tasks.math_metrics import pass_at_k, sampled_scores, vote_key
