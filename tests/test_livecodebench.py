@@ -81,6 +81,25 @@ COUNT_OK = (
     "        return sum(1 for x in nums if x > k)"
 )
 
+# Each would pass if the expected output were in the program's process or compared there.
+COUNT_CHEAT_READ = (
+    "class Solution:\n    def countAbove(self, nums, k):\n"
+    "        import gc\n"
+    "        for o in gc.get_objects():\n"
+    "            if isinstance(o, dict) and 'output' in o and 'input' in o:\n"
+    "                return _lcb_json.loads(o['output'])\n"
+    "        return _lcb_json.loads(_lcb_test['output'])"
+)
+COUNT_CHEAT_EQ = (
+    "class Always(int):\n    def __eq__(self, other): return True\n"
+    "    def __ne__(self, other): return False\n    __hash__ = int.__hash__\n"
+    "class Solution:\n    def countAbove(self, nums, k):\n        return Always(-1)"
+)
+COUNT_CHEAT_CRASH = (  # the first public test's answer, then the end of the program skipped
+    "class Solution:\n    def countAbove(self, nums, k):\n"
+    "        _lcb_result.write('2'); _lcb_result.flush(); raise SystemExit(0)"
+)
+
 
 @pytest.mark.parametrize(
     ("completions", "verdicts"),
@@ -94,11 +113,15 @@ COUNT_OK = (
          [False, False, False]),
         ({"fx_mean": [MEAN_OK, MEAN_OK.replace("sum(xs) / len(xs)", "round(sum(xs) / len(xs))")]},
          [True, False]),
-        # functional: right, wrong answer, no such method
-        ({"3456": [COUNT_OK, COUNT_OK.replace("sum(1 for x in nums if x > k)", "len(nums)"),
-                   "class Solution:\n    pass"]}, [True, False, False]),
+        # functional: right, right with prints of its own, wrong answer, no such method
+        ({"3456": [COUNT_OK, COUNT_OK.replace("return", "print('debug', k); return"),
+                   COUNT_OK.replace("sum(1 for x in nums if x > k)", "len(nums)"),
+                   "class Solution:\n    pass"]}, [True, True, False, False]),
+        # functional cheats: echo the expected output if the program can see it, answer every
+        # comparison "equal", write a right answer on the result channel and stop early
+        ({"3456": [COUNT_CHEAT_READ, COUNT_CHEAT_EQ, COUNT_CHEAT_CRASH]}, [False, False, False]),
     ],
-    ids=["stdin-pass", "stdin-fail", "decimals", "functional"],
+    ids=["stdin-pass", "stdin-fail", "decimals", "functional", "functional-cheats"],
 )  # fmt: skip
 def test_verdicts_follow_the_judges_rules(completions, verdicts) -> None:
     task = fixture_task()

@@ -51,6 +51,7 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--stall-timeout": (["90.5"], []),
     "--monitor-interval": (["0.5"], []),
     "--strict-versions": ([], []),
+    "--sandbox": (["weak"], []),
     "--judge": (["tiny_random"], ["--tasks", f"judge:{JUDGED}"]),
     "--judge-base-url": (["http://127.0.0.1:8001/v1"], ["--tasks", f"judge:{JUDGED}"]),
     "--judge-model": (["judge-name"], JUDGE_SERVER),

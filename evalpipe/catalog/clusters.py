@@ -11,6 +11,7 @@ from evalpipe.catalog.configpath import resolve
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.slurmtime import check_signal_seconds, slurm_minutes
 from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
+from evalpipe.core.isolation import ISOLATION_LEVELS, IsolationLevel
 
 GpuRequest = Literal["gres", "gpus-per-node"]
 GPU_REQUESTS: tuple[str, ...] = get_args(GpuRequest)
@@ -103,11 +104,19 @@ class Cluster:
     ray: RaySettings = field(default_factory=RaySettings)
     # The tracker every job on this site logs to unless --track says otherwise; None: none.
     track: Tracker | None = None
+    # The weakest code-sandbox isolation jobs here accept unless --sandbox says otherwise;
+    # None: full. `weak` suits a site whose containers refuse namespaces (docs/sandbox.md).
+    sandbox: IsolationLevel | None = None
 
     def __post_init__(self) -> None:
         where = f"cluster {self.name}"
         if self.track is not None and self.track not in TRACKERS:
             raise ValueError(f"track {self.track!r} is not one of {', '.join(TRACKERS)}")
+        if self.sandbox is not None and self.sandbox not in ISOLATION_LEVELS:
+            raise ValueError(
+                f"sandbox {self.sandbox!r} is not one of {', '.join(ISOLATION_LEVELS)}; leave it "
+                "out for full isolation"
+            )
         check_positive(
             where,
             gpus_per_node=self.gpus_per_node,

@@ -461,6 +461,7 @@ def make_jobspec(
                     run.tracking,
                     track=run.tracking.track or (None if options.smoke else cluster.track),
                 ),
+                runtime=replace(run.runtime, sandbox=run.runtime.sandbox or cluster.sandbox),
             ),
         ),
     )

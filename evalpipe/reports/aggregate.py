@@ -188,7 +188,7 @@ def wide(table: pd.DataFrame, score_table: pd.DataFrame) -> pd.DataFrame:
     ordered = [f"{g}:{s}" for g in groups for s in stats]
     ids = [
         "run_id", "preset", "status", "complete", "n_done", "n_total", "shards",
-        "ladder_quantization",
+        "ladder_quantization", "sandbox",
     ]  # fmt: skip
     base = table.set_index("run")[[*ids, *COST_COLUMNS]]
     return base.join(pivot.reindex(columns=ordered)).reset_index()

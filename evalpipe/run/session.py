@@ -58,6 +58,7 @@ from evalpipe.rundir.samplelog import SampleRecord, read_samples
 from evalpipe.rundir.summary import Summary, TaskSummary, read_summary
 from evalpipe.rundir.sweep import run_sweep
 from evalpipe.rundir.tracked import tracking_group
+from evalpipe.sandbox.pool import require_isolation
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.kindbase import LoadOptions
 from evalpipe.tasks.kinds import FittedTasks, load_selection
@@ -302,6 +303,7 @@ class _Session:
             deterministic=given.engine.deterministic,
             admission=given.engine.admission,
             strict_versions=given.runtime.strict_versions,
+            sandbox=given.runtime.sandbox or "full",
         )
 
     def _where(self, layout: LocalLayout) -> str:
@@ -474,6 +476,8 @@ def load_run_tasks(preset: Preset, given: RunnerOptions) -> FittedTasks:
     """The run's tasks, each loaded by its kind as the selection names them, configured for the
     model and their budgets fitted to its context; the judged ones with their gradings."""
     judge = given.judge
+    if given.selection.allow_unsafe_code:  # lm-eval's code metrics are checked in the sandbox
+        require_isolation(given.runtime.sandbox or "full")  # as they load
     return load_selection(
         given.selection.tasks,
         LoadOptions.selected(

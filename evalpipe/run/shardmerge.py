@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evalpipe.core import provenance
 from evalpipe.core.errors import RunDirError
+from evalpipe.core.isolation import weakest
 from evalpipe.run.kindfiles import write_merged_results
 from evalpipe.rundir.aggregation import combine_devices
 from evalpipe.rundir.layout import MANIFEST, SHARDS, RunDir
@@ -155,6 +156,7 @@ def _merged_manifest(run_dir: Path, shards: Sequence[ShardRun], status: RunStatu
             dataclasses.replace(a, shard=s.index) for s in shards for a in s.manifest.attempts
         ],
         devices=combine_devices([(s.manifest.devices, s.manifest.wall_s) for s in shards]),
+        sandbox=weakest(s.manifest.sandbox for s in shards),
         error=None,
         shards=[
             ShardStatus(

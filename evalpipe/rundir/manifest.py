@@ -134,7 +134,7 @@ _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
     "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
-    "tracking", "occupancy", "admission",
+    "tracking", "occupancy", "admission", "sandbox",
 )  # fmt: skip
 
 
@@ -169,6 +169,9 @@ class Manifest:
     occupancy: Occupancy = field(default_factory=Occupancy)
     # The latest attempt's admission order: policy, prediction sources (evalpipe.run.admission).
     admission: dict[str, Any] | None = None
+    # The code sandbox's isolation level ("full" or "weak", docs/sandbox.md) where the latest
+    # attempt scored code; None where it scored none.
+    sandbox: str | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
@@ -249,6 +252,8 @@ class Manifest:
             out["occupancy"] = self.occupancy.to_dict()
         if self.admission is not None:
             out["admission"] = self.admission
+        if self.sandbox is not None:
+            out["sandbox"] = self.sandbox
         return self.extra | out
 
     @classmethod
@@ -293,6 +298,7 @@ class Manifest:
                 else TrackedRun.from_dict(data["tracking"]),
                 occupancy=Occupancy.from_dict(data.get("occupancy")),
                 admission=data.get("admission"),
+                sandbox=None if data.get("sandbox") is None else str(data["sandbox"]),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -175,6 +175,8 @@ class Summary:
     # The share of generation wall with fewer than half the engine's slots busy, and the
     # tokens/s of that tail against the rest; None where the engine did not report slots.
     occupancy: OccupancySummary | None = None
+    # The code sandbox's isolation level where the run scored code (Manifest.sandbox).
+    sandbox: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         generated = self.throughput.generated_tokens
@@ -200,7 +202,7 @@ class Summary:
             ],
             "oom_fallback": list(self.oom_fallback),
             "occupancy": None if self.occupancy is None else self.occupancy.to_dict(),
-        }
+        } | ({} if self.sandbox is None else {"sandbox": self.sandbox})
 
     @classmethod
     def from_dict(cls, data: Any) -> Summary:
@@ -233,6 +235,7 @@ class Summary:
             occupancy=OccupancySummary.from_dict(occupancy)
             if isinstance(occupancy, dict)
             else None,
+            sandbox=None if data.get("sandbox") is None else str(data["sandbox"]),
         )
 
 
@@ -351,6 +354,7 @@ def summarize_run(
         oom_fallback=manifest.oom_fallback,
         occupancy=manifest.occupancy,
     )
+    summary = dataclasses.replace(summary, sandbox=manifest.sandbox)
     return summary if complete is None else dataclasses.replace(summary, complete=complete)
 
 

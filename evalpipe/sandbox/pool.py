@@ -1,12 +1,18 @@
 """Run untrusted, model-written Python programs isolated, resource-limited and in parallel.
 
-A program passes only if it runs to its end with no uncaught exception. Each program runs in a
+A program passes only if it runs to its end with no uncaught exception; with `tests`, only if
+the tests, run in a process of their own that calls the program, do. Each program runs in a
 fresh process forked by a warm server (evalpipe/sandbox/worker.py, one per parallel worker,
 kept for reuse across calls); docs/sandbox.md gives the threat model and the limits.
 
     results = run_programs(sources, workers=2, timeout_s=10.0)
     [r.passed for r in results]
     run_program(Program(source=src, stdin="3 4\n", capture_stdout=True)).stdout
+    run_program(Program(source=solution, tests=tests)).passed  # a verdict code cannot forge
+    require_isolation("weak")  # before running any: accept the fallback without namespaces
+
+Programs run only where the machine gives `full` isolation unless `require_isolation("weak")`
+was called: elsewhere every run raises SandboxError saying what is missing.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from pathlib import Path
 from typing import Literal
 
 from evalpipe.core.errors import ConfigError, SandboxError
+from evalpipe.core.isolation import ISOLATION_LEVELS, IsolationLevel
+from evalpipe.sandbox.levels import isolation_level, weak_refused
+from evalpipe.sandbox.program import Program
 
 log = logging.getLogger(__name__)
 
@@ -93,22 +102,12 @@ class SandboxResult:
     stdout: str | None = None  # with Program.capture_stdout: its whole stdout (up to the limit)
     stdout_truncated: bool = False  # stdout was longer than Limits.stdout_bytes
 
+    @property
+    def level(self) -> IsolationLevel:
+        return isolation_level(self.isolation)
+
     def to_dict(self) -> dict:
         return {**asdict(self), "isolation": list(self.isolation)}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Program:
-    """A program with its input: the source, and what its stdin holds (None: /dev/null).
-
-    `capture_stdout`: keep its stdout whole and apart from stderr (SandboxResult.stdout), for
-    judges that compare output. `exit_ok`: `sys.exit()` / `SystemExit` with any code counts as
-    reaching the end, as a stdin/stdout judge treats a program that exits after printing."""
-
-    source: str
-    stdin: str | None = None
-    capture_stdout: bool = False
-    exit_ok: bool = False
 
 
 def _program(item: str | Program) -> Program:
@@ -141,7 +140,8 @@ class _Server:
                 "its error, if any, is above on stderr."
             )
         self.isolation = tuple(hello["isolation"])
-        for note in hello["notes"]:
+        self.notes = tuple(hello["notes"])
+        for note in self.notes:
             log.warning("sandbox: %s", note)
 
     @property
@@ -203,20 +203,32 @@ class _ServerPool:
     def __init__(self) -> None:
         self._idle: list[_Server] = []
         self._lock = threading.Lock()
+        self.accept: IsolationLevel = "full"  # the weakest level programs may run under
 
     def forget(self) -> None:
         """In a forked child: the inherited servers belong to the parent; start afresh."""
         self._idle, self._lock = [], threading.Lock()
 
-    def run(self, program: Program, timeout_s: float, limits: Limits) -> SandboxResult:
+    def server(self) -> _Server:
+        """An idle server, or a new one; SandboxError where its level is below `accept`."""
         with self._lock:
             server = self._idle.pop() if self._idle else None
         if server is None:
             server = _Server()
-        result = server.run(program, timeout_s, limits)
+        if self.accept == "full" and isolation_level(server.isolation) == "weak":
+            self.give_back(server)
+            raise SandboxError(weak_refused(server.notes))
+        return server
+
+    def give_back(self, server: _Server) -> None:
         if server.alive:
             with self._lock:
                 self._idle.append(server)
+
+    def run(self, program: Program, timeout_s: float, limits: Limits) -> SandboxResult:
+        server = self.server()
+        result = server.run(program, timeout_s, limits)
+        self.give_back(server)
         return result
 
     def close(self) -> None:
@@ -234,6 +246,21 @@ os.register_at_fork(after_in_child=_POOL.forget)
 def shutdown() -> None:
     """Stop the idle sandbox servers now (they also stop when this process exits)."""
     _POOL.close()
+
+
+def require_isolation(accept: IsolationLevel = "full") -> IsolationLevel:
+    """Set the weakest isolation programs may run under in this process (`full` unless the
+    user accepted `weak`), and return the level this machine gives. Raises SandboxError,
+    saying what is missing and how to get it, where that is below `accept`: every run of a
+    program in this process then raises it too."""
+    if accept not in ISOLATION_LEVELS:
+        raise ConfigError(
+            f"Sandbox isolation {accept!r} is not one of {', '.join(ISOLATION_LEVELS)}."
+        )
+    _POOL.accept = accept
+    server = _POOL.server()
+    _POOL.give_back(server)
+    return isolation_level(server.isolation)
 
 
 def run_program(

@@ -13,6 +13,10 @@ directories and /run hidden, and no network. Per program, two processes:
          └─ program: PID 1 of its namespace (its death kills every process it started);
             rlimits, unprivileged uid, no capabilities; runs the code, then reports its outcome
             with a per-program nonce over a pipe the code did not create
+With `tests`, the supervisor first forks a third process outside the program's PID namespace:
+the test process runs the tests, calls the program's functions over two pipes with plain data
+(plaindata.py), and alone reports, so no code of the program's can write the verdict
+(docs/sandbox.md, "The verdict").
 Nothing a program leaves survives it: it cannot mount or configure the network (no
 capabilities), its processes die with its PID namespace, its IPC objects with its IPC namespace,
 its files with its tmpfs. Forking from a warm server costs a few milliseconds, where a fresh
@@ -21,8 +25,10 @@ interpreter per program costs tens of them.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes
+import fcntl
 import gc
 import json
 import os
@@ -35,7 +41,21 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
+import types
 from dataclasses import dataclass, field
+from importlib.util import module_from_spec, spec_from_file_location
+
+
+def _load_sibling(name: str) -> types.ModuleType:
+    # Isolated mode (-I) keeps this file's folder off sys.path, and off the programs' path.
+    spec = spec_from_file_location(name, os.path.join(os.path.dirname(__file__), f"{name}.py"))
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+plaindata = _load_sibling("plaindata")
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -56,6 +76,7 @@ MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
 MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 # Per-mount flags a read-only remount must repeat (a user namespace refuses to clear them).
 MOUNT_OPTION_FLAGS = {
@@ -260,15 +281,10 @@ def _program(request: dict, iso: Isolation, workdir: str, nonce: bytes, fds: dic
     try:
         # Its own session: kill(0) or killpg from the program cannot reach the supervisor.
         os.setsid()
-        os.dup2(fds["stdin"] if "stdin" in fds else os.open(os.devnull, os.O_RDWR), 0)
-        os.dup2(fds.get("stdout", fds["out"]), 1)
-        os.dup2(fds["out"], 2)
-        os.dup2(fds["report"], 3)
-        os.set_inheritable(3, False)
-        for fd in os.listdir("/proc/self/fd"):  # closerange(4, max) is slow without close_range
-            if int(fd) > 3:
-                with contextlib.suppress(OSError):  # the descriptor listdir itself used
-                    os.close(int(fd))
+        stdin = fds["stdin"] if "stdin" in fds else os.open(os.devnull, os.O_RDWR)
+        # Fd 3: the report pipe; with tests, 3 and 4: the calls in, the replies out instead.
+        channel = [fds["report"]] if "report" in fds else [fds["calls"], fds["replies"]]
+        _arrange([stdin, fds.get("stdout", fds["out"]), fds["out"], *channel])
         if iso.namespaces:
             _mount("proc", "/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         os.chdir(workdir)
@@ -298,10 +314,14 @@ def _program(request: dict, iso: Isolation, workdir: str, nonce: bytes, fds: dic
         sys.modules["__main__"] = module
         source = request["source"]
     except BaseException as exc:
-        write(3, nonce + f" error {type(exc).__name__}: {exc}".encode()[:300] + b"\n")
-        exit_now(1)
+        try:  # with tests, fd 3 is no report pipe: the test process then reports the failure
+            write(3, nonce + f" error {type(exc).__name__}: {exc}".encode()[:300] + b"\n")
+        finally:
+            exit_now(1)
 
     me = getpid()
+    if "report" not in fds:
+        _serve(source, filename, module)
     try:
         exec(compile(source, filename, "exec"), module.__dict__)
         outcome, status = b"ok", 0
@@ -329,11 +349,160 @@ def _program(request: dict, iso: Isolation, workdir: str, nonce: bytes, fds: dic
         exit_now(status)
 
 
+def _arrange(fds: list[int], opened: list[int] | None = None) -> None:
+    """Put fds[i] at descriptor i (not inherited past exec) and close every other descriptor.
+
+    `opened`: the descriptors open now, listed by the caller where this process's /proc may
+    not be its own (the test process's program may mount a /proc over the server's at any
+    moment); None: listed here. (closerange is slow without close_range.)"""
+    if opened is None:
+        opened = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in fds]  # no source is overwritten
+    for i, fd in enumerate(high):
+        os.dup2(fd, i, inheritable=i < 3)
+    for fd in {*opened, *high} - set(range(len(fds))):
+        with contextlib.suppress(OSError):  # one listdir itself used, or a standard one
+            os.close(fd)
+
+
+def _serve(source: str, filename: str, module: types.ModuleType) -> None:
+    """With tests: run the solution, then answer the test process's calls until it hangs up.
+
+    Nothing here decides a verdict: the test process does, from the plain data it receives.
+    The solution may replace anything this function uses; it can then only send wrong data."""
+    calls, replies = open(3, "rb"), open(4, "wb", buffering=0)  # noqa: SIM115
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)
+        names, objects = {}, {}
+        for name, value in list(module.__dict__.items()):
+            if isinstance(value, types.ModuleType):
+                names[name] = ["module", value.__name__]
+            elif callable(value):
+                names[name], objects[name] = ["call", ""], value
+            else:
+                with contextlib.suppress(plaindata.NotPlainData):
+                    plaindata.encode(value)
+                    names[name] = ["data", value]
+        replies.write(plaindata.dumps({"names": names}))
+    except BaseException as exc:
+        with contextlib.suppress(BaseException):
+            replies.write(plaindata.dumps({"raised": [type(exc).__name__, str(exc)[:300]]}))
+        os._exit(1)
+    for line in calls:
+        request = plaindata.loads(line)
+        try:
+            value = objects[request["call"]](*request["args"], **request["kwargs"])
+            reply = plaindata.dumps({"value": value})
+        except BaseException as exc:
+            reply = plaindata.dumps({"raised": [type(exc).__name__, str(exc)[:300]]})
+        replies.write(reply)
+    os._exit(0)
+
+
+class _Remote:
+    """In the test process: a function of the solution, called with copies of plain data."""
+
+    def __init__(self, name: str, calls, replies) -> None:
+        self.__name__ = self.__qualname__ = name
+        self._calls, self._replies = calls, replies
+
+    def __repr__(self) -> str:
+        return f"<solution function {self.__name__}>"
+
+    def __call__(self, *args, **kwargs):
+        self._calls.write(plaindata.dumps({"call": self.__name__, "args": args, "kwargs": kwargs}))
+        return _answer(self._replies.readline())["value"]
+
+
+def _answer(line: bytes) -> dict:
+    """A reply of the solution's process; what it raised is raised here."""
+    if not line:
+        raise RuntimeError("the solution's process ended before answering")
+    reply = plaindata.loads(line)
+    if type(reply) is not dict:
+        raise RuntimeError("the solution's process sent something other than a reply")
+    if "raised" in reply:
+        name, message = reply["raised"]
+        kind = getattr(builtins, str(name), None)
+        if not (isinstance(kind, type) and issubclass(kind, Exception)):
+            kind, message = RuntimeError, f"the solution raised {name}: {message}"
+        raise kind(message)
+    return reply
+
+
+def _checker(request: dict, iso: Isolation, nonce: bytes, fds: dict) -> None:
+    """The test process: the benchmark's tests, run apart from the solution. Never returns.
+
+    Its namespace holds the solution's names, save those of built-ins: functions as `_Remote`
+    calls, plain data as copies, modules as this process's own standard-library modules. It
+    alone holds the report pipe, and the solution's process is forked after it, into a PID
+    namespace that cannot see it; not dumpable, so neither ptrace nor /proc/PID/fd reach it
+    where namespaces are missing."""
+    try:
+        _arrange([os.open(os.devnull, os.O_RDWR), fds["out"], fds["out"], fds["report"],
+                  fds["calls"], fds["replies"]], fds["opened"])  # fmt: skip
+        os.chdir("/")
+        _set_limits(request["limits"], request["timeout_s"])
+        if iso.run_as is not None:
+            uid, gid = iso.run_as
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        elif iso.user_namespace:
+            _drop_capabilities()
+        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
+        sys.stdout = sys.stderr = open(1, "w", buffering=1, errors="backslashreplace")  # noqa: SIM115
+        calls, replies = open(4, "wb", buffering=0), open(5, "rb")  # noqa: SIM115
+        names = _answer(replies.readline()).get("names")
+        if type(names) is not dict:
+            raise RuntimeError("the solution's process did not list its names")
+        namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
+        for name, (kind, value) in names.items():
+            # A solution's `abs` or `__builtins__` would answer the tests' own checks.
+            if name.startswith("__") or hasattr(builtins, name):
+                continue
+            if kind == "call":
+                namespace[name] = _Remote(name, calls, replies)
+            elif kind == "data":
+                namespace[name] = value
+            elif kind == "module" and value in sys.stdlib_module_names:
+                namespace[name] = __import__(value)
+        exec(compile(request["tests"], "tests.py", "exec"), namespace)
+        outcome, status = b"ok", 0
+    except SystemExit as exc:
+        outcome, status = f"exit {exc.code!r}"[:200].encode(errors="replace"), 1
+    except BaseException as exc:
+        traceback.print_exception(exc)
+        outcome, status = f"exception {type(exc).__name__}".encode(errors="replace"), 1
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+    os.write(3, nonce + b" " + outcome + b"\n")
+    os._exit(status)
+
+
 def _supervise(request: dict, iso: Isolation, workdir: str, nonce: bytes, pipes: dict) -> None:
-    """The supervisor process: PID and IPC namespaces, then the timer around the program."""
+    """The supervisor process: PID and IPC namespaces, then the timer around the program.
+
+    With tests, it first forks the test process, outside the PID namespace the program gets,
+    and the program gets the call pipes instead of the report pipe; the test process's end is
+    the verdict."""
+    checker = None
     try:
         os.setsid()
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        if request.get("tests") is not None:
+            calls, replies = os.pipe(), os.pipe()
+            opened = [int(fd) for fd in os.listdir("/proc/self/fd")]  # the program mounts none yet
+            checker = os.fork()
+            if checker == 0:
+                mine = {"out": pipes["out"], "report": pipes["report"], "opened": opened}
+                _checker(request, iso, nonce, {**mine, "calls": calls[1], "replies": replies[0]})
+            os.close(pipes.pop("report"))
+            os.close(calls[1])
+            os.close(replies[0])
+            pipes.update(calls=calls[0], replies=replies[1])
         if iso.namespaces:
             _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWIPC), "unshare(pid, ipc)")
         pid = os.fork()
@@ -347,16 +516,19 @@ def _supervise(request: dict, iso: Isolation, workdir: str, nonce: bytes, pipes:
         if name != "status":
             os.close(fd)
     timed_out = False
+    judged = pid if checker is None else checker
 
     def on_alarm(signum, frame):
         nonlocal timed_out
         timed_out = True
         os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: takes every descendant along
+        if checker is not None:
+            os.kill(checker, signal.SIGKILL)
 
     start = time.monotonic()
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, request["timeout_s"])
-    _, wait_status = os.waitpid(pid, 0)
+    _, wait_status = os.waitpid(judged, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     duration = time.monotonic() - start
     message = {"wait_status": wait_status, "timed_out": timed_out, "duration_s": duration}
@@ -364,6 +536,10 @@ def _supervise(request: dict, iso: Isolation, workdir: str, nonce: bytes, pipes:
     # Without a PID namespace, children the program left in its session die here.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    if checker is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
     os._exit(0)
 
 

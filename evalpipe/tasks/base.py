@@ -99,6 +99,13 @@ class Task(Protocol):
         ...
 
 
+def runs_code(task: Task) -> bool:
+    """Whether scoring `task` runs model-written code in the sandbox: a task says so with a
+    true `runs_code` attribute (none: it runs no code), and a run then checks the sandbox's
+    isolation before it generates anything."""
+    return getattr(task, "runs_code", False) is True
+
+
 @runtime_checkable
 class ScoresResponses(Protocol):
     """A task that scores the engine's responses as they came (every option's log-likelihood

@@ -64,6 +64,11 @@ class ConfiguredTask:
         self._scorer = build_scorer(config.scorer, run_programs=run_programs)
         self._items: dict[str, list[Item]] = {}
 
+    @property
+    def runs_code(self) -> bool:
+        """Whether scoring runs model-written code in the sandbox (tasks.base.runs_code)."""
+        return self.config.scorer.kind == "code"
+
     def with_config(self, config: TaskConfig) -> ConfiguredTask:
         """This task with another configuration (an overridden part), its settings kept."""
         return ConfiguredTask(

@@ -12,7 +12,9 @@ which bench/lcb_agreement.py runs beside this one):
   numbers ("1.50 2" matches "1.5 2.0"). `exit()` after printing is allowed;
 - functional (LeetCode-style) problems call `Solution().FUNC_NAME(*args)`, each input line
   being one JSON argument, and compare the result with the JSON output by `==` (a tuple counts
-  as a list);
+  as a list). The program receives only the input and writes its result as JSON; evalpipe
+  compares it outside the program, so the expected output never enters the model's process
+  and no object the model returns can answer the comparison itself;
 - every program starts with the judge's standard imports (`from math import *`, …) and a
   recursion limit of 50,000;
 - each test has its own time limit (the task's `timeout_s`, 6 s in LiveCodeBench); a solution
@@ -47,16 +49,22 @@ PRELUDE = (
     + "".join(f"import {m}\n" for m in PRELUDE_MODULES)
     + "sys.setrecursionlimit(50000)\nsys.set_int_max_str_digits(50000)\n"
 )
-# The functional harness reads its test from stdin, before the solution can touch stdin.
-FUNCTIONAL_HEAD = "import json as _lcb_json\n_lcb_test = _lcb_json.loads(sys.stdin.read())\n"
+# The functional harness reads its arguments from stdin before the solution can touch stdin,
+# and keeps the real stdout for its result: the solution's own prints go to stderr.
+FUNCTIONAL_HEAD = (
+    "import json as _lcb_json, os as _lcb_os\n"
+    "_lcb_input = sys.stdin.read()\n"
+    "_lcb_result = open(_lcb_os.dup(1), 'w', encoding='utf-8')\n"
+    "_lcb_os.dup2(2, 1)\n"
+)
 # LeetCode solutions are methods of `class Solution`; the judge calls a plain function else.
 FUNCTIONAL_TAIL = """
-_lcb_args = [_lcb_json.loads(line) for line in _lcb_test["input"].split("\\n")]
+_lcb_args = [_lcb_json.loads(line) for line in _lcb_input.split("\\n")]
 _lcb_got = {owner}.{fn_name}(*_lcb_args)
 if isinstance(_lcb_got, tuple):
     _lcb_got = list(_lcb_got)
-if _lcb_got != _lcb_json.loads(_lcb_test["output"]):
-    raise AssertionError(f"wrong answer: got {{str(_lcb_got)[:200]}}")
+_lcb_result.write(_lcb_json.dumps(_lcb_got))
+_lcb_result.flush()
 """
 _PYTHON_BLOCK = re.compile(r"```python\n(.+?)\n```", re.DOTALL)
 
@@ -136,7 +144,7 @@ def programs(code: str, target: Target, tests: Sequence[dict[str, str]]) -> list
     owner = "Solution()" if "class Solution" in code else "sys.modules[__name__]"
     tail = FUNCTIONAL_TAIL.format(owner=owner, fn_name=fn_name)
     source = PRELUDE + FUNCTIONAL_HEAD + code + "\n" + tail
-    return [Program(source=source, stdin=json.dumps(t), capture_stdout=True) for t in tests]
+    return [Program(source=source, stdin=t["input"], capture_stdout=True) for t in tests]
 
 
 def _lines(text: str) -> list[str]:
@@ -164,11 +172,23 @@ def same_output(got: str, expected: str) -> bool:
     return True
 
 
+def same_result(got: str, expected: str) -> bool:
+    """A functional program's result, as the JSON it wrote, against the test's JSON output.
+
+    Both sides are decoded to plain data here, in evalpipe's process: what the program wrote is
+    only text, so it cannot carry an object whose `==` lies."""
+    try:
+        return json.loads(got) == json.loads(expected)
+    except ValueError:
+        return False
+
+
 def test_passed(result: SandboxResult, test: dict[str, str], functional: bool) -> bool:
     """Whether one sandbox result passes its test."""
     if not result.passed or result.stdout_truncated:
         return False
-    return functional or same_output(result.stdout or "", test["output"])
+    compare = same_result if functional else same_output
+    return compare(result.stdout or "", test["output"])
 
 
 class LiveCodeBenchScorer:

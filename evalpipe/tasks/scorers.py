@@ -7,8 +7,9 @@
   extraction, then the last number) and checked for mathematical equivalence with math-verify;
   metric `accuracy` as above. With n > 1 completions the mean is named `avg@n` (AIME's avg@16),
   and each configured k > 1 adds `pass@k` (unbiased, as for code) and `maj@k` (math_metrics.py).
-- code: each completion assembled into a test program and run in the sandbox; metrics `pass@k`
-  for each configured k, the unbiased estimator of Chen et al. (2021) over the n completions.
+- code: each completion run in the sandbox, the benchmark's tests in a process of their own that
+  calls it (docs/sandbox.md, "The verdict"); metrics `pass@k` for each configured k, the
+  unbiased estimator of Chen et al. (2021) over the n completions.
 - ifeval: IFEval's verifiable instructions checked on each completion (tasks/ifeval.py);
   prompt- and instruction-level accuracy, strict and loose.
 """
@@ -20,6 +21,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from evalpipe.sandbox.program import Program
 from evalpipe.tasks.base import Scored
 from evalpipe.tasks.extract import extract_code, extract_hashes, extract_last_number, extract_letter
 from evalpipe.tasks.math_metrics import pass_at_k, sampled_scores, vote_key
@@ -177,27 +179,33 @@ class CodeScorer:
         return out
 
 
-def humaneval_program(target: Target, completion: str) -> tuple[str, str]:
-    """(extracted code, test program) for a HumanEval-format problem.
+def humaneval_program(target: Target, completion: str) -> tuple[str, Program]:
+    """(extracted code, sandbox program) for a HumanEval-format problem.
 
     A completion that defines the entry point replaces the prompt's stub (the prompt stays
     first for its imports and helpers); anything else continues the prompt's function body.
+    The problem's `check` runs apart from the solution (the sandbox's `tests`).
     """
     entry = target["entry_point"]
     code = extract_code(completion, entry)
     defines = re.search(rf"^def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE)
     solution = target["prompt"] + ("\n" if defines else "") + code
-    return code, f"{solution}\n\n{target['test']}\n\ncheck({entry})\n"
+    return code, Program(source=solution + "\n", tests=f"{target['test']}\n\ncheck({entry})\n")
 
 
-def mbpp_program(target: Target, completion: str) -> tuple[str, str]:
-    """(extracted code, test program) for an MBPP problem: code, setup, then the asserts."""
+def mbpp_program(target: Target, completion: str) -> tuple[str, Program]:
+    """(extracted code, sandbox program) for an MBPP problem: the imports and the code, then,
+    apart from it, the imports, the setup and the asserts."""
     code = extract_code(completion)
-    parts = ["\n".join(target["imports"]), code, target["setup"], "\n".join(target["tests"])]
-    return code, "\n\n".join(p for p in parts if p) + "\n"
+    imports = "\n".join(target["imports"])
+    tests = [imports, target["setup"], "\n".join(target["tests"])]
+    return code, Program(
+        source="\n\n".join(p for p in (imports, code) if p) + "\n",
+        tests="\n\n".join(p for p in tests if p) + "\n",
+    )
 
 
-PROGRAMS: dict[str, Callable[[Target, str], tuple[str, str]]] = {
+PROGRAMS: dict[str, Callable[[Target, str], tuple[str, Program]]] = {
     "humaneval": humaneval_program,
     "mbpp": mbpp_program,
 }

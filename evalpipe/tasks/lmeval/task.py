@@ -95,6 +95,11 @@ class LmEvalTask:
         self.sampling = _sampling(self.name, task.config.generation_kwargs or {}, self.repeats)
         self._built: dict[int, tuple[Any, list[Any]]] | None = None  # doc id → (doc, instances)
 
+    @property
+    def runs_code(self) -> bool:
+        """Whether scoring runs model-written code in the sandbox (tasks.base.runs_code)."""
+        return self.unsafe_code
+
     def definition(self) -> dict[str, Any]:
         """lm-eval's version, the task's resolved config and the prompting: a run's fingerprint."""
         import lm_eval
