@@ -141,6 +141,31 @@ def test_evaluate_takes_the_flag_by_its_name(unsafe_task: Path, tmp_path: Path) 
     assert result.status == "complete"
 
 
+def test_on_a_machine_without_namespaces_it_needs_the_weak_opt_in(
+    unsafe_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lm-eval's code metrics are code tasks like the others (tests/test_sandbox_isolation.py):
+    the weak fallback only with --sandbox weak, and the run records the level it scored under."""
+    import evalpipe
+    from evalpipe.core.errors import SandboxError
+    from evalpipe.sandbox import pool
+    from evalpipe.tasks.base import runs_code
+
+    (task,) = load(f"lm_eval:{unsafe_task}", allow_unsafe_code=True)
+    assert runs_code(task)  # so the run checks and records the sandbox's isolation
+    pool.shutdown()
+    monkeypatch.setattr(pool, "WORKER", Path(__file__).with_name("sandbox_no_namespaces.py"))
+    try:
+        with pytest.raises(SandboxError, match="--sandbox weak"):
+            evalpipe.evaluate("tiny_random", [f"lm_eval:{unsafe_task}"], out=tmp_path / "no",
+                              backend="fake", allow_unsafe_code=True)  # fmt: skip
+        assert not (tmp_path / "no").exists()
+    finally:
+        monkeypatch.undo()
+        pool.shutdown()
+        pool.require_isolation("weak")  # whatever this machine gives, as the other tests expect
+
+
 def test_allowed_its_programs_run_in_the_sandbox(
     unsafe_task: Path, listener: tuple[int, queue.Queue[Any]]
 ) -> None:
@@ -161,7 +186,8 @@ def test_allowed_its_programs_run_in_the_sandbox(
     ]  # fmt: skip
     scored = task.score_responses(list(zip(samples, completions, strict=True)))
     for result in scored:
-        assert result.scores == {"ran,none": 1.0, "read_secret,none": 0.0, "connected,none": 0.0}
+        assert result.scores == {"ran,none": 1.0, "read_secret,none": 0.0, "connected,none": 0.0,
+                                 "sandbox_failed": 0.0}  # fmt: skip
         assert result.extracted == (code,)
     with pytest.raises(queue.Empty):  # no connection came from the sandbox
         accepted.get(timeout=0.5)
@@ -184,11 +210,30 @@ def test_a_run_on_the_fake_engine_scores_it_in_the_sandbox(
                    options=RunOptions(backend="fake"))  # fmt: skip
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["scores"] for r in rows] == [
-        {"ran,none": 1.0, "read_secret,none": 0.0, "connected,none": 0.0}
+        {"ran,none": 1.0, "read_secret,none": 0.0, "connected,none": 0.0, "sandbox_failed": 0.0}
     ] * 2
     results = json.loads((out / "lm_eval_results.json").read_text())["results"]["ep_unsafe"]
     assert (results["ran,none"], results["read_secret,none"]) == (1.0, 0.0)
     assert accepted.empty()
+
+
+def test_a_program_that_ends_the_metrics_process_fails_its_document_only(
+    unsafe_task: Path, listener: tuple[int, queue.Queue[Any]]
+) -> None:
+    """A completion that exits the metric's own process (it runs in it, as lm-eval runs it) ends
+    its batch: the documents are scored again one at a time, and only that one fails."""
+    (task,) = load(f"lm_eval:{unsafe_task}", allow_unsafe_code=True)
+    samples = task.samples()
+    codes = ["import os\nos._exit(3)\n", program(listener[0])]
+    completions = [
+        Completion(id=s.id, generation=Generation(texts=(code,), prompt_tokens=0,
+                                                  completion_tokens=(0,)))
+        for s, code in zip(samples, codes, strict=True)
+    ]  # fmt: skip
+    failed, scored = task.score_responses(list(zip(samples, completions, strict=True)))
+    assert failed.scores == {"ran,none": 0.0, "read_secret,none": 0.0, "connected,none": 0.0,
+                             "sandbox_failed": 1.0}  # fmt: skip
+    assert scored.scores["ran,none"] == 1.0 and scored.scores["sandbox_failed"] == 0.0
 
 
 def test_tasks_show_takes_the_flag_too(

@@ -13,14 +13,17 @@ import base64
 import copy
 import functools
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.core.errors import ConfigError, SandboxError
+from evalpipe.core.errors import ConfigError
 from evalpipe.sandbox.exchange import run_exchange
 from evalpipe.sandbox.pool import SandboxResult
+
+log = logging.getLogger(__name__)
 
 PROGRAM = Path(__file__).with_name("scoring_program.py")
 # The task's documents and requests: the documents scored travel apart, as JSON.
@@ -47,17 +50,26 @@ def check_in_sandbox(lm_task: Any) -> None:
         )
 
 
-def score_in_sandbox(lm_task: Any, chunk: Sequence[tuple[Any, list[Any]]]) -> list[dict]:
+def score_in_sandbox(
+    lm_task: Any, chunk: Sequence[tuple[Any, list[Any]]]
+) -> list[dict | SandboxResult]:
     """Each (document, instances) of `chunk` filtered and scored by lm-eval in the sandbox:
     the instances' filtered_resps are filled in, and each document's metrics returned as
-    {filter: {metric: value}}."""
+    {filter: {metric: value}}; for a document whose scoring did not end cleanly (the code it
+    ran killed the metric's process, or overran), how it ended. A failed batch is scored again
+    one document at a time, so one document's program fails that document only."""
     answer, result = _exchange(lm_task, chunk)
+    if answer is None and len(chunk) > 1:
+        return [found for one in chunk for found in score_in_sandbox(lm_task, [one])]
     if answer is None:
-        raise SandboxError(
-            f"lm-eval task {lm_task.task_name!r} (unsafe_code): scoring {len(chunk)} "
-            f"document(s) in the sandbox ended {result.status}: {result.detail}. Its output "
-            f"ended:\n{result.output_tail[-2000:]}"
+        log.warning(
+            "lm-eval task %r (unsafe_code): scoring a document in the sandbox ended %s: %s; "
+            "it scores 0 and is counted as sandbox_failed",
+            lm_task.task_name,
+            result.status,
+            result.detail,
         )
+        return [result]
     for (_, instances), scored in zip(chunk, answer, strict=True):
         for instance, filtered in zip(instances, scored["filtered"], strict=True):
             instance.filtered_resps = filtered

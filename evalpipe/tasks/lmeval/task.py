@@ -21,6 +21,7 @@ from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.records.completion import Completion, Generation
 from evalpipe.records.prompt import Rendered
 from evalpipe.records.sampling import SamplingSettings
+from evalpipe.sandbox.pool import SandboxResult
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
 from evalpipe.tasks.lmeval.sandboxed import score_in_sandbox
@@ -33,6 +34,9 @@ SCORED_TYPES = ("loglikelihood", "multiple_choice")
 FEWSHOT_SEED = 1234  # lm_eval --fewshot_random_seed's default
 # lm-eval's vLLM backend generates this many tokens where a task does not say.
 DEFAULT_MAX_GEN_TOKS = 256
+# unsafe_code tasks: 1 for a document whose scoring in the sandbox ended before its metrics
+# (the code it ran killed the metric's process, or overran), so a run counts them.
+SANDBOX_FAILED = "sandbox_failed"
 # generation_kwargs keys evalpipe's SamplingSettings carries (the rest is refused, by name).
 _GEN_KEYS = {"until", "max_gen_toks", "do_sample", "temperature", "top_p", "seed"}
 
@@ -146,7 +150,7 @@ class LmEvalTask:
                 instance.resps.extend(response)
             chunk.append((sample, doc, fresh))
         if self.unsafe_code:
-            found: list[dict | None] = list(
+            found: list[dict | SandboxResult | None] = list(
                 score_in_sandbox(self.lm_task, [(doc, fresh) for _, doc, fresh in chunk])
             )
         else:
@@ -156,7 +160,9 @@ class LmEvalTask:
             found = [None] * len(chunk)
         with templates_compiled_once():
             scored = [
-                self._scored(doc, fresh, metrics)
+                self._failed(metrics)
+                if isinstance(metrics, SandboxResult)
+                else self._scored(doc, fresh, metrics)
                 for (_, doc, fresh), metrics in zip(chunk, found, strict=True)
             ]
         if self.reasoning_parser is None or self.output_type != GENERATE:
@@ -246,6 +252,16 @@ class LmEvalTask:
             )
         return [[(x.logprob, bool(x.is_greedy))] for x in found]
 
+    def _failed(self, result: SandboxResult) -> Scored:
+        """A document whose scoring in the sandbox did not end cleanly: every metric 0, and
+        counted (SANDBOX_FAILED), as a program that fails its tests."""
+        scores = {
+            f"{metric},{ensemble.name}": 0.0
+            for ensemble in self.lm_task._filters
+            for metric in self.lm_task._metric_fn_list
+        }
+        return Scored(extracted=(None,), scores=scores | {SANDBOX_FAILED: 1.0})
+
     def _scored(self, doc: Any, instances: list[Any], found: dict | None = None) -> Scored:
         """The document's scores: `found` ({filter: metrics}, computed in the sandbox), else
         lm-eval's process_results here."""
@@ -258,6 +274,8 @@ class LmEvalTask:
             )
             for metric, value in metrics.items():
                 scores[f"{metric},{key}"] = _number(self.name, metric, value)
+        if self.unsafe_code:
+            scores[SANDBOX_FAILED] = 0.0
         first = instances[0].filtered_resps[next(iter(instances[0].filtered_resps))]
         if self.output_type == GENERATE:
             extracted = tuple(map(str, first)) if isinstance(first, list) else (str(first),)
