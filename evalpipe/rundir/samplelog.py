@@ -22,6 +22,7 @@ from typing import Any
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import DamagedFileError, RunDirError, StorageError
 from evalpipe.records.prompt import Prompt
+from evalpipe.records.refusal import Refusal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,34 +48,41 @@ class SampleRecord:
     cut_off: tuple[bool, ...] = ()
     # Multi-turn samples: the answer to each turn in order (the last one is `completions[0]`).
     turns: tuple[str, ...] = ()
+    # Why the engine did not answer (a prompt longer than its context, …); None: it answered.
+    # A refused sample is finished: its scores are 0 and resume does not ask it again.
+    refusal: Refusal | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.task, self.sample_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "category": self.category,
-            "sample_id": self.sample_id,
-            "prompt": self.prompt,
-            "completions": list(self.completions),
-            "extracted": list(self.extracted),
-            "scores": dict(self.scores),
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": list(self.completion_tokens),
-            "shard": self.shard,
-        } | {
-            key: list(value)
-            for key, value in (
-                ("option_logprobs", self.option_logprobs),
-                ("reasoning", self.reasoning),
-                ("reasoning_tokens", self.reasoning_tokens),
-                ("cut_off", self.cut_off),
-                ("turns", self.turns),
-            )
-            if value
-        }
+        return (
+            {
+                "task": self.task,
+                "category": self.category,
+                "sample_id": self.sample_id,
+                "prompt": self.prompt,
+                "completions": list(self.completions),
+                "extracted": list(self.extracted),
+                "scores": dict(self.scores),
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": list(self.completion_tokens),
+                "shard": self.shard,
+            }
+            | {
+                key: list(value)
+                for key, value in (
+                    ("option_logprobs", self.option_logprobs),
+                    ("reasoning", self.reasoning),
+                    ("reasoning_tokens", self.reasoning_tokens),
+                    ("cut_off", self.cut_off),
+                    ("turns", self.turns),
+                )
+                if value
+            }
+            | ({} if self.refusal is None else {"refusal": self.refusal.to_dict()})
+        )
 
     @classmethod
     def from_dict(cls, data: Any) -> SampleRecord:
@@ -103,6 +111,7 @@ class SampleRecord:
                 reasoning_tokens=tuple(map(int, x)) if (x := get("reasoning_tokens")) else (),
                 cut_off=tuple(map(bool, x)) if (x := get("cut_off")) else (),
                 turns=tuple(map(str, x)) if (x := get("turns")) else (),
+                refusal=Refusal.from_dict(x) if (x := get("refusal")) else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc

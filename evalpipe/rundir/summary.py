@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,18 +100,24 @@ class TaskSummary:
     # inside their reasoning (scored as unanswered).
     reasoning_tokens: int | None = None
     cut_off_in_reasoning: int | None = None
+    # Samples the engine refused (scored 0, counted in n), by reason (context_overflow, …).
+    refused: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         reasoning = {
             "reasoning_tokens": self.reasoning_tokens,
             "cut_off_in_reasoning": self.cut_off_in_reasoning,
         }
-        return {
-            "category": self.category,
-            "n": self.n,
-            "n_total": self.n_total,
-            "metrics": {m: v.to_dict() for m, v in self.metrics.items()},
-        } | {k: v for k, v in reasoning.items() if v is not None}
+        return (
+            {
+                "category": self.category,
+                "n": self.n,
+                "n_total": self.n_total,
+                "metrics": {m: v.to_dict() for m, v in self.metrics.items()},
+            }
+            | {k: v for k, v in reasoning.items() if v is not None}
+            | ({"refused": dict(self.refused)} if self.refused else {})
+        )
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskSummary:
@@ -124,6 +131,9 @@ class TaskSummary:
             },
             reasoning_tokens=_int(data.get("reasoning_tokens")),
             cut_off_in_reasoning=_int(data.get("cut_off_in_reasoning")),
+            refused={
+                str(k): v for k, v in _object(data.get("refused")).items() if _int(v) is not None
+            },
         )
 
 
@@ -247,6 +257,12 @@ def _reasoning(records: Sequence[SampleRecord]) -> dict[str, int]:
     }
 
 
+def refused(records: Sequence[SampleRecord]) -> dict[str, int]:
+    """How many of `records` the engine refused, by reason (none: empty)."""
+    counts = Counter(r.refusal.reason for r in records if r.refusal is not None)
+    return dict(sorted(counts.items()))
+
+
 def summarize(
     records: Sequence[SampleRecord],
     *,
@@ -276,6 +292,7 @@ def summarize(
             n_total=p.n_total,
             metrics=metrics,
             **_reasoning(by_task[p.name]),
+            refused=refused(by_task[p.name]),
         )
         cat_pooled = pooled.setdefault(p.category, {})
         cat_means = task_means.setdefault(p.category, {})
