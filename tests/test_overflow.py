@@ -98,7 +98,9 @@ def test_lm_eval_prompts_are_cut_from_the_left_as_lm_eval_cuts_them() -> None:
     assert lmeval_scoring_pair(ids, 95, 200) == (ids, 95)  # fits: unchanged
 
 
-def test_a_long_prompt_is_recorded_scored_0_counted_and_not_asked_again(tmp_path: Path) -> None:
+def test_a_long_prompt_is_recorded_scored_0_counted_and_not_asked_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The fake engine counts words as tokens: the 3,000-word question outgrows tiny_random's
     1,024-token context."""
     out = tmp_path / "run"
@@ -113,6 +115,11 @@ def test_a_long_prompt_is_recorded_scored_0_counted_and_not_asked_again(tmp_path
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tasks"]["long_question"]["refused"] == {"context_overflow": 1}
     assert summary["tasks"]["long_question"]["metrics"]["accuracy"]["n"] == 3  # counted as 0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "## Refused by the engine" in report
+    assert "| long_question | context_overflow | 1/3 |" in report
 
     # A resume owes nothing: the refused sample is finished.
     engine = FakeEngine(preset(), EngineSettings())
@@ -263,3 +270,5 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
         assert refusal["reason"] == "context_overflow" and refusal["limit"] == 200
         assert judged[overflowing]["scores"] == {}  # no verdict
     assert all("refusal" not in judged[k] for k in ("1@1", "1@2", "3@1"))
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["refused"] == {"context_overflow": 2} and summary["parse_failures"] >= 2

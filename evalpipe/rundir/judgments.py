@@ -22,7 +22,7 @@ from typing import Any
 
 from evalpipe.core.errors import DamagedFileError
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.samplelog import SampleRecord, read_json, write_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json, refusal_counts, write_json
 from evalpipe.tasks.pairwise import (
     BASELINE_FIRST,
     MODEL_FIRST,
@@ -232,6 +232,9 @@ class JudgeSummary:
     pairwise: dict[str, PairwiseSummary] = field(default_factory=dict)
     published_judge: str | None = None
     note: str | None = None  # why the scores do not compare with the published ones
+    # Judgments the judge's engine refused (a prompt longer than its context, …), by reason;
+    # counted among the parse failures too (no score).
+    refused: dict[str, int] = field(default_factory=dict)
 
     @property
     def parse_failure_rate(self) -> float | None:
@@ -259,6 +262,7 @@ class JudgeSummary:
             "published_judge": self.published_judge,
             "comparable": self.comparable,
             "note": self.note,
+            **({"refused": dict(self.refused)} if self.refused else {}),
         }
 
     @classmethod
@@ -276,6 +280,7 @@ class JudgeSummary:
             },
             published_judge=data.get("published_judge"),
             note=data.get("note"),
+            refused=dict(data.get("refused") or {}),
         )
 
 
@@ -306,6 +311,7 @@ def summarize_judgments(
         },
         pairwise=_pairwise(records, judge.gradings),
         published_judge=published_judge,
+        refused=refusal_counts(records),
         note=None
         if comparable
         else f"Scores from judge {judge.name!r} are not comparable to the benchmark's published "
@@ -406,7 +412,8 @@ def format_judge_summary(summary: JudgeSummary) -> str:
     judge = summary.judge
     lines = [
         f"Judge {judge.model!r} ({judge.backend}): {summary.judgments} "
-        f"judgment(s), {summary.parse_failures} without a readable score",
+        f"judgment(s), {summary.parse_failures} without a readable score"
+        + "".join(f", {n} refused ({reason})" for reason, n in summary.refused.items()),
         f"  overall  {score(summary.overall)}",
     ]
     lines += [f"  {t:<24} {score(v.mean)}  (n={v.n})" for t, v in summary.tasks.items()]

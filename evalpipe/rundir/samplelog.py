@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,12 @@ class SampleRecord:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc
+
+
+def refusal_counts(records: Sequence[SampleRecord]) -> dict[str, int]:
+    """How many of `records` the engine refused, by reason (none refused: empty)."""
+    counts = Counter(r.refusal.reason for r in records if r.refusal is not None)
+    return dict(sorted(counts.items()))
 
 
 def _encode(record: SampleRecord) -> bytes:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,7 @@ from evalpipe.rundir.aggregation import by_metric, metric_stats, pooled_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
 from evalpipe.rundir.occupancy import Occupancy, OccupancySummary
-from evalpipe.rundir.samplelog import SampleRecord, read_json, write_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json, refusal_counts, write_json
 from evalpipe.rundir.timings import Timings
 
 
@@ -257,12 +256,6 @@ def _reasoning(records: Sequence[SampleRecord]) -> dict[str, int]:
     }
 
 
-def refused(records: Sequence[SampleRecord]) -> dict[str, int]:
-    """How many of `records` the engine refused, by reason (none: empty)."""
-    counts = Counter(r.refusal.reason for r in records if r.refusal is not None)
-    return dict(sorted(counts.items()))
-
-
 def summarize(
     records: Sequence[SampleRecord],
     *,
@@ -292,7 +285,7 @@ def summarize(
             n_total=p.n_total,
             metrics=metrics,
             **_reasoning(by_task[p.name]),
-            refused=refused(by_task[p.name]),
+            refused=refusal_counts(by_task[p.name]),
         )
         cat_pooled = pooled.setdefault(p.category, {})
         cat_means = task_means.setdefault(p.category, {})
