@@ -272,3 +272,47 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
     assert all("refusal" not in judged[k] for k in ("1@1", "1@2", "3@1"))
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["refused"] == {"context_overflow": 2} and summary["parse_failures"] >= 2
+
+
+def test_check_warns_of_a_task_whose_longest_prompt_cannot_fit(tmp_path: Path) -> None:
+    from evalpipe.catalog.clusters import load_cluster
+    from evalpipe.jobs import preflight
+
+    def context_findings(task: str) -> list[str]:
+        report = preflight.check(preset(), load_cluster("local"), tasks=[task])
+        return [f.message for f in report.warnings if f.check == "context"]
+
+    (message,) = context_findings(str(TASK))
+    assert message.startswith("task long_question: its longest prompt (sample '1', ")
+    assert "in the context of 1,024 tokens, so the run records it as context_overflow" in message
+    assert "the model's 2,048 positions cannot hold it" in message
+    assert context_findings("arithmetic") == []  # short prompts: nothing to say
+
+
+def test_plan_estimate_notes_the_prompt_that_cannot_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["plan", "--preset", "tiny_random", "--gpu", "a100-80gb", "--estimate", "--tasks"]
+    assert main([*argv, str(TASK)]) == 0
+    out = capsys.readouterr().out
+    assert "- task long_question: its longest prompt (sample '1', " in out
+    assert "context_overflow and scores it 0" in out
+    assert main([*argv, "arithmetic"]) == 0
+    assert "longest prompt" not in capsys.readouterr().out
+
+
+def test_an_lm_eval_prompt_is_said_to_be_cut_and_a_fitting_one_is_not_named() -> None:
+    from evalpipe.estimate.longprompts import longest_prompt
+    from evalpipe.records.prompt import Rendered
+    from evalpipe.tasks.base import Sample
+
+    samples = [
+        Sample(id="short", prompt=Rendered("a b"), target="a"),
+        Sample(id="long", prompt=Rendered("word " * 40), target="a"),
+    ]
+    words = lambda prompt: len(str(prompt).split())  # noqa: E731
+    long = longest_prompt("t", samples, words, 40, ceiling=64, counted=True)
+    assert long is not None and (long.sample_id, long.tokens) == ("long", 40)
+    assert "it is cut from the left to fit, as lm-eval cuts it" in long.line()
+    assert "--max-model-len above 40 fits it (the model has 64 positions)" in long.line()
+    assert longest_prompt("t", samples, words, 41, ceiling=64, counted=True) is None

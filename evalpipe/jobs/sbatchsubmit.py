@@ -37,6 +37,7 @@ def check(prepared: Prepared) -> preflight.Report:
         categories=spec.options.run.selection.categories,
         tasks=spec.options.run.selection.tasks,
         backend=spec.options.run.engine.backend,
+        max_model_len=spec.plan.max_model_len,
     )
     report.raise_for_errors()
     return report
