@@ -232,6 +232,7 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
         {"question_id": 1, "category": "writing", "turns": ["Write a haiku.", "Shorter."]},
         {"question_id": 2, "category": "writing", "turns": ["Describe it. " * 150, "Again."]},
         {"question_id": 3, "category": "writing", "turns": ["Name a colour.", "More. " * 2100]},
+        {"question_id": 4, "category": "writing", "turns": ["Long. " * 2100, "And?"]},
     ]
     (data / "mt_bench" / "question.jsonl").write_text(
         "".join(json.dumps(q) + "\n" for q in questions)
@@ -262,9 +263,11 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
     assert answers["3"]["refusal"]["reason"] == "context_overflow"
     assert answers["3"]["refusal"]["prompt_tokens"] > 2100 and len(answers["3"]["turns"]) == 1
     assert answers["3"]["refusal"]["limit"] == 2048
+    assert answers["4"]["refusal"]["reason"] == "context_overflow" and "turns" not in answers["4"]
     (folder,) = sorted((out / "judgments").iterdir())
     judged = rows(folder / "judgments.jsonl")
-    assert set(judged) == {"1@1", "1@2", "2@1", "2@2", "3@1"}  # no turn 3@2 to judge
+    # No turn 3@2 to judge, and nothing of question 4, refused at its first turn.
+    assert set(judged) == {"1@1", "1@2", "2@1", "2@2", "3@1"}
     for overflowing in ("2@1", "2@2"):
         refusal = judged[overflowing]["refusal"]
         assert refusal["reason"] == "context_overflow" and refusal["limit"] == 200
@@ -272,6 +275,10 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
     assert all("refusal" not in judged[k] for k in ("1@1", "1@2", "3@1"))
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["refused"] == {"context_overflow": 2} and summary["parse_failures"] >= 2
+    from evalpipe.rundir.judgments import JudgeSummary, format_judge_summary
+
+    printed = format_judge_summary(JudgeSummary.from_dict(summary))
+    assert "without a readable score, 2 refused (context_overflow)" in printed
 
 
 def test_check_warns_of_a_task_whose_longest_prompt_cannot_fit(tmp_path: Path) -> None:

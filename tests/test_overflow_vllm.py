@@ -82,6 +82,24 @@ def test_the_engine_cuts_lm_evals_prompts_and_refuses_the_others(tiny_engine) ->
     assert [x.prompt_tokens + x.tokens for x in scored.loglikelihoods] == [1023, 1023]
 
 
+def test_a_prompt_that_fits_runs_to_the_end_of_the_context(tiny_engine) -> None:
+    """Prompt + max_tokens beyond the context is not refused: the completion stops where the
+    context ends (vLLM's length cap), as before."""
+    from evalpipe.records.request import Request
+    from evalpipe.records.sampling import SamplingSettings
+
+    words = 1
+    while len(tiny_engine._render(" ".join(["apples"] * (words + 1)))[1]) < 1000:
+        words += 1
+    prompt = " ".join(["apples"] * words)
+    tokens = len(tiny_engine._render(prompt)[1])
+    (done,) = tiny_engine.run([
+        Request(id="0", prompt=prompt, sampling=SamplingSettings(max_tokens=64, ignore_eos=True))
+    ])  # fmt: skip
+    assert done.refusal is None and done.generation.prompt_tokens == tokens
+    assert done.generation.completion_tokens == (1024 - tokens,) and 1024 - tokens < 64
+
+
 def test_lm_evals_own_loglikelihood_path_cuts_as_evalpipe_does(
     vllm_env: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
