@@ -444,9 +444,9 @@ class VllmEngine(Engine):
         from vllm.inputs import TokensPrompt
 
         engine = self._open_llm().llm_engine
-        limit = self._context()
         if request.sampling is not None:
             _, ids = self._render(request.prompt)
+            limit = self._context()
             if isinstance(request.prompt, Rendered):
                 ids = contextfit.lmeval_generation_ids(ids, limit, request.sampling.max_tokens)
             refusal = overflow(len(ids), limit)
@@ -459,7 +459,7 @@ class VllmEngine(Engine):
                 return contextfit.refusal_of(str(exc))
             self._sampling.add(_described(params))
             return None
-        scoring = self._score_parts(request, limit)
+        scoring = self._score_parts(request)
         if isinstance(scoring, Refusal):
             return scoring
         added = []
@@ -480,10 +480,10 @@ class VllmEngine(Engine):
         """The loaded engine's context in tokens (prompt and completion together)."""
         return int(self._open_llm().llm_engine.vllm_config.model_config.max_model_len)
 
-    def _score_parts(self, request: Request, limit: int) -> _Scoring | Refusal:
-        """The vLLM requests that score a request's continuations (in a context of `limit`
-        tokens: a rendered lm-eval prompt is cut as lm-eval cuts it, any other that does not
-        fit is refused).
+    def _score_parts(self, request: Request) -> _Scoring | Refusal:
+        """The vLLM requests that score a request's continuations (in the engine's context: a
+        rendered lm-eval prompt is cut as lm-eval cuts it, any other that does not fit is
+        refused).
 
         The context is tokenised alone and with each continuation; the continuation's tokens
         are those past the longest common prefix (a merge across the boundary, e.g. ":" + " A",
@@ -504,6 +504,7 @@ class VllmEngine(Engine):
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
         )
+        limit = self._context()
         if isinstance(request.prompt, Rendered):
             encoded = [contextfit.lmeval_scoring_pair(ids, start, limit) for ids, start in encoded]
         for ids, start in encoded:
