@@ -76,6 +76,12 @@ def test_engines_context_refusals_are_read_with_their_counts(
         limit,
     )
     assert refusal.detail == message
+    chars = refusal_of(
+        "This model's maximum context length is 1024 tokens. However, your prompt contains "
+        "15865 characters (more than 12288 characters, which is the upper bound for 1024 "
+        "input tokens)."
+    )
+    assert (chars.reason, chars.prompt_tokens, chars.limit) == ("context_overflow", None, 1024)
     other = refusal_of("HTTP 400: temperature must be non-negative")
     assert (other.reason, other.prompt_tokens, other.limit) == ("refused", None, None)
 

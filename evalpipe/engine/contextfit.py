@@ -33,10 +33,10 @@ def lmeval_scoring_pair(ids: list[int], start: int, limit: int) -> tuple[list[in
 # The numbers in vLLM's and OpenAI-compatible servers' context-length refusals, e.g. "This
 # model's maximum context length is 1024 tokens. However, your prompt contains 15071 input
 # tokens" or "The decoder prompt (length 1500) is longer than the maximum model length of 1024".
+# A server that refuses by characters before tokenising says no token count: None.
 _LIMIT = re.compile(r"maximum (?:context|model) length (?:is |of )?(\d+)", re.IGNORECASE)
 _PROMPT = re.compile(
-    r"(?:prompt contains (?:at least )?|prompt \(length )(\d+)"
-    r"|(\d+) (?:input tokens|in the messages)",
+    r"prompt \(length (\d+)\)|contains (?:at least )?(\d+) input tokens|(\d+) in the messages",
     re.IGNORECASE,
 )
 
@@ -49,7 +49,7 @@ def refusal_of(message: str) -> Refusal:
     if limit is None:
         return Refusal(reason="refused", detail=message)
     prompt = _PROMPT.search(message)
-    tokens = None if prompt is None else int(prompt.group(1) or prompt.group(2))
+    tokens = None if prompt is None else int(next(g for g in prompt.groups() if g))
     return Refusal(
         reason="context_overflow",
         prompt_tokens=tokens,

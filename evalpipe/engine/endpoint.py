@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import queue
@@ -313,10 +314,10 @@ class EndpointEngine(Engine):
             body = {"prompt": self._render(request.prompt)[1]}
         else:
             body = {"prompt": rendering.plain_text(request.prompt, preset=self.preset.name)}
-        return self._generate(request.id, body, request.sampling)
+        return self._generate(request.id, body, request.sampling, request.prompt)
 
     async def _generate(
-        self, rid: str, body: dict[str, Any], settings: SamplingSettings
+        self, rid: str, body: dict[str, Any], settings: SamplingSettings, prompt: Prompt
     ) -> Completion:
         path = "/chat/completions" if self.api == "chat" else "/completions"
         try:
@@ -325,6 +326,8 @@ class EndpointEngine(Engine):
             if exc.status not in REQUEST_REFUSED:
                 raise
             refusal = contextfit.refusal_of(f"HTTP {exc.status}: {exc.detail}")
+            if refusal.reason == "context_overflow" and refusal.prompt_tokens is None:
+                refusal = dataclasses.replace(refusal, prompt_tokens=self._count(prompt))
             return Completion(id=rid, refusal=refusal)
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != settings.n:
@@ -414,6 +417,14 @@ class EndpointEngine(Engine):
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
         )
+
+    def _count(self, prompt: Prompt) -> int | None:
+        """The prompt's tokens with the preset's tokenizer, for a refusal whose server counted
+        characters only; None where the tokenizer cannot be had here."""
+        try:
+            return len(self._render(prompt)[1])
+        except EvalpipeError:
+            return None
 
     def _tokenizer_here(self) -> Any:
         if self._tokenizer is None:
