@@ -58,32 +58,31 @@ class SampleRecord:
         return (self.task, self.sample_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return (
-            {
-                "task": self.task,
-                "category": self.category,
-                "sample_id": self.sample_id,
-                "prompt": self.prompt,
-                "completions": list(self.completions),
-                "extracted": list(self.extracted),
-                "scores": dict(self.scores),
-                "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": list(self.completion_tokens),
-                "shard": self.shard,
-            }
-            | {
-                key: list(value)
-                for key, value in (
-                    ("option_logprobs", self.option_logprobs),
-                    ("reasoning", self.reasoning),
-                    ("reasoning_tokens", self.reasoning_tokens),
-                    ("cut_off", self.cut_off),
-                    ("turns", self.turns),
-                )
-                if value
-            }
-            | ({} if self.refusal is None else {"refusal": self.refusal.to_dict()})
-        )
+        data: dict[str, Any] = {
+            "task": self.task,
+            "category": self.category,
+            "sample_id": self.sample_id,
+            "prompt": self.prompt,
+            "completions": list(self.completions),
+            "extracted": list(self.extracted),
+            "scores": dict(self.scores),
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": list(self.completion_tokens),
+            "shard": self.shard,
+        } | {
+            key: list(value)
+            for key, value in (
+                ("option_logprobs", self.option_logprobs),
+                ("reasoning", self.reasoning),
+                ("reasoning_tokens", self.reasoning_tokens),
+                ("cut_off", self.cut_off),
+                ("turns", self.turns),
+            )
+            if value
+        }
+        if self.refusal is not None:
+            data["refusal"] = self.refusal.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> SampleRecord:

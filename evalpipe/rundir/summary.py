@@ -107,16 +107,15 @@ class TaskSummary:
             "reasoning_tokens": self.reasoning_tokens,
             "cut_off_in_reasoning": self.cut_off_in_reasoning,
         }
-        return (
-            {
-                "category": self.category,
-                "n": self.n,
-                "n_total": self.n_total,
-                "metrics": {m: v.to_dict() for m, v in self.metrics.items()},
-            }
-            | {k: v for k, v in reasoning.items() if v is not None}
-            | ({"refused": dict(self.refused)} if self.refused else {})
-        )
+        data: dict[str, Any] = {
+            "category": self.category,
+            "n": self.n,
+            "n_total": self.n_total,
+            "metrics": {m: v.to_dict() for m, v in self.metrics.items()},
+        } | {k: v for k, v in reasoning.items() if v is not None}
+        if self.refused:
+            data["refused"] = dict(self.refused)
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskSummary:
