@@ -329,3 +329,26 @@ def test_an_lm_eval_prompt_is_said_to_be_cut_and_a_fitting_one_is_not_named() ->
     assert "it is cut from the left to fit, as lm-eval cuts it" in long.line()
     assert "--max-model-len above 40 fits it (the model has 64 positions)" in long.line()
     assert longest_prompt("t", samples, words, 41, ceiling=64, counted=True) is None
+
+
+def test_a_refused_multiple_choice_sample_extracts_nothing_and_scores_0(tmp_path: Path) -> None:
+    """Options ranked by log-probability: a refused sample picks no option."""
+    from evalpipe.tasks import load_tasks
+
+    tasks = load_tasks(tasks=["ordering"], mc_method="logprobs")
+    engine = FakeEngine(preset(), EngineSettings(max_model_len=10))  # every prompt is longer
+    out = tmp_path / "run"
+    result = run_evaluation(
+        lambda settings: engine,
+        tasks,
+        out,
+        preset=preset(),
+        options=RunOptions(backend="fake", limit=2),
+    )
+    assert result.status == "complete" and engine.served == []
+    for record in rows(out / "samples.jsonl").values():
+        assert (
+            record["refusal"]["reason"] == "context_overflow" and record["refusal"]["limit"] == 10
+        )
+        assert record["extracted"] == [None] and "option_logprobs" not in record
+        assert record["scores"] and set(record["scores"].values()) == {0.0}

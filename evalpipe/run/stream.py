@@ -293,7 +293,7 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
                     sample_id=item.sample.id,
                     prompt=item.sample.prompt,
                     completions=("",) * len(generation.texts) if refusal else generation.texts,
-                    extracted=scored.extracted,
+                    extracted=(None,) * len(scored.extracted) if refusal else scored.extracted,
                     scores={k: 0.0 for k in scored.scores} if refusal else scored.scores,
                     prompt_tokens=generation.prompt_tokens,
                     completion_tokens=generation.completion_tokens,
@@ -316,8 +316,9 @@ def _turns(item: Item, generation: Generation, *, refused: bool) -> tuple[str, .
 
 
 def _stand_in(item: Item, completion: Completion) -> Completion:
-    """A refused request's completion as its task scores it: empty texts, or every option
-    equally unlikely (never greedy); it keeps the refusal, and its scores are made 0."""
+    """A refused request's completion as its task scores it (for the names of its scores):
+    empty texts, or every option equally unlikely; it keeps the refusal, and the record shows
+    nothing extracted and every score 0."""
     refusal = completion.refusal
     if refusal is None:
         return completion
