@@ -80,6 +80,10 @@ def test_the_engine_cuts_lm_evals_prompts_and_refuses_the_others(tiny_engine) ->
     # lm-eval scores the last 1,023 tokens (context + continuation).
     assert scored.refusal is None
     assert [x.prompt_tokens + x.tokens for x in scored.loglikelihoods] == [1023, 1023]
+    # A refusal waits for the next step like any request, and a stop drops it like one.
+    tiny_engine.add([Request(id="x", prompt=text, sampling=settings)])
+    assert tiny_engine.in_flight() == 1 and tiny_engine.abort() == ["x"]
+    assert tiny_engine.in_flight() == 0 and tiny_engine.step() == []
 
 
 def test_a_prompt_that_fits_runs_to_the_end_of_the_context(tiny_engine) -> None:

@@ -427,15 +427,16 @@ class VllmEngine(Engine):
 
     def abort(self) -> list[str]:
         """Abort every request in flight (by the ids given to `add_request`)."""
-        ids = list(self._pending) + [c.id for c in self._refused]
+        refused = [c.id for c in self._refused]  # never in vLLM's loop
         self._refused.clear()
+        ids = list(self._pending)
         parts = [part for scoring in self._scoring.values() for part in scoring.parts]
         generating = [rid for rid in ids if rid not in self._scoring]
         if self._llm is not None and ids:
             self._llm.llm_engine.abort_request(generating + parts)
         self._pending.clear()
         self._scoring.clear()
-        return ids
+        return ids + refused
 
     def _submit(self, request: Request) -> Refusal | None:
         """Add the request to vLLM's loop, or say why it cannot run: a prompt that leaves no
