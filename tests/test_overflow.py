@@ -352,3 +352,15 @@ def test_a_refused_multiple_choice_sample_extracts_nothing_and_scores_0(tmp_path
         )
         assert record["extracted"] == [None] and "option_logprobs" not in record
         assert record["scores"] and set(record["scores"].values()) == {0.0}
+
+
+def test_the_python_api_shows_the_refusal(tmp_path: Path) -> None:
+    import evalpipe
+
+    result = evalpipe.evaluate(
+        preset="tiny_random", tasks=[str(TASK)], out=tmp_path / "run", backend="fake"
+    )
+    assert result.status == "complete"
+    assert result.tasks["long_question"].refused == {"context_overflow": 1}
+    refused = {r.sample_id: r.refusal for r in result.samples() if r.refusal is not None}
+    assert list(refused) == ["1"] and refused["1"].limit == 1024
