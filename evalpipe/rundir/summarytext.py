@@ -36,11 +36,11 @@ def format_summary(summary: Summary) -> str:
         f"{table}\n\n{summary.n_done}/{summary.n_total} samples ({status}); "
         f"{work}; load {t.load_s:.1f} s, wall {t.wall_s:.1f} s"
         + _occupancy_line(summary.occupancy)
-        + refused_line(summary)
+        + _refused_line(summary)
     )
 
 
-def refused_line(summary: Summary) -> str:
+def _refused_line(summary: Summary) -> str:
     """'refused (scored 0): mytask 1 context_overflow'; empty when nothing was refused."""
     parts = [
         f"{name} {count} {reason}"
