@@ -364,3 +364,19 @@ def test_the_python_api_shows_the_refusal(tmp_path: Path) -> None:
     assert result.tasks["long_question"].refused == {"context_overflow": 1}
     refused = {r.sample_id: r.refusal for r in result.samples() if r.refusal is not None}
     assert list(refused) == ["1"] and refused["1"].limit == 1024
+
+
+def test_the_fake_engine_refuses_by_words_but_answers_lm_evals_prompts_whole() -> None:
+    from evalpipe.records.prompt import Rendered
+    from evalpipe.records.request import Request
+    from evalpipe.records.sampling import SamplingSettings
+
+    engine = FakeEngine(preset(), EngineSettings(max_model_len=5))
+    settings = SamplingSettings(max_tokens=4)
+    fits, long, rendered = engine.run([
+        Request(id="fits", prompt="one two three four", sampling=settings),
+        Request(id="long", prompt="one two three four five", sampling=settings),
+        Request(id="rendered", prompt=Rendered("one two three four five"), sampling=settings),
+    ])  # fmt: skip
+    assert fits.refusal is None and rendered.refusal is None and rendered.generation is not None
+    assert long.refusal == overflow(5, 5)
