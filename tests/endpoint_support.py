@@ -5,7 +5,8 @@ Faults: "429" (with Retry-After), "400" (a field the server refuses), "500", "ti
 only after `hang_s`), "truncated" (a body shorter than its Content-Length, then the connection
 closes), "drop" (the connection closes without an answer), "garbage" (HTTP 200 with a body that
 is not JSON). `down = True`
-answers 503 to every request until set back.
+answers 503 to every request until set back. With `context_words`, a prompt of more words than
+that is refused as vLLM's server refuses a prompt longer than its context (HTTP 400).
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class FaultServer:
         echo_logprobs: bool = True,
         script: dict[str, str] | None = None,
         reasoning_field: str | None = None,
+        context_words: int | None = None,
     ) -> None:
         self.model = model
+        self.context_words = context_words
         self.faults = deque(faults)
         self.retry_after = retry_after
         self.hang_s = hang_s
@@ -175,7 +178,8 @@ class FaultServer:
                     )
                     return
                 key = prompt_key(body)
-                fault = server._next_fault()
+                words = server.context_words
+                fault = "context" if words and len(key.split()) > words else server._next_fault()
                 with server._lock:
                     server.bodies.append(body)
                     server.outcomes[fault] += 1
@@ -194,6 +198,13 @@ class FaultServer:
                     self._send(429, {"error": {"message": "Too Many Requests"}}, headers)
                 elif fault == "400":
                     self._send(400, {"error": {"message": "Unrecognized request argument: top_k"}})
+                elif fault == "context":
+                    message = (
+                        f"This model's maximum context length is {server.context_words} tokens. "
+                        f"However, your prompt contains {len(key.split())} input tokens, which "
+                        "exceeds this limit even without any output tokens."
+                    )
+                    self._send(400, {"error": {"message": message, "type": "BadRequestError"}})
                 elif fault == "500":
                     self._send(500, {"error": {"message": "Internal Server Error"}})
                 elif fault == "drop":

@@ -146,6 +146,23 @@ def test_multiple_choice_by_logprobs_equals_the_in_process_engine(
         assert record["prompt_tokens"] == expected[0].prompt_tokens
 
 
+def test_a_prompt_longer_than_the_servers_context_fails_that_sample_only(
+    server: str, tmp_path: Path
+):
+    """vLLM's server answers the 3,000-word question (tests/fixtures/overflow) with HTTP 400;
+    the run completes with that sample recorded as a context overflow."""
+    task = Path(__file__).parent / "fixtures" / "overflow" / "long_question.yaml"
+    records = {
+        r["sample_id"]: r for r in endpoint_run(server, tmp_path / "run", "--tasks", str(task))
+    }
+    refusal = records["1"]["refusal"]
+    assert refusal["reason"] == "context_overflow" and refusal["limit"] == 1024
+    assert refusal["detail"].startswith("HTTP 400: ")
+    # The server counted characters only: the tokens are counted with the preset's tokenizer.
+    assert refusal["prompt_tokens"] > 3000
+    assert all("refusal" not in records[i] and records[i]["completions"][0] for i in ("0", "2"))
+
+
 def test_a_wrong_model_name_lists_what_the_server_serves(
     server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):

@@ -267,7 +267,8 @@ def test_a_bf16_checkpoint_quantized_to_fp8_on_load_is_no_size_warning(
         "check", "--preset", str(preset), "--cluster", str(site(tmp_path)), cwd=tmp_path
     )
     assert rc == 0, err
-    assert "warning:" not in out and "(0 warning(s))" in out
+    # (tiny_random's tokenizer makes HumanEval's longest prompt too long: a context warning)
+    assert "warning: [size]" not in out and "is ready in" in out
 
 
 def test_the_fake_backend_loads_no_weights_so_only_data_is_checked(tmp_path: Path) -> None:

@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     shown = tables.leaderboard(table, scores, args.by) + tables.predictions(table)
     shown += tables.occupancy(table) + tables.cut_offs(table, runset.cut_offs)
+    shown += tables.refusals(table, runset.refusals)
     shown += judges
     if comparison is not None:
         shown += tables.comparison(comparison, args.alpha)

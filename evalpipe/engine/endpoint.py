@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import queue
@@ -27,18 +28,23 @@ from typing import Any, TypeVar
 from evalpipe.catalog import weights
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
-from evalpipe.engine import rendering
+from evalpipe.engine import contextfit, rendering
 from evalpipe.engine.http import HttpStatusError, RetryPolicy, Tally, request_json
 from evalpipe.engine.protocol import Engine, EngineSettings
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
 from evalpipe.records.device import REMOTE_DEVICE
 from evalpipe.records.prompt import Prompt, messages
 from evalpipe.records.reasoning import joined
+from evalpipe.records.refusal import Refusal
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# The statuses with which a server refuses one request for what it asks (an over-long prompt
+# above all: vLLM answers 400): that sample fails, the run goes on.
+REQUEST_REFUSED = (400, 413, 422)
 
 # Seconds `step` waits for a finished request before it returns empty-handed, so the runner
 # looks at its stop flag at least this often.
@@ -309,13 +315,21 @@ class EndpointEngine(Engine):
             body = {"prompt": self._render(request.prompt)[1]}
         else:
             body = {"prompt": rendering.plain_text(request.prompt, preset=self.preset.name)}
-        return self._generate(request.id, body, request.sampling)
+        return self._generate(request.id, body, request.sampling, request.prompt)
 
     async def _generate(
-        self, rid: str, body: dict[str, Any], settings: SamplingSettings
+        self, rid: str, body: dict[str, Any], settings: SamplingSettings, prompt: Prompt
     ) -> Completion:
         path = "/chat/completions" if self.api == "chat" else "/completions"
-        data = await self._request("POST", path, body | sampling_fields(settings))
+        try:
+            data = await self._request("POST", path, body | sampling_fields(settings))
+        except HttpStatusError as exc:
+            if exc.status not in REQUEST_REFUSED:
+                raise
+            refusal = contextfit.refusal_of(f"HTTP {exc.status}: {exc.detail}")
+            if refusal.reason == "context_overflow" and refusal.prompt_tokens is None:
+                refusal = dataclasses.replace(refusal, prompt_tokens=self._count(prompt))
+            return Completion(id=rid, refusal=refusal)
         choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
         if len(choices) != settings.n:
             raise EngineError(
@@ -349,7 +363,10 @@ class EndpointEngine(Engine):
         return joined(reasoning, answer, self.preset.reasoning_parser)
 
     async def _score(self, rid: str, encoded: list[tuple[list[int], int]]) -> Completion:
-        scored = await asyncio.gather(*(self._option(ids, start) for ids, start in encoded))
+        try:
+            scored = await asyncio.gather(*(self._option(ids, start) for ids, start in encoded))
+        except _Overflow as exc:
+            return Completion(id=rid, refusal=exc.refusal)
         return Completion(id=rid, loglikelihoods=tuple(scored))
 
     async def _option(self, ids: list[int], start: int) -> Loglikelihood:
@@ -365,6 +382,9 @@ class EndpointEngine(Engine):
         try:
             data = await self._request("POST", "/completions", body)
         except HttpStatusError as exc:
+            refusal = contextfit.refusal_of(f"HTTP {exc.status}: {exc.detail}")
+            if exc.status in REQUEST_REFUSED and refusal.reason == "context_overflow":
+                raise _Overflow(refusal) from None
             raise EngineError(
                 f"{self.base_url} refused a log-probability request (HTTP {exc.status}: "
                 f"{exc.detail}). Multiple choice by log-probabilities needs the completions "
@@ -410,6 +430,14 @@ class EndpointEngine(Engine):
             template_kwargs=self.preset.chat_template_kwargs,
         )
 
+    def _count(self, prompt: Prompt) -> int | None:
+        """The prompt's tokens with the preset's tokenizer, for a refusal whose server counted
+        characters only; None where the tokenizer cannot be had here."""
+        try:
+            return len(self._render(prompt)[1])
+        except EvalpipeError:
+            return None
+
     def _tokenizer_here(self) -> Any:
         if self._tokenizer is None:
             source = weights.model_source(self.preset)
@@ -430,6 +458,14 @@ class EndpointEngine(Engine):
                     "tokenizer files) available, or use --mc-method generate."
                 ) from None
         return self._tokenizer
+
+
+class _Overflow(Exception):
+    """An option's scoring request outgrew the server's context: its sample fails."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.detail)
+        self.refusal = refusal
 
 
 async def _settled(work: Coroutine[Any, Any, Completion]) -> Completion | Exception:

@@ -18,7 +18,8 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.protocol import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
-from evalpipe.records.prompt import Prompt
+from evalpipe.records.prompt import Prompt, Rendered
+from evalpipe.records.refusal import overflow
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 
@@ -59,7 +60,9 @@ class FakeEngine(Engine):
     resumed run asked for; `sampling` holds the distinct settings it generated with.
     `kv_tokens` is the KV cache `room` reports (what
     admission checks the longest samples against; the fake engine holds no cache and preempts
-    nothing).
+    nothing). A prompt of as many words as the context (`settings.max_model_len`, else the
+    preset's) is refused as vLLM refuses it, except one lm-eval rendered (`Rendered`: lm-eval
+    cuts it to fit, engine/contextfit.py), which is answered whole.
     """
 
     backend = "fake"
@@ -167,6 +170,10 @@ class FakeEngine(Engine):
 
     def _answer(self, request: Request) -> Completion:
         text = prompt_text(request.prompt)
+        limit = self.settings.max_model_len or self.preset.max_model_len
+        refusal = overflow(len(text.split()), limit)
+        if refusal is not None and not isinstance(request.prompt, Rendered):
+            return Completion(id=request.id, refusal=refusal)
         self.served.append(text)
         if request.sampling is None:
             return Completion(

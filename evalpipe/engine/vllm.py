@@ -24,7 +24,7 @@ from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core import provenance
 from evalpipe.core.configio import suggest
 from evalpipe.core.errors import ConfigError, EngineError, EvalpipeError, MissingDependencyError
-from evalpipe.engine import rendering
+from evalpipe.engine import contextfit, rendering
 from evalpipe.engine.fallback import (
     Context,
     Ladder,
@@ -34,7 +34,8 @@ from evalpipe.engine.fallback import (
 )
 from evalpipe.engine.protocol import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
-from evalpipe.records.prompt import Prompt
+from evalpipe.records.prompt import Prompt, Rendered
+from evalpipe.records.refusal import Refusal, overflow
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 
@@ -282,6 +283,7 @@ class VllmEngine(Engine):
         self._llm: Any = None
         self._pending: dict[str, Request] = {}  # admitted, not yet returned
         self._scoring: dict[str, _Scoring] = {}  # option-scoring requests' parts in flight
+        self._refused: list[Completion] = []  # refused at admission, returned by the next step
         self._sampling = SeenSampling()
         self._busy = 0  # sequences in the last step
         self._preempted = 0  # sequences the last step preempted
@@ -363,14 +365,18 @@ class VllmEngine(Engine):
         for request in requests:
             if request.id in self._pending:
                 raise EngineError(f"Request id {request.id!r} is already in flight.")
-            self._submit(request)  # a request vLLM refuses is not left pending
-            self._pending[request.id] = request
+            refusal = self._submit(request)  # a request vLLM refuses is not left pending
+            if refusal is None:
+                self._pending[request.id] = request
+            else:  # that sample fails, not the run
+                self._refused.append(Completion(id=request.id, refusal=refusal))
 
     def step(self) -> list[Completion]:
         """One step of vLLM's engine loop; on a memory failure step down the ladder, rebuild
-        and admit everything in flight again."""
+        and admit everything in flight again. Requests refused at admission come back first."""
+        refused, self._refused = self._refused, []
         if not self._pending:
-            return []
+            return refused
         scheduler = self._scheduler()
         # Only a running sequence can be preempted; vLLM counts it on the request itself.
         running = list(scheduler.running) if scheduler is not None else []
@@ -383,8 +389,8 @@ class VllmEngine(Engine):
         except Exception as exc:
             self._ladder.recover(exc, "generate")  # raises EngineError when out of steps
             self._rebuild()
-            return []
-        done = []
+            return refused
+        done = refused
         for out in outputs:
             if out.finished:
                 completion = self._finish(out)
@@ -417,10 +423,12 @@ class VllmEngine(Engine):
         )
 
     def in_flight(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._refused)
 
     def abort(self) -> list[str]:
         """Abort every request in flight (by the ids given to `add_request`)."""
+        refused = [c.id for c in self._refused]  # never in vLLM's loop
+        self._refused.clear()
         ids = list(self._pending)
         parts = [part for scoring in self._scoring.values() for part in scoring.parts]
         generating = [rid for rid in ids if rid not in self._scoring]
@@ -428,32 +436,55 @@ class VllmEngine(Engine):
             self._llm.llm_engine.abort_request(generating + parts)
         self._pending.clear()
         self._scoring.clear()
-        return ids
+        return ids + refused
 
-    def _submit(self, request: Request) -> None:
+    def _submit(self, request: Request) -> Refusal | None:
+        """Add the request to vLLM's loop, or say why it cannot run: a prompt that leaves no
+        room in the context is refused here (counted with evalpipe's own rendering), and so is
+        one vLLM's validation rejects."""
         from vllm.inputs import TokensPrompt
 
         engine = self._open_llm().llm_engine
         if request.sampling is not None:
             _, ids = self._render(request.prompt)
+            limit = self._context()
+            if isinstance(request.prompt, Rendered):
+                ids = contextfit.lmeval_generation_ids(ids, limit, request.sampling.max_tokens)
+            refusal = overflow(len(ids), limit)
+            if refusal is not None:
+                return refusal
             params = _params(request.sampling, top_logprobs=request.top_logprobs)
-            engine.add_request(request.id, TokensPrompt(prompt_token_ids=ids), params)
+            try:
+                engine.add_request(request.id, TokensPrompt(prompt_token_ids=ids), params)
+            except _validation_error() as exc:
+                return contextfit.refusal_of(str(exc))
             self._sampling.add(_described(params))
-            return
+            return None
         scoring = self._score_parts(request)
+        if isinstance(scoring, Refusal):
+            return scoring
         added = []
         try:
             for part, (ids, params) in scoring.requests.items():
                 engine.add_request(part, TokensPrompt(prompt_token_ids=ids), params)
                 added.append(part)
-        except Exception:
+        except Exception as exc:
             if added:
                 engine.abort_request(added)
+            if isinstance(exc, _validation_error()):
+                return contextfit.refusal_of(str(exc))
             raise
         self._scoring[request.id] = scoring
+        return None
 
-    def _score_parts(self, request: Request) -> _Scoring:
-        """The vLLM requests that score a request's continuations.
+    def _context(self) -> int:
+        """The loaded engine's context in tokens (prompt and completion together)."""
+        return int(self._open_llm().llm_engine.vllm_config.model_config.max_model_len)
+
+    def _score_parts(self, request: Request) -> _Scoring | Refusal:
+        """The vLLM requests that score a request's continuations (in the engine's context: a
+        rendered lm-eval prompt is cut as lm-eval cuts it, any other that does not fit is
+        refused).
 
         The context is tokenised alone and with each continuation; the continuation's tokens
         are those past the longest common prefix (a merge across the boundary, e.g. ":" + " A",
@@ -474,6 +505,20 @@ class VllmEngine(Engine):
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
         )
+        limit = self._context()
+        if isinstance(request.prompt, Rendered):
+            encoded = [contextfit.lmeval_scoring_pair(ids, start, limit) for ids, start in encoded]
+        for ids, start in encoded:
+            refusal = overflow(len(ids), limit)
+            if start < 1:  # cut into the continuation itself: nothing left to condition on
+                refusal = Refusal(
+                    reason="context_overflow",
+                    prompt_tokens=len(ids) - start,
+                    limit=limit,
+                    detail="the continuation alone fills the context",
+                )
+            if refusal is not None:
+                return refusal
         stepwise = _reads_chosen_logprobs()
         scoring = _Scoring(encoded=encoded)
         wanted: dict[tuple[int, ...], set[int]] = {}  # prefix → the tokens read after it
@@ -602,6 +647,7 @@ class VllmEngine(Engine):
         global _UNRELEASED
         self._pending.clear()
         self._scoring.clear()
+        self._refused.clear()
         if self._llm is None:
             return
         _LIVE.discard(self)
@@ -623,6 +669,17 @@ PART = "\0"
 STEP_TOKENS = 2
 # vLLM's bound on one request's logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS).
 MAX_STEP_TOKENS = 128
+
+
+@functools.cache
+def _validation_error() -> type[Exception]:
+    """What vLLM raises for a request it refuses to run (VLLMValidationError where this vLLM
+    has it; ValueError before)."""
+    try:
+        from vllm.exceptions import VLLMValidationError
+    except ImportError:
+        return ValueError
+    return VLLMValidationError
 
 
 @functools.cache

@@ -366,6 +366,7 @@ def estimate(
         )
     if how.power_w is not None and not how.power_measured:
         notes.append("energy at the GPUs' board power (no measured run): an upper bound")
+    notes += [t.long_prompt.line() for t in tasks if t.long_prompt is not None]
     source = "calibrated on " + "; ".join(how.calibrated_on) if how.calibrated else how.rates.basis
     return Estimate(
         preset=preset.name,

@@ -110,7 +110,15 @@ def predictor(
     jobs = load_history([p for p in results if p.is_dir()], load_gpus())
     counter = token_counter(preset)
     work = tuple(
-        task_work(t, preset, limit=selection.limit, history=jobs, counter=counter) for t in tasks
+        task_work(
+            t,
+            preset,
+            limit=selection.limit,
+            history=jobs,
+            counter=counter,
+            context=plan.max_model_len,
+        )
+        for t in tasks
     )
     how = basis(
         preset,

@@ -19,6 +19,7 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
+from evalpipe.estimate.longprompts import LongPrompt, longest_prompt, prompt_bytes
 from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.configured import ConfiguredTask
@@ -56,6 +57,8 @@ class TaskWork:
     max_tokens: int
     score_s: Span  # per sample
     sources: tuple[str, ...]  # how the figures above were obtained
+    # The longest prompt where it leaves no room for an answer in the context (local data).
+    long_prompt: LongPrompt | None = None
 
     @property
     def ranked(self) -> bool:
@@ -161,8 +164,25 @@ def bytes_to_tokens(prompt_bytes: Span, chat: bool) -> Span:
     return tokens + Span.exact(CHAT_TOKENS if chat else 0)
 
 
-def _prompt_bytes(prompt: Prompt) -> int:
-    return sum(len(m["content"].encode()) for m in messages(prompt))
+def prompt_counter(preset: Preset, counter: TokenCounter | None) -> Callable[[Prompt], int]:
+    """A prompt's tokens for `preset`: tokenised where `counter` is, else from its bytes."""
+    if counter is not None:
+        return lambda prompt: counter.count(prompt, preset.chat)
+    return lambda prompt: round(bytes_to_tokens(Span.exact(prompt_bytes(prompt)), preset.chat).mid)
+
+
+def long_prompt(
+    task: Task, preset: Preset, counter: TokenCounter | None, context: int, limit: int | None
+) -> LongPrompt | None:
+    """`task`'s longest prompt (of its first `limit` samples) where it cannot fit `context`."""
+    return longest_prompt(
+        task.name,
+        task.samples(limit),
+        prompt_counter(preset, counter),
+        context,
+        ceiling=preset.architecture.max_position_embeddings,
+        counted=counter is not None,
+    )
 
 
 def _local_prompts(
@@ -177,7 +197,7 @@ def _local_prompts(
     if counter is not None:
         mean = sum(counter.count(s.prompt, preset.chat) for s in chosen) / len(chosen)
         return len(samples), Span.exact(mean), f"prompts tokenised ({counter.where})"
-    mean_bytes = sum(_prompt_bytes(s.prompt) for s in chosen) / len(chosen)
+    mean_bytes = sum(prompt_bytes(s.prompt) for s in chosen) / len(chosen)
     tokens = bytes_to_tokens(Span.exact(mean_bytes), preset.chat)
     return len(samples), tokens, f"prompt bytes / {BYTES_PER_TOKEN.mid:g} bytes per token"
 
@@ -239,14 +259,19 @@ def task_work(
     limit: int | None,
     history: Sequence[PastJob],
     counter: TokenCounter | None,
+    context: int | None = None,
 ) -> TaskWork:
-    """The work of `task` for `preset` (see the module's docstring for the sources)."""
+    """The work of `task` for `preset` (see the module's docstring for the sources); with
+    `context` (the run's max_model_len), the longest prompt where it does not fit."""
     scope, past = task_lengths(history, task.name, preset.name, family(preset.model))
+    long = None
     # lm-eval's tasks (not ConfiguredTask) hold their loaded data: counted as local ones.
     if isinstance(task, ConfiguredTask) and task.config.source.scheme == "hf":
         samples, prompt, prompt_source = _hub_prompts(task, limit, preset, past)
     else:
         samples, prompt, prompt_source = _local_prompts(task, limit, preset, counter)
+        if context is not None:
+            long = long_prompt(task, preset, counter, context, limit)
     ranked = _ranked(task)
     n = task.sampling.n
     max_tokens = task.sampling.max_tokens
@@ -277,6 +302,7 @@ def task_work(
         max_tokens=max_tokens,
         score_s=score_s,
         sources=(prompt_source, length_source, *([score_source] if score_source else [])),
+        long_prompt=long,
     )
 
 

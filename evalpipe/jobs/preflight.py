@@ -31,7 +31,7 @@ class Finding:
     """One problem: what is missing, where it looked, and the fix, in one message."""
 
     level: Level
-    check: str  # weights, config, shards, size, chat template, dataset
+    check: str  # weights, config, shards, size, chat template, dataset, context
     message: str
 
     def line(self) -> str:
@@ -332,6 +332,33 @@ def check_packages(tasks: Sequence[Any], *, strict: bool = False) -> list[Findin
     ]
 
 
+def check_prompts(
+    preset: Preset, tasks: Sequence[Any], origin: Mapping[str, str], given: int | None = None
+) -> list[Finding]:
+    """A warning for each task (its data on this machine) whose longest prompt leaves no room
+    for an answer in the context the run will have (the preset's, or what the budgets raise it
+    to, or `given`): its samples would be recorded as context_overflow, or cut by lm-eval's
+    rule."""
+    from evalpipe.estimate.workmodel import long_prompt, token_counter
+    from evalpipe.tasks.configured import ConfiguredTask
+    from evalpipe.tasks.kinds import fit
+
+    _, context = fit(preset, tasks, origin, max_tokens=None, given=given)
+    local = [
+        t for t in tasks if not (isinstance(t, ConfiguredTask) and t.config.source.scheme == "hf")
+    ]
+    counter = token_counter(preset) if local else None
+    found = []
+    for task in local:
+        try:
+            long = long_prompt(task, preset, counter, context.max_model_len, None)
+        except EvalpipeError:  # its data cannot be read: the dataset check says why
+            continue
+        if long is not None:
+            found.append(Finding(level="warning", check="context", message=long.line()))
+    return found
+
+
 # -- all of it ------------------------------------------------------------------------------------
 
 
@@ -345,8 +372,10 @@ def check(
     backend: str = "vllm",
     allow_unsafe_code: bool = False,
     strict_versions: bool = False,
+    max_model_len: int | None = None,
 ) -> Report:
-    """Every check for `preset` on `cluster` with the chosen tasks; nothing raised."""
+    """Every check for `preset` on `cluster` with the chosen tasks; nothing raised.
+    `max_model_len`: the job's context where it is planned (None: as the run fits it)."""
     site = Site.of(cluster, environ)
     findings: list[Finding] = []
     folder = None
@@ -364,11 +393,15 @@ def check(
         given = LoadOptions(
             categories=tuple(categories or ()) or None, allow_unsafe_code=allow_unsafe_code
         )
-        loaded, _ = load_refs(tasks, given)
+        loaded, origin = load_refs(tasks, given)
         chosen = [task for task in loaded.tasks if task.name not in loaded.gradings]
     except EvalpipeError as exc:
         findings.append(Finding(level="error", check="dataset", message=str(exc)))
     else:
         findings += check_packages(loaded.tasks, strict=strict_versions)
         findings += check_datasets(chosen, site)
+        # The fake engine counts words, not the model's tokens: nothing to warn of there.
+        read = not any(f.level == "error" and f.check == "dataset" for f in findings)
+        if read and backend != "fake":
+            findings += check_prompts(preset, loaded.tasks, origin, max_model_len)
     return Report(findings=tuple(findings), model_dir=str(folder) if folder else None)

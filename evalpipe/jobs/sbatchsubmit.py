@@ -39,6 +39,7 @@ def check(prepared: Prepared) -> preflight.Report:
         backend=spec.options.run.engine.backend,
         allow_unsafe_code=spec.options.run.selection.allow_unsafe_code,
         strict_versions=spec.options.run.runtime.strict_versions,
+        max_model_len=spec.plan.max_model_len,
     )
     report.raise_for_errors()
     return report

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evalpipe.core.errors import EngineError
+from evalpipe.records.refusal import Refusal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,8 +70,10 @@ class Loglikelihood:
 
 @dataclass(frozen=True, kw_only=True)
 class Completion:
-    """A finished request: its generation, or one log-likelihood per continuation in order."""
+    """A finished request: its generation, or one log-likelihood per continuation in order,
+    or the engine's refusal to run it (then neither)."""
 
     id: str
     generation: Generation | None = None
     loglikelihoods: tuple[Loglikelihood, ...] = ()
+    refusal: Refusal | None = None

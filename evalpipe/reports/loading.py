@@ -25,7 +25,7 @@ from evalpipe.reports.readers import METRICS_COLUMNS, read_metrics
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
 from evalpipe.rundir.occupancy import SUMS
-from evalpipe.rundir.samplelog import SampleRecord, read_samples
+from evalpipe.rundir.samplelog import SampleRecord, read_samples, refusal_counts
 from evalpipe.rundir.submission import read_submission
 from evalpipe.rundir.summary import MetricSummary, Summary, read_summary
 
@@ -48,6 +48,8 @@ class RunSet:
     devices: run, shard, host, device, name, peak_memory_gib, mean_util_pct, energy_j.
     cut_offs: run, task, completions, cut_off — per task of a reasoning model's run, its
         completions and those that ended inside their reasoning (scored as unanswered).
+    refusals: run, task, reason, samples, refused — per task with samples the engine refused
+        (a prompt longer than its context, …; scored 0), by reason.
     """
 
     runs: pd.DataFrame
@@ -57,6 +59,7 @@ class RunSet:
     jobs: pd.DataFrame
     devices: pd.DataFrame
     cut_offs: pd.DataFrame
+    refusals: pd.DataFrame
     warnings: tuple[str, ...]
 
 
@@ -184,6 +187,7 @@ _COLUMNS = {
         "run", "shard", "host", "device", "name", "peak_memory_gib", "mean_util_pct", "energy_j",
     ),
     "cut_offs": ("run", "task", "completions", "cut_off"),
+    "refusals": ("run", "task", "reason", "samples", "refused"),
 }  # fmt: skip
 # Declared so that empty frames keep usable types (a boolean mask must stay boolean).
 _DTYPES = {
@@ -202,6 +206,7 @@ _DTYPES = {
     | {name: float for name in SUMS},
     "devices": {"device": str, "peak_memory_gib": float, "energy_j": float},
     "cut_offs": {"completions": int, "cut_off": int},
+    "refusals": {"samples": int, "refused": int},
 }
 
 
@@ -240,6 +245,7 @@ def _load_run(run_dir: Path, tables: dict[str, _Columns], warnings: list[str]) -
             merged[record.key] = record
     _add_samples(tables["samples"], run, merged)
     _add_cut_offs(tables["cut_offs"], run, merged.values())
+    _add_refusals(tables["refusals"], run, merged.values())
 
     task_totals = _task_totals([top], warnings)
     for task, (category, n) in _task_totals(shards, warnings).items():
@@ -329,6 +335,16 @@ def _add_cut_offs(out: _Columns, run: str, records: Iterable[SampleRecord]) -> N
             counts[record.task] = (done + len(record.completions), cut + sum(record.cut_off))
     for task, (completions, cut_off) in counts.items():
         out.add(run=run, task=task, completions=completions, cut_off=cut_off)
+
+
+def _add_refusals(out: _Columns, run: str, records: Iterable[SampleRecord]) -> None:
+    """Per task with refused samples: how many, by reason, of the task's samples."""
+    by_task: dict[str, list[SampleRecord]] = {}
+    for record in records:
+        by_task.setdefault(record.task, []).append(record)
+    for task, done in by_task.items():
+        for reason, refused in refusal_counts(done).items():
+            out.add(run=run, task=task, reason=reason, samples=len(done), refused=refused)
 
 
 def _planned(part: _Part) -> list[tuple[str, str, Any]]:

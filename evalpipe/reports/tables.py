@@ -269,6 +269,38 @@ def cut_offs(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
     ]
 
 
+def refusals(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
+    """Per task, the samples the engine refused (none refused: no table): a score lowered by
+    prompts longer than the context, told from wrong answers."""
+    if counts.empty:
+        return []
+    presets = dict(zip(table["run"], table["preset"], strict=True))
+    names = {r["run"]: _run_name(r) for _, r in table.iterrows()}
+    rows = tuple(
+        (
+            presets.get(r["run"], "?"),
+            names.get(r["run"], r["run"]),
+            r["task"],
+            r["reason"],
+            f"{r['refused']}/{r['samples']}",
+        )
+        for _, r in counts.iterrows()
+    )
+    return [
+        Table(
+            title="Refused by the engine",
+            header=("preset", "run", "task", "reason", "refused / samples"),
+            rows=rows,
+            right=(False, False, False, False, True),
+            notes=(
+                "Samples the engine did not run score 0 (context_overflow: the prompt leaves no "
+                "room for an answer in the context; each sample's record says its token count "
+                "and the limit). A longer --max-model-len, where the model allows it, fits them.",
+            ),
+        )
+    ]
+
+
 def occupancy(table: pd.DataFrame) -> list[Table]:
     """How much of each run's generation the batch spent less than half full (none when no run
     recorded it): the time a run lost to its tail of long completions."""

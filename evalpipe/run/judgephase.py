@@ -335,8 +335,8 @@ def _asks(
 ) -> list[Item]:
     """The judge's items for one answered sample (none when `index` does not judge it), less
     the judgments in `have`, to which they are added: an answer read twice is asked once."""
-    if record.key not in index:
-        return []
+    if record.key not in index or (record.refusal is not None and not record.turns):
+        return []  # not judged here, or refused before any answer: nothing to judge
     judge_task, sample = index[record.key]
     items = []
     for ask in judge_task.grading.asks(sample, record.turns or record.completions[:1]):

@@ -11,10 +11,19 @@ A multi-turn sample goes through the engine once per turn: when turn k comes bac
 is handed to `write_turn` (the per-turn checkpoint) and turn k+1, with the whole history, is
 admitted ahead of new samples, while other samples' turns keep generating. Only the last turn
 is scored and written as the sample's record.
+
+A request the engine refuses (a prompt longer than its context, or any other per-request
+refusal) fails its sample, not the run: the sample is written with the refusal, its
+conversation ends at that turn, and it scores what its task gives an empty answer, every
+score made 0 (a judge's judgment: no verdict). A written sample is finished: resume never asks
+it again. Only a refusal for another reason than the context, before the engine has answered
+any request, fails the run: then it is what every request asks (a setting the server does not
+know), not one sample.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -23,7 +32,7 @@ from dataclasses import dataclass
 
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.protocol import Engine, Slots
-from evalpipe.records.completion import Completion, Generation
+from evalpipe.records.completion import Completion, Generation, Loglikelihood
 from evalpipe.records.request import Request
 from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
@@ -150,6 +159,7 @@ def run_stream(
     scoring: deque[Future[_Scored]] = deque()
     exhausted = False
     counter = 0
+    answered = False  # the engine has answered a request (see _check_refusals)
 
     def deliver(batch: _Scored) -> None:
         for category, seconds in batch.seconds:
@@ -195,6 +205,7 @@ def run_stream(
                 if slots is not None:
                     hooks.occupied(seconds, slots)
                 if done:
+                    answered = answered or _check_refusals(done)
                     finished = [(in_flight.pop(c.id), c) for c in done]
                     finished = _continue(finished, next_turns, write_turn)
                     if finished:
@@ -210,6 +221,21 @@ def run_stream(
     return False
 
 
+def _check_refusals(done: Sequence[Completion]) -> bool:
+    """True once a request is answered (or refused for its length only). Refusals for other
+    reasons before that fail the run: nothing was answered, so the engine refuses what every
+    request asks, not one sample."""
+    if any(c.refusal is None or c.refusal.reason == "context_overflow" for c in done):
+        return True
+    refusal = done[0].refusal
+    detail = refusal.detail if refusal is not None else ""
+    raise EngineError(
+        f"The engine refused the run's first request(s) ({detail}) and has answered none, so "
+        "it refuses what every request asks, not one sample: fix the setting it names (or the "
+        "server's), then rerun the same command to resume."
+    )
+
+
 def _continue(
     finished: list[tuple[Item, Completion]],
     next_turns: deque[Item],
@@ -220,7 +246,7 @@ def _continue(
     last = []
     turns = []
     for item, completion in finished:
-        if item.last_turn:
+        if item.last_turn or completion.refusal is not None:  # a refusal ends the conversation
             last.append((item, completion))
             continue
         generation = _answer(item, completion)
@@ -246,7 +272,8 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
     """On the scoring thread: records for finished samples, scored per task in one batch (code:
     one sandbox pool), and each task's scoring time. Touches nothing the loop's thread owns."""
     by_task: dict[str, list[tuple[Item, Completion, Generation]]] = {}
-    for item, completion in finished:
+    for item, refused in finished:
+        completion = _stand_in(item, refused)
         by_task.setdefault(item.task.name, []).append((item, completion, _answer(item, completion)))
     records = []
     seconds = []
@@ -259,23 +286,27 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
             scores = task.score_many([(item.sample, g.texts) for item, _, g in group])
         seconds.append((task.category, time.monotonic() - t0))
         for (item, completion, generation), scored in zip(group, scores, strict=True):
+            refusal = completion.refusal
             records.append(
                 SampleRecord(
                     task=task.name,
                     category=task.category,
                     sample_id=item.sample.id,
                     prompt=item.sample.prompt,
-                    completions=generation.texts,
-                    extracted=scored.extracted,
-                    scores=scored.scores,
+                    completions=("",) * len(generation.texts) if refusal else generation.texts,
+                    extracted=(None,) * len(scored.extracted) if refusal else scored.extracted,
+                    scores={k: 0.0 for k in scored.scores} if refusal else scored.scores,
                     prompt_tokens=generation.prompt_tokens,
                     completion_tokens=generation.completion_tokens,
-                    option_logprobs=tuple(x.logprob for x in completion.loglikelihoods),
+                    option_logprobs=()
+                    if refusal
+                    else tuple(x.logprob for x in completion.loglikelihoods),
                     shard=shard,
                     reasoning=scored.reasoning,
                     reasoning_tokens=_reasoning_tokens(generation, scored),
                     cut_off=scored.cut_off,
-                    turns=(*item.answers, generation.texts[0]) if item.sample.turns else (),
+                    turns=_turns(item, generation, refused=refusal is not None),
+                    refusal=refusal,
                 )
             )
     return _Scored(records=records, seconds=seconds)
@@ -287,6 +318,36 @@ def _reasoning_tokens(generation: Generation, scored: Scored) -> tuple[int, ...]
         return ()
     parts = zip(generation.completion_tokens, generation.texts, scored.reasoning, strict=True)
     return tuple(reasoning_tokens(n, text, thought) for n, text, thought in parts)
+
+
+def _turns(item: Item, generation: Generation, *, refused: bool) -> tuple[str, ...]:
+    """A multi-turn sample's answers: every turn's, or those before the turn refused."""
+    if not item.sample.turns:
+        return ()
+    return item.answers if refused else (*item.answers, generation.texts[0])
+
+
+def _stand_in(item: Item, completion: Completion) -> Completion:
+    """A refused request's completion as its task scores it (for the names of its scores):
+    empty texts, or every option equally unlikely; it keeps the refusal, and the record shows
+    nothing extracted and every score 0."""
+    refusal = completion.refusal
+    if refusal is None:
+        return completion
+    tokens = refusal.prompt_tokens or 0
+    if item.sample.options:
+        lowest = Loglikelihood(logprob=-sys.float_info.max, tokens=0, prompt_tokens=tokens)
+        return Completion(
+            id=completion.id,
+            loglikelihoods=(lowest,) * len(item.sample.options),
+            refusal=refusal,
+        )
+    n = item.task.sampling.n
+    return Completion(
+        id=completion.id,
+        generation=Generation(texts=("",) * n, prompt_tokens=tokens, completion_tokens=(0,) * n),
+        refusal=refusal,
+    )
 
 
 def _answer(item: Item, completion: Completion) -> Generation:

@@ -25,7 +25,7 @@ from typing import Any
 
 from evalpipe.core.errors import DamagedFileError
 from evalpipe.rundir.layout import RunDir
-from evalpipe.rundir.samplelog import SampleRecord, read_json, write_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json, refusal_counts, write_json
 from evalpipe.tasks.pairwise import (
     BASELINE_FIRST,
     MODEL_FIRST,
@@ -243,6 +243,9 @@ class JudgeSummary:
     out_of_range: int = 0
     # Parse failures of a reasoning judge that stopped inside its reasoning (no verdict given).
     cut_off_in_reasoning: int = 0
+    # Judgments the judge's engine refused (a prompt longer than its context, …), by reason;
+    # counted among the parse failures too (no score).
+    refused: dict[str, int] = field(default_factory=dict)
 
     @property
     def parse_failure_rate(self) -> float | None:
@@ -272,6 +275,7 @@ class JudgeSummary:
             "note": self.note,
             "out_of_range": self.out_of_range,
             "cut_off_in_reasoning": self.cut_off_in_reasoning,
+            **({"refused": dict(self.refused)} if self.refused else {}),
         }
 
     @classmethod
@@ -291,6 +295,7 @@ class JudgeSummary:
             note=data.get("note"),
             out_of_range=int(data.get("out_of_range") or 0),
             cut_off_in_reasoning=int(data.get("cut_off_in_reasoning") or 0),
+            refused=dict(data.get("refused") or {}),
         )
 
 
@@ -321,6 +326,7 @@ def summarize_judgments(
         },
         pairwise=_pairwise(records, judge.gradings),
         published_judge=published_judge,
+        refused=refusal_counts(records),
         note=None
         if comparable
         else f"Scores from judge {judge.name!r} are not comparable to the benchmark's published "
@@ -434,7 +440,9 @@ def format_judge_summary(summary: JudgeSummary) -> str:
     judge = summary.judge
     lines = [
         f"Judge {judge.model!r} ({judge.backend}): {summary.judgments} "
-        f"judgment(s), {summary.parse_failures} without a readable score" + _reliability(summary),
+        f"judgment(s), {summary.parse_failures} without a readable score"
+        + "".join(f", {n} refused ({reason})" for reason, n in summary.refused.items())
+        + _reliability(summary),
         f"  overall  {score(summary.overall)}",
     ]
     lines += [f"  {t:<24} {score(v.mean)}  (n={v.n})" for t, v in summary.tasks.items()]

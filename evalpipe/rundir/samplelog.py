@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import DamagedFileError, RunDirError, StorageError
 from evalpipe.records.prompt import Prompt
+from evalpipe.records.refusal import Refusal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,13 +49,16 @@ class SampleRecord:
     cut_off: tuple[bool, ...] = ()
     # Multi-turn samples: the answer to each turn in order (the last one is `completions[0]`).
     turns: tuple[str, ...] = ()
+    # Why the engine did not answer (a prompt longer than its context, …); None: it answered.
+    # A refused sample is finished: its scores are 0 and resume does not ask it again.
+    refusal: Refusal | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.task, self.sample_id)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "task": self.task,
             "category": self.category,
             "sample_id": self.sample_id,
@@ -75,6 +80,9 @@ class SampleRecord:
             )
             if value
         }
+        if self.refusal is not None:
+            data["refusal"] = self.refusal.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> SampleRecord:
@@ -103,9 +111,16 @@ class SampleRecord:
                 reasoning_tokens=tuple(map(int, x)) if (x := get("reasoning_tokens")) else (),
                 cut_off=tuple(map(bool, x)) if (x := get("cut_off")) else (),
                 turns=tuple(map(str, x)) if (x := get("turns")) else (),
+                refusal=Refusal.from_dict(x) if (x := get("refusal")) else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc
+
+
+def refusal_counts(records: Sequence[SampleRecord]) -> dict[str, int]:
+    """How many of `records` the engine refused, by reason (none refused: empty)."""
+    counts = Counter(r.refusal.reason for r in records if r.refusal is not None)
+    return dict(sorted(counts.items()))
 
 
 def _encode(record: SampleRecord) -> bytes:

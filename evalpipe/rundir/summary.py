@@ -21,7 +21,7 @@ from evalpipe.rundir.aggregation import by_metric, metric_stats, pooled_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
 from evalpipe.rundir.occupancy import Occupancy, OccupancySummary
-from evalpipe.rundir.samplelog import SampleRecord, read_json, write_json
+from evalpipe.rundir.samplelog import SampleRecord, read_json, refusal_counts, write_json
 from evalpipe.rundir.timings import Timings
 
 
@@ -99,18 +99,23 @@ class TaskSummary:
     # inside their reasoning (scored as unanswered).
     reasoning_tokens: int | None = None
     cut_off_in_reasoning: int | None = None
+    # Samples the engine refused (scored 0, counted in n), by reason (context_overflow, …).
+    refused: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         reasoning = {
             "reasoning_tokens": self.reasoning_tokens,
             "cut_off_in_reasoning": self.cut_off_in_reasoning,
         }
-        return {
+        data: dict[str, Any] = {
             "category": self.category,
             "n": self.n,
             "n_total": self.n_total,
             "metrics": {m: v.to_dict() for m, v in self.metrics.items()},
         } | {k: v for k, v in reasoning.items() if v is not None}
+        if self.refused:
+            data["refused"] = dict(self.refused)
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> TaskSummary:
@@ -124,6 +129,9 @@ class TaskSummary:
             },
             reasoning_tokens=_int(data.get("reasoning_tokens")),
             cut_off_in_reasoning=_int(data.get("cut_off_in_reasoning")),
+            refused={
+                str(k): v for k, v in _object(data.get("refused")).items() if _int(v) is not None
+            },
         )
 
 
@@ -279,6 +287,7 @@ def summarize(
             n_total=p.n_total,
             metrics=metrics,
             **_reasoning(by_task[p.name]),
+            refused=refusal_counts(by_task[p.name]),
         )
         cat_pooled = pooled.setdefault(p.category, {})
         cat_means = task_means.setdefault(p.category, {})

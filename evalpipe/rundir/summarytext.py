@@ -34,8 +34,20 @@ def format_summary(summary: Summary) -> str:
     status = "complete" if summary.complete else "INCOMPLETE"
     return (
         f"{table}\n\n{summary.n_done}/{summary.n_total} samples ({status}); "
-        f"{work}; load {t.load_s:.1f} s, wall {t.wall_s:.1f} s" + _occupancy_line(summary.occupancy)
+        f"{work}; load {t.load_s:.1f} s, wall {t.wall_s:.1f} s"
+        + _occupancy_line(summary.occupancy)
+        + _refused_line(summary)
     )
+
+
+def _refused_line(summary: Summary) -> str:
+    """'refused (scored 0): mytask 1 context_overflow'; empty when nothing was refused."""
+    parts = [
+        f"{name} {count} {reason}"
+        for name, task in summary.tasks.items()
+        for reason, count in task.refused.items()
+    ]
+    return f"\nrefused by the engine (scored 0): {', '.join(parts)}" if parts else ""
 
 
 def _occupancy_line(occupancy: OccupancySummary | None) -> str:
