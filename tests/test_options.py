@@ -60,6 +60,8 @@ EVERY_RUNNER_OPTION = RunnerOptions(
     runtime=RuntimeOptions(
         stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
         monitor_interval=0.25,
+        strict_versions=True,
+        sandbox="weak",
         shard=Shard(index=1, count=3),
     ),
     judge=JudgeOptions(
@@ -92,7 +94,9 @@ EVERY_JOB_OPTION = JobOptions(
             until="2025-05-01",
             allow_unsafe_code=True,
         ),
-        runtime=RuntimeOptions(stall_timeout=600, monitor_interval=2),
+        runtime=RuntimeOptions(
+            stall_timeout=600, monitor_interval=2, strict_versions=True, sandbox="weak"
+        ),
         judge=JudgeOptions(
             preset="smollm2_135m",
             endpoint=EndpointOptions(

@@ -221,7 +221,11 @@ def test_submit_refuses_an_unprepared_model_before_sbatch_then_accepts_it_prepar
     accepted = evalpipe(*args, "--out", "accepted", cwd=tmp_path, env=env)
     assert accepted.returncode == 0, accepted.stderr
     record = json.loads((tmp_path / "accepted" / "submission.json").read_text())
-    assert record["preflight"] == {"checked": True, "warnings": []}
+    # The one warning: HumanEval/129 is longer than tiny_random's 1,024-token context.
+    assert record["preflight"]["checked"] is True
+    (warning,) = record["preflight"]["warnings"]
+    assert warning.startswith("task humaneval: its longest prompt (sample 'HumanEval/129'")
+    assert "context_overflow" in warning
     subprocess.run(["scancel", record["job_id"]], check=False)  # only the flow is under test
 
 
