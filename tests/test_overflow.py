@@ -126,6 +126,11 @@ def test_a_long_prompt_is_recorded_scored_0_counted_and_not_asked_again(
     report = capsys.readouterr().out
     assert "## Refused by the engine" in report
     assert "| long_question | context_overflow | 1/3 |" in report
+    from evalpipe.rundir.summary import Summary
+    from evalpipe.rundir.tracked import tracked_metrics
+
+    tracked = tracked_metrics(Summary.from_dict(summary))
+    assert tracked["task/long_question/refused/context_overflow"] == 1.0
 
     # A resume owes nothing: the refused sample is finished.
     engine = FakeEngine(preset(), EngineSettings())
@@ -226,7 +231,7 @@ def test_the_summary_and_its_table_show_the_refusals() -> None:
 
 
 def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """MT-Bench from a data folder, answered on tiny_random (its context raised to 2,048 tokens
     for MT-Bench's budgets) and judged by a preset of 200 tokens, both on the fake engine (a
@@ -285,6 +290,14 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
 
     printed = format_judge_summary(JudgeSummary.from_dict(summary))
     assert "without a readable score, 2 refused (context_overflow)" in printed
+    from evalpipe.rundir.tracked import judge_metrics
+
+    tracked = judge_metrics({folder.name: JudgeSummary.from_dict(summary)})
+    assert tracked[f"judge/{folder.name[:8]}/refused/context_overflow"] == 2.0
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0
+    judges = capsys.readouterr().out.split("## Judges", 1)[1]
+    assert ", 2 context_overflow |" in judges
 
 
 def test_check_warns_of_a_task_whose_longest_prompt_cannot_fit(tmp_path: Path) -> None:

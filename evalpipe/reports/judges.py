@@ -40,7 +40,8 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
                     who,
                     str(n),
                     (f"{failed} ({rate:.0%})" if rate is not None else str(failed))
-                    + (f", {cut} cut off" if cut else ""),
+                    + (f", {cut} cut off" if cut else "")
+                    + "".join(f", {k} {reason}" for reason, k in summary.refused.items()),
                     DASH if summary.overall is None else f"{summary.overall:.2f}",
                     str(summary.out_of_range),
                     " ".join(

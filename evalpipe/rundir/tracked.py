@@ -77,8 +77,9 @@ def _stats(prefix: str, stats: MetricSummary) -> dict[str, float]:
 def judge_metrics(judges: Mapping[str, JudgeSummary]) -> dict[str, float]:
     """Each judge's figures (its summary.json, by fingerprint): judgments, parse failures and
     their rate, the overall and per-task means, ratings out of range, judgments cut off inside
-    the judge's reasoning, how many judgments gave each score, and per
-    pairwise task its score, interval, win rate and position inconsistency."""
+    the judge's reasoning, judgments the judge's engine refused by reason, how many judgments
+    gave each score, and per pairwise task its score, interval, win rate and position
+    inconsistency."""
     out: dict[str, float] = {}
     for fingerprint, summary in judges.items():
         prefix = name("judge", fingerprint[:8])
@@ -92,6 +93,8 @@ def judge_metrics(judges: Mapping[str, JudgeSummary]) -> dict[str, float]:
         }
         for task, info in summary.tasks.items():
             figures[name(prefix, "task", task, "mean")] = info.mean
+        for reason, count in summary.refused.items():
+            figures[name(prefix, "refused", reason)] = count
         for score, count in summary.distribution.items():
             figures[name(prefix, "score", score)] = count
         for task, pair in summary.pairwise.items():
@@ -116,11 +119,14 @@ def judge_params(judges: Mapping[str, JudgeDefinition]) -> dict[str, str]:
 
 def tracked_metrics(summary: Summary) -> dict[str, float]:
     """The run's figures: each task's and category's (pooled) metrics with stderr, interval
-    and n; samples done; throughput; cost (wall, GPU-hours, energy) and each device's."""
+    and n, and its samples the engine refused by reason; samples done; throughput; cost (wall,
+    GPU-hours, energy) and each device's."""
     out: dict[str, float] = {}
     for task, info in summary.tasks.items():
         for metric, stats in info.metrics.items():
             out |= _stats(name("task", task, metric), stats)
+        for reason, count in info.refused.items():
+            out[name("task", task, "refused", reason)] = float(count)
     for category, figures in summary.categories.items():
         for metric, stats in figures.micro.items():
             out |= _stats(name("category", category, metric), stats)
