@@ -11,6 +11,7 @@ from evalpipe.catalog.configpath import names, resolve
 from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.redact import looks_like_key, redact_url
+from evalpipe.records.reasoning import REASONING_PARSERS
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 Quantization = Literal["none", "fp8", "awq", "gptq", "bitsandbytes", "mxfp4"]
@@ -183,8 +184,6 @@ class Endpoint:
 # Whose sampling settings a task runs with: the task file's, or the model's
 # generation_config.json (evalpipe/tasks/generation.py; docs/tasks.md).
 GENERATION_CONFIG_RULES = ("task", "model")
-# How a model's completions separate reasoning from the answer (evalpipe/tasks/reasoning.py).
-REASONING_PARSERS = ("qwen3", "deepseek_r1", "gpt_oss")
 
 
 @dataclass(frozen=True, kw_only=True)
