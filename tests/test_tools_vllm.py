@@ -66,3 +66,19 @@ def test_a_tool_parser_that_refuses_the_tokenizer_stops_the_engine_naming_the_pr
     preset = dataclasses.replace(load_preset("tiny_random"), tool_parser="llama3_json")
     with pytest.raises(ConfigError, match="Preset 'tiny_random': tool_parser 'llama3_json'"):
         VllmEngine.open(preset, EngineSettings())
+
+
+def test_hermes_tools_render_keep_special_tokens_and_give_one_record_per_completion(
+    vllm_env: dict[str, str], tiny_random_path: object
+) -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    preset = dataclasses.replace(load_preset("tiny_random"), tool_parser="hermes")
+    engine = VllmEngine.open(preset, EngineSettings())
+    try:
+        [done] = engine.run([Request(id="t", prompt="Call f.", sampling=SAMPLED, tools=(tool,))])
+        described = engine.describe()["sampling"]
+    finally:
+        engine.close()
+    assert len(done.generation.tool_calls) == SAMPLED.n
+    # hermes's adjust_request: the call markers may be special tokens, so none are skipped.
+    assert [s["skip_special_tokens"] for s in described] == [False]
