@@ -58,6 +58,7 @@ class FaultServer:
         script: dict[str, str] | None = None,
         reasoning_field: str | None = None,
         context_words: int | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> None:
         self.model = model
         self.context_words = context_words
@@ -73,6 +74,8 @@ class FaultServer:
         # <think>…</think> goes to this message field; one never closed is cut off (no content,
         # finish_reason "length"). None: the content carries it.
         self.reasoning_field = reasoning_field
+        # The message.tool_calls of every chat answer to a request that offers tools.
+        self.tool_calls = tool_calls
         self.down = False
         self.bodies: list[dict[str, Any]] = []  # every generation/scoring request body
         self.outcomes: Counter[str] = Counter()  # fault name or "ok", per request
@@ -108,6 +111,10 @@ class FaultServer:
         key = prompt_key(body)
         if path.endswith("/chat/completions"):
             choices = [self.chat_choice(i, self.answer_for(key)) for i in range(body.get("n", 1))]
+            if body.get("tools") and self.tool_calls is not None:
+                for choice in choices:
+                    choice["message"] |= {"content": None, "tool_calls": self.tool_calls}
+                    choice["finish_reason"] = "tool_calls"
         elif body.get("echo"):
             ids = body["prompt"]
             logprobs = None

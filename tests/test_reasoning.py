@@ -12,13 +12,13 @@ import pytest
 from evalpipe.catalog.preset import REASONING_PARSERS, load_preset
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
-from evalpipe.records.reasoning import joined
+from evalpipe.records.reasoning import Split, joined, split
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.samplelog import SampleRecord, read_samples
 from evalpipe.rundir.summary import read_summary
 from evalpipe.tasks import load_task, load_tasks
-from evalpipe.tasks.reasoning import Split, reasoning_tokens, split
+from evalpipe.tasks.reasoning import reasoning_tokens
 
 # Shaped as the models write them (Qwen3-32B with thinking on; DeepSeek-R1, whose template
 # opens <think> in the prompt; gpt-oss with special tokens kept and with them skipped). Each

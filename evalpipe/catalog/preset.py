@@ -11,6 +11,7 @@ from evalpipe.catalog.configpath import names, resolve
 from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.redact import looks_like_key, redact_url
+from evalpipe.records.reasoning import REASONING_PARSERS
 
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 Quantization = Literal["none", "fp8", "awq", "gptq", "bitsandbytes", "mxfp4"]
@@ -183,8 +184,6 @@ class Endpoint:
 # Whose sampling settings a task runs with: the task file's, or the model's
 # generation_config.json (evalpipe/tasks/generation.py; docs/tasks.md).
 GENERATION_CONFIG_RULES = ("task", "model")
-# How a model's completions separate reasoning from the answer (evalpipe/tasks/reasoning.py).
-REASONING_PARSERS = ("qwen3", "deepseek_r1", "gpt_oss")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +211,9 @@ class Preset:
     seed: int = 0
     generation_config: str = "task"  # one of GENERATION_CONFIG_RULES; a task may override it
     reasoning_parser: str | None = None  # one of REASONING_PARSERS, for reasoning models
+    # vLLM's tool-call parser for the model (as `vllm serve --tool-call-parser`), which reads the
+    # calls of requests with tools; checked against vLLM's registry when the engine opens.
+    tool_parser: str | None = None
     # Extra keyword arguments for the tokenizer's chat template, e.g. {enable_thinking: false}.
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     endpoint: Endpoint = field(default_factory=Endpoint)  # where `--backend openai` finds it
@@ -226,6 +228,12 @@ class Preset:
             raise ValueError(
                 f"reasoning_parser {self.reasoning_parser!r} is not one of "
                 f"{', '.join(REASONING_PARSERS)}"
+            )
+        if self.tool_parser is not None and (
+            not isinstance(self.tool_parser, str) or not self.tool_parser
+        ):
+            raise ValueError(
+                f"tool_parser must name one of vLLM's tool-call parsers, got {self.tool_parser!r}"
             )
         if not isinstance(self.chat_template_kwargs, dict) or not all(
             isinstance(k, str) for k in self.chat_template_kwargs

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
+import json
 import logging
 import os
 import queue
@@ -38,6 +39,7 @@ from evalpipe.records.reasoning import joined
 from evalpipe.records.refusal import Refusal
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
+from evalpipe.records.tools import ToolCall, ToolCalls
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -88,6 +90,35 @@ def sampling_fields(settings: SamplingSettings) -> dict[str, Any]:
     if settings.temperature > 0:  # as in-process: a per-request seed only when sampling
         fields["seed"] = settings.seed
     return fields
+
+
+def tool_fields(request: Request) -> dict[str, Any]:
+    """A chat request's OpenAI `tools`, `tool_choice` and `response_format` (a json_schema)."""
+    fields: dict[str, Any] = {}
+    if request.tools:
+        fields |= {"tools": list(request.tools), "tool_choice": request.tool_choice}
+    if request.json_schema is not None:
+        fields["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": request.json_schema, "strict": True},
+        }
+    return fields
+
+
+def read_tool_calls(message: dict[str, Any]) -> ToolCalls:
+    """The calls of a chat reply's `message.tool_calls` (the server parsed them); a call
+    without a function name is recorded as unparsed."""
+    calls, unparsed = [], ""
+    for call in message.get("tool_calls") or ():
+        function = (call or {}).get("function") or {}
+        name, arguments = function.get("name"), function.get("arguments")
+        if not isinstance(name, str) or not name:
+            unparsed = f"the server returned a tool call without a function name: {call!r}"
+            continue
+        if not isinstance(arguments, str):  # some servers send an object
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append(ToolCall(name=name, arguments=arguments))
+    return ToolCalls(calls=tuple(calls), content=message.get("content") or "", unparsed=unparsed)
 
 
 def split_tokens(total: int, n: int) -> tuple[int, ...]:
@@ -308,17 +339,33 @@ class EndpointEngine(Engine):
             )
             return self._score(request.id, encoded)
         if self.api == "chat":
-            body: dict[str, Any] = {"messages": messages(request.prompt)}
+            body: dict[str, Any] = {"messages": messages(request.prompt)} | tool_fields(request)
             if self.preset.chat_template_kwargs:
                 body["chat_template_kwargs"] = dict(self.preset.chat_template_kwargs)
+        elif request.tools:
+            raise ConfigError(
+                f"Request {request.id!r} offers tools, which the endpoint engine sends through "
+                f"the chat API only; preset {self.preset.name!r} uses the completions API. "
+                "Set endpoint.api: chat."
+            )
         elif self.preset.chat:  # the completions API continues the template rendered here
             body = {"prompt": self._render(request.prompt)[1]}
         else:
             body = {"prompt": rendering.plain_text(request.prompt, preset=self.preset.name)}
-        return self._generate(request.id, body, request.sampling, request.prompt)
+        if self.api != "chat" and request.json_schema is not None:
+            body["structured_outputs"] = {"json": request.json_schema}  # vLLM's extension
+        return self._generate(
+            request.id, body, request.sampling, request.prompt, tools=bool(request.tools)
+        )
 
     async def _generate(
-        self, rid: str, body: dict[str, Any], settings: SamplingSettings, prompt: Prompt
+        self,
+        rid: str,
+        body: dict[str, Any],
+        settings: SamplingSettings,
+        prompt: Prompt,
+        *,
+        tools: bool = False,
     ) -> Completion:
         path = "/chat/completions" if self.api == "chat" else "/completions"
         try:
@@ -336,8 +383,11 @@ class EndpointEngine(Engine):
                 f"{self.base_url}{path} returned {len(choices)} choice(s) for request {rid!r}; "
                 f"n={settings.n} were asked for."
             )
+        calls: tuple[ToolCalls, ...] = ()
         if self.api == "chat":
             texts = tuple(self._text(c) for c in choices)
+            if tools:
+                calls = tuple(read_tool_calls(c.get("message") or {}) for c in choices)
         else:
             texts = tuple(c.get("text") or "" for c in choices)
         usage = data.get("usage") or {}
@@ -348,6 +398,7 @@ class EndpointEngine(Engine):
                 texts=texts,
                 prompt_tokens=int(usage.get("prompt_tokens") or 0),
                 completion_tokens=split_tokens(generated, len(texts)),
+                tool_calls=calls,
             ),
         )
 

@@ -2,13 +2,17 @@
 
 Used by the tests and by `evalpipe run --backend fake` (pipeline and SLURM checks without vLLM).
 A completion comes from the first `script` entry whose key occurs in the prompt, else from a
-stable hash of the prompt, so reruns, resumes and shards see identical outputs.
+stable hash of the prompt, so reruns, resumes and shards see identical outputs. For a request
+with tools, the calls are read from the completion as hermes writes them (`<tool_call>{"name":
+…, "arguments": …}</tool_call>`), or as JSON under a required or named tool_choice.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,9 +23,11 @@ from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.protocol import Engine, EngineSettings, Room, SeenSampling, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
 from evalpipe.records.prompt import Prompt, Rendered
+from evalpipe.records.reasoning import split
 from evalpipe.records.refusal import overflow
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
+from evalpipe.records.tools import ToolCall, ToolCalls, read_forced
 
 # Seconds each request takes when no delay is passed in: lets a SLURM job run with
 # `--backend fake` live long enough to be preempted in a test, and benchmarks give it a latency.
@@ -194,7 +200,26 @@ class FakeEngine(Engine):
                 steps=tuple(_steps(t, request.top_logprobs) for t in texts)
                 if request.top_logprobs
                 else (),
+                tool_calls=tuple(self._calls(t, request) for t in texts) if request.tools else (),
             ),
+        )
+
+    def _calls(self, text: str, request: Request) -> ToolCalls:
+        """The calls of one completion, read from its answer (after any reasoning)."""
+        answer = split(text, self.preset.reasoning_parser).answer
+        if request.tool_choice == "none":
+            return ToolCalls(content=answer)
+        if request.tool_choice != "auto":
+            return read_forced(answer, request.tool_choice)
+        calls, unparsed = [], ""
+        for body in _CALL.findall(answer):
+            try:
+                call = json.loads(body)
+                calls.append(ToolCall(name=call["name"], arguments=json.dumps(call["arguments"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                unparsed = f"<tool_call>{body}</tool_call> is not a call ({exc!r})"
+        return ToolCalls(
+            calls=tuple(calls), content=_CALL.sub("", answer).strip(), unparsed=unparsed
         )
 
     def _loglikelihood(self, text: str, continuation: str) -> Loglikelihood:
@@ -240,6 +265,10 @@ class FakeEngine(Engine):
     def close(self) -> None:
         self.closed = True
         self.abort()
+
+
+# A call as hermes writes it, which the fake engine's scripts use.
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 def _hashed(*parts: object) -> int:

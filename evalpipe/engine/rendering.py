@@ -19,8 +19,11 @@ def render(
     chat: bool,
     preset: str,
     template_kwargs: Mapping[str, Any] | None = None,
+    tools: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[str, list[int]]:
-    """The text the model continues and its token ids.
+    """The text the model continues and its token ids (`tools`: the OpenAI function tools the
+    chat template shows the model, as `apply_chat_template(tools=…)`; a template that ignores
+    tools renders without them).
 
     A chat model gets its chat template with the generation prompt (special tokens as the
     template writes them, so none are added when tokenising), as `LLM.chat` renders it; a plain
@@ -30,7 +33,11 @@ def render(
         return str(prompt), rendered_ids(tokenizer, prompt)
     if chat:
         text = tokenizer.apply_chat_template(
-            messages(prompt), add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+            messages(prompt),
+            tools=list(tools) or None,
+            add_generation_prompt=True,
+            tokenize=False,
+            **(template_kwargs or {}),
         )
     else:
         text = plain_text(prompt, preset=preset)

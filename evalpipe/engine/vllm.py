@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import gc
 import importlib
+import json
 import os
 import time
 import weakref
@@ -33,6 +34,7 @@ from evalpipe.engine.fallback import (
     fp8_weights_supported,
 )
 from evalpipe.engine.protocol import Engine, EngineSettings, Room, SeenSampling, Slots
+from evalpipe.engine.toolcalls import ToolReader
 from evalpipe.records.completion import Completion, Generation, Loglikelihood, TokenStep
 from evalpipe.records.prompt import Prompt, Rendered
 from evalpipe.records.refusal import Refusal, overflow
@@ -281,6 +283,7 @@ class VllmEngine(Engine):
         self._cpu_defaults = dict(cpu_defaults)
         self._device = device
         self._llm: Any = None
+        self._tools: ToolReader | None = None  # the preset's tool-call parser, once built
         self._pending: dict[str, Request] = {}  # admitted, not yet returned
         self._scoring: dict[str, _Scoring] = {}  # option-scoring requests' parts in flight
         self._refused: list[Completion] = []  # refused at admission, returned by the next step
@@ -327,6 +330,16 @@ class VllmEngine(Engine):
         if _UNRELEASED:
             _release_memory()
         engine._build()
+        try:  # a tool parser that refuses the model's tokenizer fails the run before any request
+            engine._tools = ToolReader(
+                preset.tool_parser,
+                engine._open_llm().get_tokenizer(),
+                preset=preset.name,
+                reasoning_parser=preset.reasoning_parser,
+            )
+        except ConfigError:
+            engine.close()
+            raise
         return engine
 
     def _build(self) -> None:
@@ -446,18 +459,28 @@ class VllmEngine(Engine):
 
         engine = self._open_llm().llm_engine
         if request.sampling is not None:
-            _, ids = self._render(request.prompt)
+            _, ids = self._render(request.prompt, request.tools)
             limit = self._context()
             if isinstance(request.prompt, Rendered):
                 ids = contextfit.lmeval_generation_ids(ids, limit, request.sampling.max_tokens)
             refusal = overflow(len(ids), limit)
             if refusal is not None:
                 return refusal
-            params = _params(request.sampling, top_logprobs=request.top_logprobs)
+            tools = self._reader()
             try:
+                params = _params(
+                    request.sampling,
+                    top_logprobs=request.top_logprobs,
+                    schema=tools.schema(request),
+                    keep_special_tokens=tools.keeps_special_tokens(request),
+                )
                 engine.add_request(request.id, TokensPrompt(prompt_token_ids=ids), params)
             except _validation_error() as exc:
                 return contextfit.refusal_of(str(exc))
+            except ValueError as exc:  # a schema the grammar back-end cannot compile
+                if tools.schema(request) is None:
+                    raise
+                return Refusal(reason="refused", detail=f"structured output: {exc}")
             self._sampling.add(_described(params))
             return None
         scoring = self._score_parts(request)
@@ -551,6 +574,10 @@ class VllmEngine(Engine):
             request = self._pending.pop(rid, None)
             top = request.top_logprobs if request is not None else 0
             choices = sorted(out.outputs, key=lambda c: c.index)
+            failed = any(c.finish_reason == "error" for c in choices)
+            if failed and request is not None and request.json_schema is not None:
+                # vLLM fails only this request when its grammar does not compile.
+                return Completion(id=rid, refusal=_schema_refused(request))
             return Completion(
                 id=rid,
                 generation=Generation(
@@ -558,6 +585,9 @@ class VllmEngine(Engine):
                     prompt_tokens=len(out.prompt_token_ids or ()),
                     completion_tokens=tuple(len(c.token_ids) for c in choices),
                     steps=tuple(_steps(c, top) for c in choices) if top else (),
+                    tool_calls=self._reader().read([c.text for c in choices], request)
+                    if request is not None
+                    else (),
                 ),
             )
         scoring = self._scoring.get(rid)
@@ -570,14 +600,20 @@ class VllmEngine(Engine):
         self._pending.pop(rid, None)
         return Completion(id=rid, loglikelihoods=scoring.loglikelihoods())
 
-    def _render(self, prompt: Prompt) -> tuple[str, list[int]]:
+    def _render(self, prompt: Prompt, tools: Sequence[Any] = ()) -> tuple[str, list[int]]:
         return rendering.render(
             self._open_llm().get_tokenizer(),
             prompt,
             chat=self.preset.chat,
             preset=self.preset.name,
             template_kwargs=self.preset.chat_template_kwargs,
+            tools=tools,
         )
+
+    def _reader(self) -> ToolReader:
+        if self._tools is None:
+            raise EngineError(f"The engine for preset {self.preset.name!r} is closed.")
+        return self._tools
 
     def _encode(self, prompt: Prompt, continuation: str) -> tuple[list[int], int]:
         """Token ids of the rendered prompt + continuation, and where the continuation starts."""
@@ -656,6 +692,14 @@ class VllmEngine(Engine):
             llm.llm_engine.engine_core.shutdown()
         del llm
         _UNRELEASED = True
+
+
+def _schema_refused(request: Request) -> Refusal:
+    return Refusal(
+        reason="refused",
+        detail=f"structured output: vLLM's grammar back-end could not compile the json_schema "
+        f"{json.dumps(request.json_schema)[:200]} (its log says why); simplify the schema.",
+    )
 
 
 # Separates a request's id from the parts vLLM answers it with (option scoring); a NUL cannot
@@ -754,10 +798,17 @@ def _steps(choice: Any, top: int) -> tuple[TokenStep, ...]:
     return tuple(steps)
 
 
-def _params(settings: SamplingSettings, *, top_logprobs: int) -> Any:
-    """vLLM SamplingParams for a task's settings; only finished requests come back."""
+def _params(
+    settings: SamplingSettings,
+    *,
+    top_logprobs: int,
+    schema: Any = None,
+    keep_special_tokens: bool = False,
+) -> Any:
+    """vLLM SamplingParams for a task's settings, a request's structured output (`schema`) and
+    its tool parser's needs; only finished requests come back."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     return SamplingParams(
         n=settings.n,
@@ -768,7 +819,8 @@ def _params(settings: SamplingSettings, *, top_logprobs: int) -> Any:
         max_tokens=settings.max_tokens,
         stop=list(settings.stop) or None,
         ignore_eos=settings.ignore_eos,
-        skip_special_tokens=settings.skip_special_tokens,
+        skip_special_tokens=settings.skip_special_tokens and not keep_special_tokens,
+        structured_outputs=None if schema is None else StructuredOutputsParams(json=schema),
         # Per-request seeds make a sampled completion independent of its batch (resume).
         seed=settings.seed if settings.temperature > 0 else None,
         logprobs=top_logprobs or None,

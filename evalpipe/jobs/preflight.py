@@ -17,7 +17,7 @@ from typing import Any, Literal
 from evalpipe.catalog import modelconfig, weights
 from evalpipe.catalog.clusters import Cluster
 from evalpipe.catalog.preset import DTYPE_BYTES, Preset
-from evalpipe.core.errors import DatasetError, EvalpipeError, PreflightError
+from evalpipe.core.errors import ConfigError, DatasetError, EvalpipeError, PreflightError
 
 Level = Literal["error", "warning"]
 # A checkpoint's files may hold a little more (headers, buffers) or less (tied weights counted
@@ -268,6 +268,34 @@ def check_chat_template(preset: Preset, folder: Path) -> list[Finding]:
     ]
 
 
+def check_tool_parser(preset: Preset, folder: Path) -> list[Finding]:
+    """A preset's tool_parser must be one of vLLM's and accept the model's tokenizer (vLLM's
+    llama3_json and mistral parsers refuse one without their special tokens)."""
+    if preset.tool_parser is None:
+        return []
+    from evalpipe.engine.toolcalls import check_parser
+
+    try:
+        # Imported here: only a preset with a tool parser pays for transformers' (and vLLM's).
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        check_parser(preset.tool_parser, tokenizer, preset=preset.name)
+    except ConfigError as exc:
+        return [Finding(level="error", check="tool parser", message=str(exc))]
+    except ImportError as exc:
+        return [
+            Finding(
+                level="warning",
+                check="tool parser",
+                message=f"preset {preset.name}'s tool_parser {preset.tool_parser!r} was not "
+                f"checked: vLLM's parsers cannot be imported here ({exc}); the run checks it "
+                "when its engine opens.",
+            )
+        ]
+    return []
+
+
 # -- datasets -------------------------------------------------------------------------------------
 
 
@@ -384,6 +412,7 @@ def check(
         if folder is not None:
             findings += check_folder(preset, folder)
             findings += check_chat_template(preset, folder)
+            findings += check_tool_parser(preset, folder)
     try:
         from evalpipe.tasks.kindbase import LoadOptions
         from evalpipe.tasks.kinds import load_refs

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from evalpipe.core.errors import EngineError
 from evalpipe.records.refusal import Refusal
+from evalpipe.records.tools import ToolCalls
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +31,9 @@ class Generation:
     completion_tokens: tuple[int, ...]
     # One tuple of steps per completion when the request asked for top_logprobs; else empty.
     steps: tuple[tuple[TokenStep, ...], ...] = ()
+    # One entry per completion when the request offered tools (else empty): the calls parsed
+    # from its answer; `texts` keep the raw completions.
+    tool_calls: tuple[ToolCalls, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

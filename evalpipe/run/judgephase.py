@@ -23,6 +23,7 @@ from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.core.errors import RunDirError
 from evalpipe.engine.factory import open_engine
 from evalpipe.engine.protocol import Engine, EngineSettings
+from evalpipe.records.reasoning import split
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.localplan import plan_local
 from evalpipe.run.runoptions import RunnerOptions
@@ -54,7 +55,6 @@ from evalpipe.tasks.arenahard import read_model_answers, run_baseline
 from evalpipe.tasks.base import Sample, Scored, Task
 from evalpipe.tasks.gradings import Grading
 from evalpipe.tasks.pairwise import Baseline
-from evalpipe.tasks.reasoning import split
 
 log = logging.getLogger(__name__)
 

@@ -307,6 +307,7 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
                     cut_off=scored.cut_off,
                     turns=_turns(item, generation, refused=refusal is not None),
                     refusal=refusal,
+                    tool_calls=() if refusal else generation.tool_calls,
                 )
             )
     return _Scored(records=records, seconds=seconds)

@@ -24,6 +24,7 @@ from evalpipe.core.configio import first_repeat
 from evalpipe.core.errors import DamagedFileError, RunDirError, StorageError
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.refusal import Refusal
+from evalpipe.records.tools import ToolCalls
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,9 @@ class SampleRecord:
     # Why the engine did not answer (a prompt longer than its context, …); None: it answered.
     # A refused sample is finished: its scores are 0 and resume does not ask it again.
     refusal: Refusal | None = None
+    # Requests with tools, one entry per completion (absent otherwise and in older files): the
+    # calls parsed from it, and why a call it began did not parse.
+    tool_calls: tuple[ToolCalls, ...] = ()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -82,6 +86,8 @@ class SampleRecord:
         }
         if self.refusal is not None:
             data["refusal"] = self.refusal.to_dict()
+        if self.tool_calls:
+            data["tool_calls"] = [c.to_dict() for c in self.tool_calls]
         return data
 
     @classmethod
@@ -112,9 +118,15 @@ class SampleRecord:
                 cut_off=tuple(map(bool, x)) if (x := get("cut_off")) else (),
                 turns=tuple(map(str, x)) if (x := get("turns")) else (),
                 refusal=Refusal.from_dict(x) if (x := get("refusal")) else None,
+                tool_calls=tuple(map(ToolCalls.from_dict, x)) if (x := get("tool_calls")) else (),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a sample record ({exc!r})") from exc
+
+
+def unparsed_tool_calls(records: Sequence[SampleRecord]) -> int:
+    """How many completions of `records` began a tool call that did not parse."""
+    return sum(bool(c.unparsed) for r in records for c in r.tool_calls)
 
 
 def refusal_counts(records: Sequence[SampleRecord]) -> dict[str, int]:

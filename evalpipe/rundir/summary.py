@@ -21,7 +21,13 @@ from evalpipe.rundir.aggregation import by_metric, metric_stats, pooled_stats
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.manifest import Manifest, PlannedTask
 from evalpipe.rundir.occupancy import Occupancy, OccupancySummary
-from evalpipe.rundir.samplelog import SampleRecord, read_json, refusal_counts, write_json
+from evalpipe.rundir.samplelog import (
+    SampleRecord,
+    read_json,
+    refusal_counts,
+    unparsed_tool_calls,
+    write_json,
+)
 from evalpipe.rundir.timings import Timings
 
 
@@ -101,6 +107,8 @@ class TaskSummary:
     cut_off_in_reasoning: int | None = None
     # Samples the engine refused (scored 0, counted in n), by reason (context_overflow, …).
     refused: dict[str, int] = field(default_factory=dict)
+    # Completions that began a tool call their parser could not read (recorded per sample).
+    unparsed_tool_calls: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         reasoning = {
@@ -115,6 +123,8 @@ class TaskSummary:
         } | {k: v for k, v in reasoning.items() if v is not None}
         if self.refused:
             data["refused"] = dict(self.refused)
+        if self.unparsed_tool_calls:
+            data["unparsed_tool_calls"] = self.unparsed_tool_calls
         return data
 
     @classmethod
@@ -132,6 +142,7 @@ class TaskSummary:
             refused={
                 str(k): v for k, v in _object(data.get("refused")).items() if _int(v) is not None
             },
+            unparsed_tool_calls=_int(data.get("unparsed_tool_calls")) or 0,
         )
 
 
@@ -288,6 +299,7 @@ def summarize(
             metrics=metrics,
             **_reasoning(by_task[p.name]),
             refused=refusal_counts(by_task[p.name]),
+            unparsed_tool_calls=unparsed_tool_calls(by_task[p.name]),
         )
         cat_pooled = pooled.setdefault(p.category, {})
         cat_means = task_means.setdefault(p.category, {})

@@ -10,6 +10,7 @@ from typing import Any
 
 from evalpipe.core.configio import as_config, first_repeat
 from evalpipe.core.errors import ConfigError, DatasetError
+from evalpipe.records.reasoning import split
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.config import ShuffleConfig, TaskConfig
@@ -17,7 +18,6 @@ from evalpipe.tasks.datasets import Row, load_rows
 from evalpipe.tasks.mcq import shuffled_rows
 from evalpipe.tasks.packages import Source
 from evalpipe.tasks.prompts import PromptBuilder
-from evalpipe.tasks.reasoning import split
 from evalpipe.tasks.records import Record, build_record, lookup
 from evalpipe.tasks.scorerkinds import build_scorer, scorer_kind
 from evalpipe.tasks.scorers import RunPrograms

@@ -20,13 +20,13 @@ from typing import Any
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.records.completion import Completion, Generation
 from evalpipe.records.prompt import Rendered
+from evalpipe.records.reasoning import Split, split
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.sandbox.pool import SandboxResult
 from evalpipe.tasks.base import Option, Sample, Scored, check_limit
 from evalpipe.tasks.lmeval.prompting import ChatTemplate, load_chat_template
 from evalpipe.tasks.lmeval.sandboxed import score_in_sandbox
 from evalpipe.tasks.lmeval.unsafe import runs_model_code
-from evalpipe.tasks.reasoning import Split, split
 
 CATEGORY = "lm_eval"
 GENERATE = "generate_until"
