@@ -14,6 +14,7 @@ from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, TaskRef, check_selection,
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, MissingDependencyError
+from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.task import BfclTask
 from evalpipe.tasks.kindbase import LoadOptions
@@ -50,6 +51,10 @@ def test_bfcl_eval_missing_is_one_message_naming_the_install(
 
 def test_bfcl_selects_every_single_turn_category_in_the_packages_order() -> None:
     tasks = load("bfcl")
+    # bfcl-eval's import side effects went to a temporary BFCL_PROJECT_ROOT.
+    assert not {"result", "score"} & {p.name for p in bfcl_dir().iterdir()}
+    assert all(t.sampling.temperature == 0.001 and t.sampling.max_tokens == 4096
+               for t in tasks.values())  # fmt: skip
     assert list(tasks) == list(BFCL_CATEGORIES)
     simple = tasks["simple_python"].samples(2)
     assert [s.id for s in simple] == ["simple_python_0", "simple_python_1"]
@@ -57,6 +62,13 @@ def test_bfcl_selects_every_single_turn_category_in_the_packages_order() -> None
     assert system["role"] == "system" and "calculate_triangle_area" in system["content"]
     assert user["role"] == "user"
     assert tasks["irrelevance"].samples(1)[0].target["ground_truth"] is None
+
+
+def test_tasks_show_prints_the_chat_bfcl_builds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tasks", "show", "bfcl:simple_python", "--limit", "1"]) == exitcodes.OK
+    shown = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert shown["id"] == "simple_python_0"
+    assert [m["role"] for m in shown["prompt"]] == ["system", "user"]
 
 
 # simple_python_0: calculate_triangle_area(base: int, height: int, unit: str = optional).
