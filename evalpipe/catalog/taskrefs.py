@@ -48,6 +48,9 @@ class KindSpec:
     loader: str | None  # the evalpipe.tasks module whose KIND loads it (None: expanded here)
     judged: bool = False  # answers graded by a judge model, not a scorer
     asks: AskReader = _no_asks
+    # A prefixed kind whose values are these names: also written alone (all of them), and a
+    # comma list continues it (`bfcl:simple_python,multiple` names two); an unknown one is refused.
+    values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +69,7 @@ class TaskRef:
         """The reference `text` names; ConfigError naming the value and the valid kinds."""
         if not isinstance(text, str) or not text.strip():
             raise ConfigError(f"Task reference {text!r} is empty; {_valid()}.")
-        if text in KINDS and not KINDS[text].prefixed:
+        if text in KINDS and (not KINDS[text].prefixed or KINDS[text].values):
             return cls(kind=text, name=text)
         match = _PREFIXED.match(text)
         if match is None:
@@ -84,7 +87,11 @@ class TaskRef:
         return KINDS[self.kind]
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.name}" if self.spec.prefixed else self.name
+        return (
+            f"{self.kind}:{self.name}"
+            if self.spec.prefixed and self.name != self.kind
+            else self.name
+        )
 
 
 def _valid() -> str:
@@ -155,6 +162,13 @@ def _arena_hard_asks(
     return [Ask(name=ref.name, max_tokens=min(ARENA_HARD_MAX_TOKENS, cap or ARENA_HARD_MAX_TOKENS))]
 
 
+# BFCL v4's single-turn categories (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks):
+# the ones the `bfcl` kind runs so far (docs/bfcl.md).
+BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
+                   "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
+                   "live_parallel", "live_parallel_multiple", "live_irrelevance",
+                   "live_relevance")  # fmt: skip
+
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
     for spec in (
@@ -180,6 +194,10 @@ KINDS: dict[str, KindSpec] = {
                  summary="Arena-Hard-Auto: answers judged pairwise against a baseline's",
                  needs="--judge-data DIR (a copy of arena-hard-auto); a judge",
                  loader="evalpipe.tasks.arenahard", asks=_arena_hard_asks),
+        KindSpec(name="bfcl", written="bfcl or bfcl:CATEGORY,...", prefixed=True,
+                 summary="BFCL v4 function calling, prompting mode: single-turn categories",
+                 needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
+                 values=BFCL_CATEGORIES),
     )
 }  # fmt: skip
 
@@ -189,7 +207,8 @@ def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]
     entries are task files, so the settings it gives them are a task file's)."""
     out: list[tuple[TaskRef, SuiteEntry | None]] = []
     for text in tasks:
-        ref = TaskRef.parse(text)
+        ref = _continued(out[-1][0] if out else None, text) or TaskRef.parse(text)
+        check_value(ref)
         if ref.kind != SUITE:
             out.append((ref, None))
             continue
@@ -203,6 +222,23 @@ def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]
                 )
             out.append((inner, entry))
     return out
+
+
+def _continued(before: TaskRef | None, text: str) -> TaskRef | None:
+    """`text` as one more value of the reference before it, where that kind takes it."""
+    if before is None or before.name == before.kind or text not in before.spec.values:
+        return None
+    return TaskRef(kind=before.kind, name=text)
+
+
+def check_value(ref: TaskRef) -> None:
+    """ConfigError for a value its kind does not have, naming the ones it does."""
+    values = ref.spec.values
+    if values and ref.name != ref.kind and ref.name not in values:
+        raise ConfigError(
+            f"Task reference {str(ref)!r}: {ref.kind} has no {ref.name!r}; write {ref.kind} "
+            f"(all of them) or {ref.kind}:NAME with NAME one of {', '.join(values)}."
+        )
 
 
 def names_judged(tasks: Sequence[str]) -> bool:

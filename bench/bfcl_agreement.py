@@ -1,0 +1,138 @@
+"""BFCL: evalpipe's per-category accuracy against `bfcl evaluate`'s own on the same completions.
+
+    python bench/bfcl_agreement.py --run RUN_DIR      # a completed `--tasks bfcl...` run
+    python bench/bfcl_agreement.py --scripted         # no model: calls built from the answers
+
+The completions are written in BFCL's result layout (`result/MODEL/GROUP/BFCL_v4_CAT_result.json`,
+one {"id", "result"} line per entry) and scored by `bfcl evaluate`'s code path
+(`bfcl_eval.eval_checker.eval_runner.main`, partial evaluation: the entries present), with the
+registered model evalpipe's checker is told (its handler, QwenHandler, decodes as the generic
+OSS handler). BFCL's evaluation `eval`s the model's text, so it too runs in evalpipe's sandbox.
+Its score files' accuracy per category is compared (==) with the run's bfcl_results.json.
+
+--scripted: a run on the fake engine would answer no calls; instead each entry of four
+categories gets a completion made from its possible answers (each argument's first accepted
+value; every third entry an argument's value turned into a string, every fifth a prose answer),
+scored by evalpipe's tasks and by BFCL. Exit 1 on any disagreement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from evalpipe.sandbox.exchange import run_exchange
+from evalpipe.tasks.bfcl.install import bfcl_dir
+from evalpipe.tasks.bfcl.task import CHECKER_MODEL, PREFIX
+
+SCRIPTED = ("simple_python", "multiple", "parallel", "irrelevance")
+
+# Inside the sandbox: the result files, BFCL's evaluation, each category's score header.
+EVALUATE = r"""
+import json, os, sys, tempfile
+given = json.load(sys.stdin)
+sys.path[:0] = given["path"]
+sys.path.append(given["bfcl"])
+root = tempfile.mkdtemp(prefix="bfcl-")
+os.environ["BFCL_PROJECT_ROOT"] = root
+from bfcl_eval.eval_checker.eval_runner import main
+from bfcl_eval.utils import get_directory_structure_by_category
+model = given["model"]
+folder = model.replace("/", "_")
+for category, rows in given["results"].items():
+    where = os.path.join(root, "result", folder, get_directory_structure_by_category(category))
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, f"BFCL_v4_{category}_result.json"), "w") as f:
+        f.writelines(json.dumps({"id": i, "result": text}) + "\n" for i, text in rows)
+main([model], list(given["results"]), None, None, partial_eval=True)
+out = {}
+for category in given["results"]:
+    where = os.path.join(root, "score", folder, get_directory_structure_by_category(category))
+    with open(os.path.join(where, f"BFCL_v4_{category}_score.json")) as f:
+        out[category] = json.loads(f.readline())
+sys.stdout.write("\n" + json.dumps(out) + "\n")
+"""
+
+
+def bfcl_scores(results: dict[str, list[tuple[str, str]]]) -> dict[str, dict[str, Any]]:
+    """`bfcl evaluate`'s score header per category for these (id, completion) pairs."""
+    path = [p for p in sys.path if p and Path(p).is_dir()]
+    data = {"path": path, "bfcl": str(bfcl_dir()), "model": CHECKER_MODEL, "results": results}
+    answer, result = run_exchange(EVALUATE, data, timeout_s=1800)
+    if answer is None:
+        sys.exit(f"bfcl evaluate did not complete in the sandbox: {result.detail}\n"
+                 f"{result.output_tail[-3000:]}")  # fmt: skip
+    return answer
+
+
+def from_run(run: Path) -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
+    """The run's completions by category, and its per-category accuracy."""
+    results: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["task"].startswith(PREFIX):
+            results[row["task"].removeprefix(PREFIX)].append((row["sample_id"],
+                                                              row["completions"][0]))  # fmt: skip
+    document = json.loads((run / "bfcl_results.json").read_text())
+    ours = {c: found["accuracy"] for c, found in document["categories"].items()}
+    return dict(results), ours
+
+
+def call_text(ground_truth: list[dict[str, Any]], index: int) -> str:
+    """A completion of the entry's answer calls, in BFCL's prompting format."""
+    if index % 5 == 4:
+        return "I would call a function for this, but I am not sure which one."
+    calls = []
+    for call in ground_truth:
+        ((name, arguments),) = call.items()
+        values = {k: v[0] for k, v in arguments.items() if v and v[0] != ""}
+        if index % 3 == 2 and values:
+            first = next(iter(values))
+            values[first] = str(values[first])
+        calls.append(f"{name}({', '.join(f'{k}={v!r}' for k, v in values.items())})")
+    return "[" + ", ".join(calls) + "]"
+
+
+def scripted() -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
+    """Scripted completions for every entry of SCRIPTED, and evalpipe's accuracy on them."""
+    from evalpipe.catalog.taskrefs import expand_refs
+    from evalpipe.tasks.bfcl.kind import KIND
+    from evalpipe.tasks.kindbase import LoadOptions
+
+    results, ours = {}, {}
+    tasks = KIND.load(expand_refs([f"bfcl:{c}" for c in SCRIPTED]), LoadOptions()).tasks
+    for task in tasks:
+        samples = task.samples()
+        texts = [call_text(s.target["ground_truth"] or [{"get_weather": {"city": ["Paris"]}}], i)
+                 for i, s in enumerate(samples)]  # fmt: skip
+        scored = task.score_many([(s, [t]) for s, t in zip(samples, texts, strict=True)])
+        ours[task.bfcl_category] = sum(x.scores["accuracy"] for x in scored) / len(scored)
+        results[task.bfcl_category] = [(s.id, t) for s, t in zip(samples, texts, strict=True)]
+    return results, ours
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--run", type=Path, help="a completed evalpipe run of bfcl tasks")
+    given.add_argument("--scripted", action="store_true", help="completions from the answers")
+    args = parser.parse_args()
+    results, ours = from_run(args.run) if args.run else scripted()
+    theirs = bfcl_scores(results)
+    failed = 0
+    print(f"{'category':24} {'entries':>7} {'evalpipe':>9} {'bfcl':>9}")
+    for category, accuracy in ours.items():
+        header = theirs[category]
+        same = accuracy == header["accuracy"]
+        failed += not same
+        print(f"{category:24} {header['total_count']:>7} {accuracy:>9.4f} "
+              f"{header['accuracy']:>9.4f}{'' if same else '  DIFFERENT'}")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The BFCL kind: `--tasks bfcl` (every single-turn category evalpipe runs) or
+`bfcl:CATEGORY,...`, one task per category, prompting mode; a completed run keeps BFCL's
+per-category accuracy as its results document."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.suites import SuiteEntry
+from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, TaskRef
+from evalpipe.tasks.base import Task
+from evalpipe.tasks.bfcl.entries import read_entries
+from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
+from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, BfclTask
+from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
+
+NOT_BUILT = ("multi_turn", "memory", "web_search", "format_sensitivity", "FC mode")
+
+
+class BfclKind(TaskKind):
+    name = "bfcl"
+
+    def load(
+        self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
+    ) -> Loaded:
+        bfcl_dir()  # missing: one message naming the install, before anything loads
+        named = [ref.name for ref, _ in refs]
+        chosen = [c for c in BFCL_CATEGORIES if self.name in named or c in named]
+        version = bfcl_version()
+        entries = read_entries(chosen)
+        return Loaded(tasks=tuple(BfclTask(bfcl_category=c, version=version, entries=entries[c])
+                                  for c in chosen))  # fmt: skip
+
+    def ask(self, task: Task) -> Ask:
+        assert isinstance(task, BfclTask)  # this kind loads only these
+        longest = max((_chat_bytes(e["messages"]) for e in task.entries), default=None)
+        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
+
+    def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
+        names = [t.name for t in tasks if isinstance(t, BfclTask)]
+        return accuracy_document(names, scores) if names else None
+
+    def merged_results(
+        self, shards: Mapping[Path, Mapping[str, Any]], scores: FinishedScores
+    ) -> dict[str, Any] | None:
+        names = {PREFIX + c for doc in shards.values() for c in doc.get("categories", {})}
+        return accuracy_document(sorted(names), scores) if names else None
+
+
+def accuracy_document(names: Sequence[str], scores: FinishedScores) -> dict[str, Any]:
+    """BFCL's per-category accuracy (correct entries over entries run), with the completions
+    its decoder could not read; the groups and the overall are not computed yet, and the
+    categories not run are named."""
+    categories = {}
+    for name in names:
+        finished = scores.get(name, ())
+        correct = sum(s.get("accuracy", 0.0) for _, s in finished)
+        categories[name.removeprefix(PREFIX)] = {
+            "accuracy": correct / len(finished) if finished else None,
+            "correct": correct,
+            "total": len(finished),
+            "unparsed": sum(s.get("unparsed", 0.0) for _, s in finished),
+        }
+    return {"benchmark": "BFCL v4", "mode": MODE, "handler": HANDLER,
+            "checker_model": CHECKER_MODEL, "categories": categories,
+            "not_run": [c for c in BFCL_CATEGORIES if c not in categories],
+            "overall": None,
+            "overall_note": "not computed: evalpipe does not run "
+                            f"{', '.join(NOT_BUILT)} yet, which BFCL's overall counts"}  # fmt: skip
+
+
+def _chat_bytes(messages: Sequence[Mapping[str, str]]) -> int:
+    return len(json.dumps([m["content"] for m in messages], ensure_ascii=False).encode())
+
+
+KIND = BfclKind()

@@ -1,0 +1,129 @@
+"""The bfcl task kind without a model: its references, its refusals, BFCL's own checker on
+scripted completions in the sandbox (each checker edge, and an `eval` payload that never reaches
+the runner), and a run on the fake engine keeping per-category accuracy."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, TaskRef, check_selection, expand_refs
+from evalpipe.cli import main
+from evalpipe.core import exitcodes
+from evalpipe.core.errors import ConfigError, MissingDependencyError
+from evalpipe.tasks.bfcl.install import bfcl_dir
+from evalpipe.tasks.bfcl.kind import KIND
+from evalpipe.tasks.bfcl.task import BfclTask
+from evalpipe.tasks.kindbase import LoadOptions
+
+
+def load(*tasks: str) -> dict[str, BfclTask]:
+    loaded = KIND.load(expand_refs(tasks), LoadOptions())
+    return {task.bfcl_category: task for task in loaded.tasks}  # type: ignore[attr-defined]
+
+
+def test_a_comma_list_continues_a_bfcl_reference_and_the_bare_name_is_every_category() -> None:
+    refs = [ref for ref, _ in expand_refs(["bfcl:simple_python", "multiple", "arithmetic"])]
+    assert refs == [TaskRef(kind="bfcl", name="simple_python"),
+                    TaskRef(kind="bfcl", name="multiple"),
+                    TaskRef(kind="file", name="arithmetic")]  # fmt: skip
+    assert [str(r) for r in refs[:2]] == ["bfcl:simple_python", "bfcl:multiple"]
+    whole = TaskRef.parse("bfcl")
+    assert (whole.kind, str(whole)) == ("bfcl", "bfcl")
+
+
+def test_an_unknown_category_is_refused_naming_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="has no 'simple_pyton'") as caught:
+        check_selection(None, ["bfcl:simple_pyton"])
+    assert all(name in str(caught.value) for name in BFCL_CATEGORIES)
+
+
+def test_bfcl_eval_missing_is_one_message_naming_the_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVALPIPE_BFCL_DIR", str(tmp_path))
+    with pytest.raises(MissingDependencyError, match=r"not installed in .*bash scripts/bfcl\.sh"):
+        load("bfcl:simple_python")
+
+
+def test_bfcl_selects_every_single_turn_category_in_the_packages_order() -> None:
+    tasks = load("bfcl")
+    # bfcl-eval's import side effects went to a temporary BFCL_PROJECT_ROOT.
+    assert not {"result", "score"} & {p.name for p in bfcl_dir().iterdir()}
+    assert all(t.sampling.temperature == 0.001 and t.sampling.max_tokens == 4096
+               for t in tasks.values())  # fmt: skip
+    assert list(tasks) == list(BFCL_CATEGORIES)
+    simple = tasks["simple_python"].samples(2)
+    assert [s.id for s in simple] == ["simple_python_0", "simple_python_1"]
+    system, user = simple[0].prompt
+    assert system["role"] == "system" and "calculate_triangle_area" in system["content"]
+    assert user["role"] == "user"
+    assert tasks["irrelevance"].samples(1)[0].target["ground_truth"] is None
+
+
+def test_tasks_show_prints_the_chat_bfcl_builds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tasks", "show", "bfcl:simple_python", "--limit", "1"]) == exitcodes.OK
+    shown = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert shown["id"] == "simple_python_0"
+    assert [m["role"] for m in shown["prompt"]] == ["system", "user"]
+
+
+# simple_python_0: calculate_triangle_area(base: int, height: int, unit: str = optional).
+CORRECT = "[calculate_triangle_area(base=10, height=5)]"  # unit, optional, left out
+
+
+def test_bfcls_checker_on_each_edge_in_the_sandbox() -> None:
+    marker = Path("/tmp") / f"ep-bfcl-marker-{uuid.uuid4().hex}"
+    # BFCL's decoder evals a binary operation: this writes a file and evaluates to 10.
+    write = f"open('{marker}', 'w').write('0123456789')"
+    payload = f"[calculate_triangle_area(base={write} + 0, height=5)]"
+    texts = {
+        CORRECT: "valid",
+        "[calculate_triangle_area(base=10, height=5, unit='units')]": "valid",
+        "```\ncalculate_triangle_area(base=10, height=5)\n```": "valid",
+        '[calculate_triangle_area(base="10", height=5)]': "type_error:simple",
+        "[calculate_triangle_area(base=10)]": "simple_function_checker:missing_required",
+        f"[{CORRECT[1:-1]}, calculate_triangle_area(base=1, height=2)]":
+            "simple_function_checker:wrong_count",
+        "The area is half the base times the height.": "ast_decoder:decoder_failed",
+        payload: "valid",
+    }  # fmt: skip
+    # One call whose evaluation ends the checker's process: its own sample fails, counted.
+    killer = "[calculate_triangle_area(base=__import__('os')._exit(3) + 1, height=5)]"
+    tasks = load("bfcl:simple_python", "irrelevance")
+    first, second = tasks["simple_python"].samples(2)
+    scored, killed = tasks["simple_python"].score_many([(first, list(texts)), (second, [killer])])
+    assert dict(zip(texts, scored.extracted, strict=True)) == texts
+    assert scored.scores == {"accuracy": 4 / 8, "unparsed": 1 / 8, "sandbox_failed": 0.0}
+    assert killed.extracted == ("sandbox_failed",)
+    assert killed.scores == {"accuracy": 0.0, "unparsed": 0.0, "sandbox_failed": 1.0}
+    # The payload ran (its call decoded with base=10), in the sandbox's private /tmp only.
+    assert not marker.exists()
+
+    irrelevance = tasks["irrelevance"].samples(1)[0]
+    refusal, call, empty = tasks["irrelevance"].score_many(
+        [(irrelevance, ["None of the functions can answer this."]),
+         (irrelevance, [CORRECT]), (irrelevance, ["[]"])]
+    )  # fmt: skip
+    assert (refusal.scores["accuracy"], refusal.extracted) == (1.0, ("valid",))
+    assert call.extracted == ("irrelevance_error:decoder_success",)
+    assert call.scores["accuracy"] == 0.0
+    assert empty.scores["accuracy"] == 1.0  # no call: BFCL's relevance rule
+
+
+def test_a_fake_run_keeps_per_category_accuracy_and_no_overall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--out", "run",
+            "--tasks", "bfcl:simple_python,irrelevance", "--limit", "2"]  # fmt: skip
+    assert main(argv) == exitcodes.OK
+    document = json.loads(Path("run/bfcl_results.json").read_text())
+    assert document["mode"] == "prompting" and document["overall"] is None
+    assert set(document["categories"]) == {"simple_python", "irrelevance"}
+    for found in document["categories"].values():
+        assert found["total"] == 2 and 0.0 <= found["accuracy"] <= 1.0
+    assert "multiple" in document["not_run"] and "irrelevance" not in document["not_run"]
