@@ -1,6 +1,6 @@
 """BFCL: evalpipe's per-category accuracy against `bfcl evaluate`'s own on the same completions.
 
-    python bench/bfcl_agreement.py --run RUN_DIR      # a completed `--tasks bfcl...` run
+    python bench/bfcl_agreement.py --run RUN_DIR      # a `--tasks bfcl...` run
     python bench/bfcl_agreement.py --scripted         # no model: calls built from the answers
 
 The completions are written in BFCL's result layout (`result/MODEL/GROUP/BFCL_v4_CAT_result.json`,
@@ -70,16 +70,21 @@ def bfcl_scores(results: dict[str, list[tuple[str, str]]]) -> dict[str, dict[str
 
 
 def from_run(run: Path) -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
-    """The run's completions by category, and its per-category accuracy."""
+    """The run's completions by category, and its per-category accuracy: its
+    bfcl_results.json's, or for an interrupted run the mean of its finished samples' records."""
     results: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    scores: dict[str, list[float]] = defaultdict(list)
     for line in (run / "samples.jsonl").read_text().splitlines():
         row = json.loads(line)
         if row["task"].startswith(PREFIX):
-            results[row["task"].removeprefix(PREFIX)].append((row["sample_id"],
-                                                              row["completions"][0]))  # fmt: skip
-    document = json.loads((run / "bfcl_results.json").read_text())
-    ours = {c: found["accuracy"] for c, found in document["categories"].items()}
-    return dict(results), ours
+            category = row["task"].removeprefix(PREFIX)
+            results[category].append((row["sample_id"], row["completions"][0]))
+            scores[category].append(row["scores"]["accuracy"])
+    document = run / "bfcl_results.json"
+    if document.is_file():
+        found = json.loads(document.read_text())["categories"]
+        return dict(results), {c: f["accuracy"] for c, f in found.items()}
+    return dict(results), {c: sum(v) / len(v) for c, v in scores.items()}
 
 
 def call_text(ground_truth: list[dict[str, Any]], index: int) -> str:
