@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from endpoint_support import FaultServer
+from judge_support import mt_bench_data
 from lmeval_support import use_lm_eval
 from runner_support import ChatTask, ToyTask, preset
 
@@ -238,28 +239,13 @@ def test_mt_bench_turns_and_judgments_that_outgrow_their_contexts_are_recorded(
     word is a token): question 2's judge prompts outgrow the judge, question 3's second turn
     outgrows the model; the run completes."""
     data = tmp_path / "llm_judge"
-    (data / "mt_bench").mkdir(parents=True)
     questions = [
         {"question_id": 1, "category": "writing", "turns": ["Write a haiku.", "Shorter."]},
         {"question_id": 2, "category": "writing", "turns": ["Describe it. " * 150, "Again."]},
         {"question_id": 3, "category": "writing", "turns": ["Name a colour.", "More. " * 2100]},
         {"question_id": 4, "category": "writing", "turns": ["Long. " * 2100, "And?"]},
     ]
-    (data / "mt_bench" / "question.jsonl").write_text(
-        "".join(json.dumps(q) + "\n" for q in questions)
-    )
-    prompts = {
-        "single-v1": "Q: {question} A: {answer}",
-        "single-math-v1": "Q: {question} R: {ref_answer_1} A: {answer}",
-        "single-v1-multi-turn": "{question_1} {answer_1} {question_2} A2: {answer_2}",
-        "single-math-v1-multi-turn": "{question_2} R2: {ref_answer_2} A2: {answer_2}",
-    }
-    lines = [
-        {"name": n, "type": "single", "system_prompt": "Judge.", "prompt_template": t,
-         "output_format": "[[rating]]"}
-        for n, t in prompts.items()
-    ]  # fmt: skip
-    (data / "judge_prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    mt_bench_data(data, questions, references=[])
     judge = yaml.safe_load(Path("configs/presets/tiny_random.yaml").read_text())
     judge["max_model_len"] = 200
     (tmp_path / "short_judge.yaml").write_text(yaml.safe_dump(judge))

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from judge_support import mt_bench_data
 
 from evalpipe.cli import main
 
@@ -144,26 +145,11 @@ def test_mt_bench_on_tiny_random_records_the_turn_and_judgments_that_overflow(
     from endpoint_support import FaultServer
 
     data = tmp_path / "llm_judge"
-    (data / "mt_bench").mkdir(parents=True)
     questions = [
         {"question_id": 1, "category": "writing", "turns": ["Say it. " * 50, "Shorter."]},
         {"question_id": 2, "category": "writing", "turns": ["Name a colour.", "More. " * 1500]},
     ]
-    (data / "mt_bench" / "question.jsonl").write_text(
-        "".join(json.dumps(q) + "\n" for q in questions)
-    )
-    prompts = {
-        "single-v1": "Q: {question} A: {answer}",
-        "single-math-v1": "Q: {question} R: {ref_answer_1} A: {answer}",
-        "single-v1-multi-turn": "{question_1} {answer_1} {question_2} A2: {answer_2}",
-        "single-math-v1-multi-turn": "{question_2} R2: {ref_answer_2} A2: {answer_2}",
-    }
-    lines = [
-        {"name": n, "type": "single", "system_prompt": "Judge.", "prompt_template": t,
-         "output_format": "[[rating]]"}
-        for n, t in prompts.items()
-    ]  # fmt: skip
-    (data / "judge_prompts.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    mt_bench_data(data, questions, references=[])
     out = tmp_path / "run"
     with FaultServer(model="judge-a", context_words=80, script={"Q: ": "[[5]]"}) as server:
         assert main([

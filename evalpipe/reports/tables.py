@@ -238,13 +238,18 @@ def predictions(table: pd.DataFrame) -> list[Table]:
     ]  # fmt: skip
 
 
+def _run_labels(table: pd.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
+    """Each run's preset and display name, by run, for the per-task count tables."""
+    presets = dict(zip(table["run"], table["preset"], strict=True))
+    return presets, {r["run"]: _run_name(r) for _, r in table.iterrows()}
+
+
 def cut_offs(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
     """Per task of a reasoning model's run, the completions that ran out of tokens inside their
     reasoning (scored as unanswered): a low score from a short budget, told from wrong answers."""
     if counts.empty:
         return []
-    presets = dict(zip(table["run"], table["preset"], strict=True))
-    names = {r["run"]: _run_name(r) for _, r in table.iterrows()}
+    presets, names = _run_labels(table)
     rows = tuple(
         (
             presets.get(r["run"], "?"),
@@ -274,8 +279,7 @@ def refusals(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
     prompts longer than the context, told from wrong answers."""
     if counts.empty:
         return []
-    presets = dict(zip(table["run"], table["preset"], strict=True))
-    names = {r["run"]: _run_name(r) for _, r in table.iterrows()}
+    presets, names = _run_labels(table)
     rows = tuple(
         (
             presets.get(r["run"], "?"),
