@@ -2,6 +2,7 @@
 
     python bench/bfcl_agreement.py --run RUN_DIR      # a `--tasks bfcl...` run
     python bench/bfcl_agreement.py --scripted         # no model: calls built from the answers
+    python bench/bfcl_agreement.py --scripted --quick # the first QUICK entries of each category
 
 The completions are written in BFCL's result layout (`result/MODEL/GROUP/BFCL_v4_CAT_result.json`,
 one {"id", "result"} line per entry) and scored by `bfcl evaluate`'s code path
@@ -30,6 +31,7 @@ from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.task import CHECKER_MODEL, PREFIX
 
 SCRIPTED = ("simple_python", "multiple", "parallel", "irrelevance")
+QUICK = 15  # --quick: entries per category
 
 # Inside the sandbox: the result files, BFCL's evaluation, each category's score header.
 EVALUATE = r"""
@@ -102,8 +104,11 @@ def call_text(ground_truth: list[dict[str, Any]], index: int) -> str:
     return "[" + ", ".join(calls) + "]"
 
 
-def scripted() -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
-    """Scripted completions for every entry of SCRIPTED, and evalpipe's accuracy on them."""
+def scripted(
+    limit: int | None = None,
+) -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
+    """Scripted completions for every entry of SCRIPTED (the first `limit` of each), and
+    evalpipe's accuracy on them."""
     from evalpipe.catalog.taskrefs import expand_refs
     from evalpipe.tasks.bfcl.kind import KIND
     from evalpipe.tasks.kindbase import LoadOptions
@@ -111,7 +116,7 @@ def scripted() -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
     results, ours = {}, {}
     tasks = KIND.load(expand_refs([f"bfcl:{c}" for c in SCRIPTED]), LoadOptions()).tasks
     for task in tasks:
-        samples = task.samples()
+        samples = task.samples()[:limit]
         texts = [call_text(s.target["ground_truth"] or [{"get_weather": {"city": ["Paris"]}}], i)
                  for i, s in enumerate(samples)]  # fmt: skip
         scored = task.score_many([(s, [t]) for s, t in zip(samples, texts, strict=True)])
@@ -125,8 +130,12 @@ def main() -> int:
     given = parser.add_mutually_exclusive_group(required=True)
     given.add_argument("--run", type=Path, help="a completed evalpipe run of bfcl tasks")
     given.add_argument("--scripted", action="store_true", help="completions from the answers")
+    parser.add_argument("--quick", action="store_true", help=f"--scripted on {QUICK} entries each")
     args = parser.parse_args()
-    results, ours = from_run(args.run) if args.run else scripted()
+    if args.quick:
+        print(f"quick mode ({QUICK} scripted entries per category)")
+    limit = QUICK if args.quick else None
+    results, ours = from_run(args.run) if args.run else scripted(limit)
     theirs = bfcl_scores(results)
     failed = 0
     print(f"{'category':24} {'entries':>7} {'evalpipe':>9} {'bfcl':>9}")

@@ -28,6 +28,9 @@ HELPERS = {"benchlib", "lockstep", "raw_vllm", "lm_eval_launcher"}
 NUMBER = r"[0-9]+(\.[0-9]+)?"
 
 
+SCRIPTED_BFCL = ("simple_python", "multiple", "parallel", "irrelevance")  # bench/bfcl_agreement.py
+
+
 def quick(script: str, *args: str) -> str:
     """`python bench/SCRIPT --quick ARGS` from the checkout; its stdout, once it exited 0."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -217,6 +220,14 @@ def test_judge_agreement_quick() -> None:
     out = quick("judge_agreement.py")
     for check in ("judge prompts byte-equal", "ratings parsed alike", "MT-Bench scores equal"):
         assert re.search(rf"{check}: (\d+)/\1\n", out), out
+
+
+@pytest.mark.bench
+def test_bfcl_agreement_quick() -> None:
+    out = quick("bfcl_agreement.py", "--scripted")
+    rows = [line.split() for line in out.splitlines() if line.startswith(SCRIPTED_BFCL)]
+    assert len(rows) == len(SCRIPTED_BFCL) and "DIFFERENT" not in out, out
+    assert all(row[1] == "15" and row[2] == row[3] for row in rows), out
 
 
 def test_arena_agreement_quick() -> None:
