@@ -238,10 +238,17 @@ def predictions(table: pd.DataFrame) -> list[Table]:
     ]  # fmt: skip
 
 
-def _run_labels(table: pd.DataFrame) -> tuple[dict[str, str], dict[str, str]]:
-    """Each run's preset and display name, by run, for the per-task count tables."""
+def _per_task_rows(
+    table: pd.DataFrame, counts: pd.DataFrame, cells: Callable[[pd.Series], tuple[str, ...]]
+) -> tuple[tuple[str, ...], ...]:
+    """One row per run and task of `counts`: the run's preset, its display name, the task,
+    then `cells` of the count row."""
     presets = dict(zip(table["run"], table["preset"], strict=True))
-    return presets, {r["run"]: _run_name(r) for _, r in table.iterrows()}
+    names = {r["run"]: _run_name(r) for _, r in table.iterrows()}
+    return tuple(
+        (presets.get(r["run"], "?"), names.get(r["run"], r["run"]), r["task"], *cells(r))
+        for _, r in counts.iterrows()
+    )
 
 
 def cut_offs(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
@@ -249,17 +256,10 @@ def cut_offs(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
     reasoning (scored as unanswered): a low score from a short budget, told from wrong answers."""
     if counts.empty:
         return []
-    presets, names = _run_labels(table)
-    rows = tuple(
-        (
-            presets.get(r["run"], "?"),
-            names.get(r["run"], r["run"]),
-            r["task"],
-            f"{r['cut_off']}/{r['completions']}",
-            f"{r['cut_off'] / r['completions']:.0%}" if r["completions"] else DASH,
-        )
-        for _, r in counts.iterrows()
-    )
+    rows = _per_task_rows(table, counts, lambda r: (
+        f"{r['cut_off']}/{r['completions']}",
+        f"{r['cut_off'] / r['completions']:.0%}" if r["completions"] else DASH,
+    ))  # fmt: skip
     return [
         Table(
             title="Cut off inside the reasoning",
@@ -279,17 +279,7 @@ def refusals(table: pd.DataFrame, counts: pd.DataFrame) -> list[Table]:
     prompts longer than the context, told from wrong answers."""
     if counts.empty:
         return []
-    presets, names = _run_labels(table)
-    rows = tuple(
-        (
-            presets.get(r["run"], "?"),
-            names.get(r["run"], r["run"]),
-            r["task"],
-            r["reason"],
-            f"{r['refused']}/{r['samples']}",
-        )
-        for _, r in counts.iterrows()
-    )
+    rows = _per_task_rows(table, counts, lambda r: (r["reason"], f"{r['refused']}/{r['samples']}"))
     return [
         Table(
             title="Refused by the engine",
