@@ -16,4 +16,5 @@ fi
 # Two workers: most of a test's wall here is single-threaded (imports, process start-up, waiting
 # on SLURM), so a 2-core machine runs two at once; cluster tests stay on one worker (conftest.py).
 # The benchmarks' quick modes that start the real engine are `make bench-quick`'s.
-pytest -n "${EVALPIPE_TEST_WORKERS:-2}" --dist loadgroup -m "not bench" "$@"
+# The slowest tests are listed, so the suite's 20-minute budget is watched where it is spent.
+pytest -n "${EVALPIPE_TEST_WORKERS:-2}" --dist loadgroup -m "not bench" --durations=30 "$@"
