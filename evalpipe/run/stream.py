@@ -172,6 +172,10 @@ def run_stream(
     in_flight: dict[str, Item] = {}
     next_turns: deque[Item] = deque()  # admitted before new samples: a conversation goes on
     scoring: deque[Future[_Scored]] = deque()
+    # Finished while the scoring thread was busy: scored as one batch once it is free, so a task
+    # that starts a process per batch (BFCL's checker: seconds of imports) pays that once per
+    # batch it is given, not once per engine step.
+    unscored: list[tuple[Item, Completion]] = []
     exhausted = False
     counter = 0
     answered = False  # the engine has answered a request (see _check_refusals)
@@ -195,7 +199,6 @@ def run_stream(
                 in_flight.clear()
                 break
             batch: list[Request] = []
-            ended: list[tuple[Item, Completion]] = []  # episodes with no next step
             waiting = False
             while len(in_flight) < limit and (next_turns or not exhausted):
                 item = next_turns.popleft() if next_turns else next(queue, None)
@@ -207,8 +210,8 @@ def run_stream(
                     break
                 if episodes.is_episode(item) and item.prompt is None:
                     item = episodes.open_step(item)
-                    if item.ended is not None:
-                        ended.append((item, episodes.ended_completion(item)))
+                    if item.ended is not None:  # no next step: it goes to scoring
+                        unscored.append((item, episodes.ended_completion(item)))
                         continue
                 request_id = str(counter)
                 counter += 1
@@ -217,8 +220,6 @@ def run_stream(
                 hooks.admitted(item)
             if batch:
                 engine.add(batch)
-            if ended:
-                scoring.append(pool.submit(_score, ended, shard))
             if in_flight:
                 categories = sorted({i.task.category for i in in_flight.values()})
                 t0 = time.monotonic()
@@ -232,17 +233,23 @@ def run_stream(
                     answered = answered or _check_refusals(done)
                     finished = [(in_flight.pop(c.id), c) for c in done]
                     finished = _continue(resolver.submit(finished), next_turns, write_turn)
-                    if finished:
-                        scoring.append(pool.submit(_score, finished, shard))
+                    unscored += finished
             next_turns.extend(resolver.collect(block=not in_flight and not next_turns))
+            idle = not scoring or scoring[-1].done()
+            if unscored and (idle or not in_flight):
+                scoring.append(pool.submit(_score, list(unscored), shard))
+                unscored.clear()
             while scoring and (scoring[0].done() or not (in_flight or resolver.pending)):
                 deliver(scoring.popleft().result())
-            if exhausted and not (next_turns or in_flight or scoring or resolver.pending):
+            busy = next_turns or in_flight or unscored or scoring or resolver.pending
+            if exhausted and not busy:
                 resolver.close()
                 return True
             if waiting and not in_flight:
                 time.sleep(WAIT_S)
         resolver.close()  # steps sent to their environments are recorded, for a resume
+        if unscored:
+            scoring.append(pool.submit(_score, unscored, shard))
         while scoring:  # what finished before the stop is kept
             deliver(scoring.popleft().result())
     return False
