@@ -27,8 +27,8 @@ from evalpipe.tasks.base import Sample, Scored
 if TYPE_CHECKING:
     from evalpipe.run.stream import Item
 
-# Environments resolving steps at once: each is a worker thread waiting on its task's
-# environment (BFCL: a sandboxed process), while the loop keeps the engine busy.
+# Batches of steps resolving at once: each is a worker thread waiting on its task's environment
+# (BFCL: a sandboxed process), while the loop keeps the engine busy.
 RESOLVERS = 2
 
 
@@ -98,28 +98,42 @@ class Resolver:
         self._write = write_step
         self._pool = ThreadPoolExecutor(RESOLVERS, thread_name_prefix="evalpipe-episode")
         self._pending: deque[Future[list[Item]]] = deque()
+        self._queued: list[tuple[Item, Completion]] = []
 
     @property
     def pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending or self._queued)
 
     def submit(self, finished: list[tuple[Item, Completion]]) -> list[tuple[Item, Completion]]:
-        """Send the episodes' answered steps to their environments, one batch per task; return
-        the rest (other samples, and episodes whose step was refused: they end)."""
+        """Queue the episodes' answered steps for their environments; return the rest (other
+        samples, and episodes whose step was refused: they end)."""
         rest = []
-        by_task: dict[str, list[tuple[Item, Completion]]] = {}
         for item, completion in finished:
             if is_episode(item) and completion.refusal is None:
-                by_task.setdefault(item.task.name, []).append((item, completion))
+                self._queued.append((item, completion))
             else:
                 rest.append((item, completion))
+        self._dispatch()
+        return rest
+
+    def _dispatch(self) -> None:
+        """The queued steps go to their environments, one batch per task, once fewer than
+        RESOLVERS batches are running: steps that finish meanwhile wait and go together, so an
+        environment that starts a process per batch (BFCL's sandbox) is not started once per
+        engine step."""
+        if not self._queued or sum(not f.done() for f in self._pending) >= RESOLVERS:
+            return
+        by_task: dict[str, list[tuple[Item, Completion]]] = {}
+        for item, completion in self._queued:
+            by_task.setdefault(item.task.name, []).append((item, completion))
+        self._queued.clear()
         for batch in by_task.values():
             self._pending.append(self._pool.submit(_resolve, batch))
-        return rest
 
     def collect(self, *, block: bool) -> list[Item]:
         """The episodes whose steps resolved, each step recorded; with `block`, waits for the
         oldest batch when none is done."""
+        self._dispatch()
         out: list[Item] = []
         while self._pending and (self._pending[0].done() or (block and not out)):
             items = self._pending.popleft().result()
@@ -127,6 +141,7 @@ class Resolver:
                 self._write([StepRecord(task=i.task.name, sample_id=i.sample.id, step=i.steps[-1])
                              for i in items])  # fmt: skip
             out += items
+            self._dispatch()
         return out
 
     def close(self) -> None:
