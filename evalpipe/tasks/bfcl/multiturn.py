@@ -9,6 +9,7 @@ BFCL's multi-turn checker (state and response checks), in the sandbox."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, check_in_sandbox
 from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, SAMPLING, scored
+
+log = logging.getLogger(__name__)
 
 PROGRAM = Path(__file__).with_name("steps_program.py")
 # Why an episode ended besides its last turn ("finished"): BFCL's forced quit, or a step whose
@@ -132,6 +135,13 @@ class BfclMultiTurnTask:
         answer, result = run_exchange(PROGRAM.read_text(), data,
                                       timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
         if answer is not None:
+            for (sample, _, _), found in zip(items, answer, strict=True):
+                if not found["replay_equal"]:
+                    log.warning(
+                        "BFCL %s: replaying its recorded calls gave other results than "
+                        "were recorded; its state may differ from BFCL's",
+                        sample.id,
+                    )
             turns = [self.history(s, steps).turn for s, steps, _ in items]
             return [{"turn": turn, **found} for turn, found in zip(turns, answer, strict=True)]
         if len(items) > 1:
