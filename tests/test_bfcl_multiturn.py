@@ -87,10 +87,15 @@ def test_a_run_killed_between_steps_resumes_to_the_same_trajectories(
     out = tmp_path / "run"
     argv = [sys.executable, str(REPO / "tests" / "bfcl_scripted.py"), str(out), CHATTY, *SCRIPTED]
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 120
+    # Killed once two rounds of steps are recorded: every conversation is under way.
     while not (RunDir(out).steps.exists() and len(steps(out)) >= 2 * len(SCRIPTED)):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the run was not killed between steps: {log.read_text()[-2000:]}")
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
