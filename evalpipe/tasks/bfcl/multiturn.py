@@ -155,7 +155,8 @@ class BfclMultiTurnTask:
         An entry that ended on a refused step (its history outgrew the context) is what BFCL
         records for a failed inference, a string, which its evaluation fails before anything
         else (multi_turn:inference_error); one whose calls broke the sandbox fails as
-        SANDBOX_FAILED. Neither needs the checker's process."""
+        SANDBOX_FAILED. Neither needs the checker's process. Metrics: accuracy, sandbox_failed
+        and step_limit."""
         checks = [{"category": self.bfcl_category, "id": sample.id,
                    "initial_config": self._by_id[sample.id]["initial_config"],
                    "involved_classes": self._by_id[sample.id]["involved_classes"],
@@ -171,6 +172,9 @@ class BfclMultiTurnTask:
                 failed = SANDBOX_FAILED if ended.reason == SANDBOX_FAILED else INFERENCE_ERROR
                 found = [{"valid": False, "error_type": failed}]
             result = scored(found)
+            # `unparsed` counts single-turn decoder errors; a trajectory's steps in words are
+            # how its turns end, so it has none.
+            del result.scores["unparsed"]
             result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
             out.append(result)
         return out
