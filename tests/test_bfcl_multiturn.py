@@ -117,7 +117,9 @@ def test_a_run_killed_between_steps_resumes_to_the_same_trajectories(
     assert keyed(out) == keyed(whole)  # no step duplicated or dropped
 
 
-def test_bfcls_step_limit_and_held_out_functions(tasks: dict[str, BfclMultiTurnTask]) -> None:
+def test_bfcls_step_limit_held_out_functions_and_failed_entries(
+    tasks: dict[str, BfclMultiTurnTask],
+) -> None:
     task = tasks["multi_turn_base"]
     sample = task.samples(1)[0]
     limit = task.entries[0]["step_limit"]
@@ -133,6 +135,26 @@ def test_bfcls_step_limit_and_held_out_functions(tasks: dict[str, BfclMultiTurnT
     assert task.next_request(sample, [calling(i) for i in range(limit + 1)]) == Ended(
         reason="step_limit"
     )
+
+    # A step whose calls broke the sandboxed process ends its entry; it and an entry whose step
+    # was refused fail without BFCL's checker: a failed inference is a string to BFCL.
+    broke = Step(
+        index=0,
+        text="[ls()]",
+        prompt_tokens=1,
+        completion_tokens=1,
+        outcome={"turn": 0, "calls": [], "results": [], "sandbox_failed": "killed"},
+    )
+    assert task.next_request(sample, [broke]) == Ended(reason="sandbox_failed")
+    failed, refused = task.score_episodes(
+        [
+            (sample, [broke], Ended(reason="sandbox_failed")),
+            (sample, [], Ended(reason="context_overflow")),
+        ]
+    )
+    assert failed.extracted == ("sandbox_failed",) and failed.scores["sandbox_failed"] == 1.0
+    assert refused.extracted == ("multi_turn:inference_error",)
+    assert failed.scores["accuracy"] == refused.scores["accuracy"] == 0.0
 
     # miss_func: the held-out function is offered at the turn BFCL offers it.
     missing = tasks["multi_turn_miss_func"]
