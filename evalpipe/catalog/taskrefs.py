@@ -162,12 +162,15 @@ def _arena_hard_asks(
     return [Ask(name=ref.name, max_tokens=min(ARENA_HARD_MAX_TOKENS, cap or ARENA_HARD_MAX_TOKENS))]
 
 
-# BFCL v4's single-turn categories (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks):
-# the ones the `bfcl` kind runs so far (docs/bfcl.md).
+# BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
+# (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks), then the multi-turn ones (its
+# MULTI_TURN_CATEGORY), run as episodes.
+BFCL_MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
+                   "multi_turn_long_context")  # fmt: skip
 BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
-                   "live_relevance")  # fmt: skip
+                   "live_relevance", *BFCL_MULTI_TURN)  # fmt: skip
 
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
@@ -195,7 +198,7 @@ KINDS: dict[str, KindSpec] = {
                  needs="--judge-data DIR (a copy of arena-hard-auto); a judge",
                  loader="evalpipe.tasks.arenahard", asks=_arena_hard_asks),
         KindSpec(name="bfcl", written="bfcl or bfcl:CATEGORY,...", prefixed=True,
-                 summary="BFCL v4 function calling, prompting mode: single-turn categories",
+                 summary="BFCL v4 function calling, prompting mode: single- and multi-turn",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
                  values=BFCL_CATEGORIES),
     )

@@ -58,6 +58,7 @@ from evalpipe.rundir.samplelog import (
     salvage_samples,
 )
 from evalpipe.rundir.shard import Shard
+from evalpipe.rundir.steps import StepRecord, stored_steps
 from evalpipe.rundir.submission import read_plan
 from evalpipe.rundir.summary import Summary, summarize_run, write_summary
 from evalpipe.rundir.timings import LOAD, phase
@@ -489,11 +490,18 @@ def _evaluate(
             run.manifest.versions = _versions(config)  # the engine may have imported torch
             run.note_engine(engine)
             run.save()
-            # Multi-turn samples resume after their stored turns (turns.jsonl).
+            # Multi-turn samples resume after their stored turns (turns.jsonl), episodes after
+            # their stored steps (steps.jsonl).
             answered = stored_answers(RunDir(out_dir).turns)
+            resolved = stored_steps(RunDir(out_dir).steps)
             items, run.manifest.admission = admission_order(
                 [
-                    Item(task=t, sample=s, answers=answered.get((t.name, s.id), ())[: len(s.turns)])
+                    Item(
+                        task=t,
+                        sample=s,
+                        answers=answered.get((t.name, s.id), ())[: len(s.turns)],
+                        steps=resolved.get((t.name, s.id), ()),
+                    )
                     for t, samples in pending
                     for s in samples
                 ],
@@ -508,6 +516,7 @@ def _evaluate(
             with (
                 SampleLog(RunDir(out_dir).samples) as log,
                 JsonlLog(RunDir(out_dir).turns) as turns,
+                JsonlLog(RunDir(out_dir).steps) as steps,
             ):
 
                 def write(new: Sequence[SampleRecord]) -> None:
@@ -517,6 +526,9 @@ def _evaluate(
                 def write_turn(new: Sequence[TurnRecord]) -> None:
                     turns.append([t.to_dict() for t in new])
 
+                def write_step(new: Sequence[StepRecord]) -> None:
+                    steps.append([s.to_dict() for s in new])
+
                 run_stream(
                     engine,
                     items,
@@ -525,6 +537,7 @@ def _evaluate(
                     window=options.window * options.replicas if options.window else None,
                     hooks=hooks,
                     write_turn=write_turn,
+                    write_step=write_step,
                 )
             bar.close()
             run.note_engine(engine)

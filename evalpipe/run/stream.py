@@ -12,6 +12,10 @@ is handed to `write_turn` (the per-turn checkpoint) and turn k+1, with the whole
 admitted ahead of new samples, while other samples' turns keep generating. Only the last turn
 is scored and written as the sample's record.
 
+An episode (a task with the methods of episodes.Episodic: BFCL's multi-turn categories) goes
+the same way, one request per step, its next request given by its task from the recorded steps
+once its environment has resolved the last one (run/episodes.py).
+
 A request the engine refuses (a prompt longer than its context, or any other per-request
 refusal) fails its sample, not the run: the sample is written with the refusal, its
 conversation ends at that turn, and it scores what its task gives an empty answer, every
@@ -33,8 +37,12 @@ from dataclasses import dataclass
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.protocol import Engine, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
+from evalpipe.records.episode import Ended, Step
+from evalpipe.records.prompt import Prompt
 from evalpipe.records.request import Request
+from evalpipe.run import episodes
 from evalpipe.rundir.samplelog import SampleRecord
+from evalpipe.rundir.steps import StepRecord
 from evalpipe.rundir.turns import TurnRecord
 from evalpipe.tasks.base import Sample, Scored, ScoresResponses, Task, conversation
 from evalpipe.tasks.reasoning import reasoning_tokens
@@ -50,9 +58,14 @@ class Item:
     # A multi-turn sample's answers to its first turns (stored, or just generated): this item
     # generates the turn after them.
     answers: tuple[str, ...] = ()
+    # An episode's recorded steps, its next request's prompt once its task gave it, or its end.
+    steps: tuple[Step, ...] = ()
+    prompt: Prompt | None = None
+    ended: Ended | None = None
 
     def __post_init__(self) -> None:
-        if self.sample.turns and (self.sample.options or self.task.sampling.n != 1):
+        several = self.sample.turns or episodes.is_episode(self)
+        if several and (self.sample.options or self.task.sampling.n != 1):
             raise ConfigError(
                 f"Sample {self.sample.id!r} of task {self.task.name!r} has several turns, so "
                 f"each turn continues one answer: it needs n: 1 (got {self.task.sampling.n}) "
@@ -72,7 +85,7 @@ class Item:
             )
         return Request(
             id=request_id,
-            prompt=conversation(self.sample, self.answers),
+            prompt=conversation(self.sample, self.answers) if self.prompt is None else self.prompt,
             sampling=self.task.sampling,
         )
 
@@ -143,13 +156,15 @@ def run_stream(
     window: int | None = None,
     hooks: Hooks | None = None,
     write_turn: Callable[[Sequence[TurnRecord]], None] | None = None,
+    write_step: Callable[[Sequence[StepRecord]], None] | None = None,
 ) -> bool:
     """Stream `items` through `engine`, handing each scored record to `write` (on this thread).
 
     Returns True when every item was written, False when `hooks.stopping()` cut it short (what
     was in flight is aborted; what finished is written). `window` caps the requests in flight
     (default: the engine's capacity). `write_turn` gets every answered turn of a multi-turn
-    sample but its last, before the next turn is admitted. `items` may yield WAIT: nothing to
+    sample but its last, before the next turn is admitted; `write_step` every resolved step of
+    an episode, before its next step is admitted. `items` may yield WAIT: nothing to
     admit yet; the loop goes on with what is in flight and asks again next round."""
     hooks = hooks or Hooks()
     limit = window or engine.capacity
@@ -157,9 +172,14 @@ def run_stream(
     in_flight: dict[str, Item] = {}
     next_turns: deque[Item] = deque()  # admitted before new samples: a conversation goes on
     scoring: deque[Future[_Scored]] = deque()
+    # Finished while the scoring thread was busy: scored as one batch once it is free, so a task
+    # that starts a process per batch (BFCL's checker: seconds of imports) pays that once per
+    # batch it is given, not once per engine step.
+    unscored: list[tuple[Item, Completion]] = []
     exhausted = False
     counter = 0
     answered = False  # the engine has answered a request (see _check_refusals)
+    resolver = episodes.Resolver(write_step)
 
     def deliver(batch: _Scored) -> None:
         for category, seconds in batch.seconds:
@@ -188,6 +208,11 @@ def run_stream(
                 if isinstance(item, Wait):
                     waiting = True
                     break
+                if episodes.is_episode(item) and item.prompt is None:
+                    item = episodes.open_step(item)
+                    if item.ended is not None:  # no next step: it goes to scoring
+                        unscored.append((item, episodes.ended_completion(item)))
+                        continue
                 request_id = str(counter)
                 counter += 1
                 in_flight[request_id] = item
@@ -207,15 +232,24 @@ def run_stream(
                 if done:
                     answered = answered or _check_refusals(done)
                     finished = [(in_flight.pop(c.id), c) for c in done]
-                    finished = _continue(finished, next_turns, write_turn)
-                    if finished:
-                        scoring.append(pool.submit(_score, finished, shard))
-            while scoring and (scoring[0].done() or not in_flight):
+                    finished = _continue(resolver.submit(finished), next_turns, write_turn)
+                    unscored += finished
+            next_turns.extend(resolver.collect(block=not in_flight and not next_turns))
+            idle = not scoring or scoring[-1].done()
+            if unscored and (idle or not in_flight):
+                scoring.append(pool.submit(_score, list(unscored), shard))
+                unscored.clear()
+            while scoring and (scoring[0].done() or not (in_flight or resolver.pending)):
                 deliver(scoring.popleft().result())
-            if exhausted and not next_turns and not in_flight and not scoring:
+            busy = next_turns or in_flight or unscored or scoring or resolver.pending
+            if exhausted and not busy:
+                resolver.close()
                 return True
             if waiting and not in_flight:
                 time.sleep(WAIT_S)
+        resolver.close()  # steps sent to their environments are recorded, for a resume
+        if unscored:
+            scoring.append(pool.submit(_score, unscored, shard))
         while scoring:  # what finished before the stop is kept
             deliver(scoring.popleft().result())
     return False
@@ -280,7 +314,9 @@ def _score(finished: Sequence[tuple[Item, Completion]], shard: int | None) -> _S
     for group in by_task.values():
         task = group[0][0].task
         t0 = time.monotonic()
-        if isinstance(task, ScoresResponses):
+        if isinstance(task, episodes.Episodic):
+            scores = episodes.score(task, [(item, c) for item, c, _ in group])
+        elif isinstance(task, ScoresResponses):
             scores = task.score_responses([(item.sample, c) for item, c, _ in group])
         else:
             scores = task.score_many([(item.sample, g.texts) for item, _, g in group])
@@ -322,7 +358,10 @@ def _reasoning_tokens(generation: Generation, scored: Scored) -> tuple[int, ...]
 
 
 def _turns(item: Item, generation: Generation, *, refused: bool) -> tuple[str, ...]:
-    """A multi-turn sample's answers: every turn's, or those before the turn refused."""
+    """A multi-turn sample's answers: every turn's, or those before the turn refused; an
+    episode's: every step's text."""
+    if episodes.is_episode(item):
+        return tuple(step.text for step in item.steps)
     if not item.sample.turns:
         return ()
     return item.answers if refused else (*item.answers, generation.texts[0])

@@ -5,6 +5,7 @@
       samples.jsonl    one finished sample per line (the checkpoint)   writer: the run
       samples.damaged.jsonl  lines found damaged on resume, moved aside  writer: the run
       turns.jsonl      multi-turn samples: each answered turn but the last  writer: the run
+      steps.jsonl      episodes: each resolved step (text, environment outcome)  writer: the run
       judgments/<judge>/  one judge's judgments.jsonl and judge.json (its identity and
                        settings), beside other judges' folders         writer: the judging phase
       run.lock         who holds the directory (evalpipe.rundir.lock)      writer: the run
@@ -54,6 +55,7 @@ MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 DAMAGED = "samples.damaged.jsonl"
 TURNS = "turns.jsonl"
+STEPS = "steps.jsonl"
 JUDGMENTS = "judgments"
 LOCK = "run.lock"
 SUMMARY = "summary.json"
@@ -109,6 +111,10 @@ class RunDir:
     @property
     def turns(self) -> Path:
         return self.path / TURNS
+
+    @property
+    def steps(self) -> Path:
+        return self.path / STEPS
 
     def judgments(self, judge: str) -> Path:
         """The folder of one judge's judgments (judge: the judge's fingerprint): a different

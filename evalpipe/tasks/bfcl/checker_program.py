@@ -1,11 +1,15 @@
 """The program evalpipe's sandbox runs to score BFCL completions (sent by
 evalpipe/tasks/bfcl/checking.py; never imported by evalpipe): BFCL's own per-entry evaluation,
-as `bfcl evaluate` runs it (`_evaluate_single_ast_entry`, `_evaluate_single_relevance_entry`),
-with the prompting handler's decoder, which `eval`s parts of the model's text: hence here.
+as `bfcl evaluate` runs it (`_evaluate_single_ast_entry`, `_evaluate_single_relevance_entry`,
+`_evaluate_single_multi_turn_entry`), with the prompting handler's decoder, which `eval`s parts
+of the model's text, and the multi-turn checker, which `eval`s its calls: hence here.
 
 stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "model": the
 registered model name the checker reads, "items": [{category, id, function, ground_truth,
-texts}]}. stdout's last line: per item, per text, {"valid": bool, "error_type": str or null}.
+texts}]}; a multi-turn item has initial_config and involved_classes instead of function, and
+each of its texts is a trajectory (per turn, per step, the model's text) or, for an entry
+whose inference failed, a string. stdout's last line: per item, per text, {"valid": bool,
+"error_type": str or null}.
 """
 
 import json
@@ -22,10 +26,11 @@ def main():
     from bfcl_eval.constants.enums import Language, ReturnFormat
     from bfcl_eval.eval_checker.eval_runner import (
         _evaluate_single_ast_entry,
+        _evaluate_single_multi_turn_entry,
         _evaluate_single_relevance_entry,
     )
     from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
-    from bfcl_eval.utils import is_java, is_js, is_relevance_or_irrelevance
+    from bfcl_eval.utils import is_java, is_js, is_multi_turn, is_relevance_or_irrelevance
 
     model = given["model"]
     handler = QuickTestingOSSHandler(
@@ -33,7 +38,7 @@ def main():
     )
     out = []
     for item in given["items"]:
-        category, entry = item["category"], {"id": item["id"], "function": item["function"]}
+        category, entry = item["category"], {"id": item["id"], "function": item.get("function")}
         if is_java(category):
             language, form = Language.JAVA, ReturnFormat.JAVA
         elif is_js(category):
@@ -42,7 +47,12 @@ def main():
             language, form = Language.PYTHON, ReturnFormat.PYTHON
         checked = []
         for text in item["texts"]:
-            if is_relevance_or_irrelevance(category):
+            if is_multi_turn(category):
+                state = {k: item[k] for k in ("id", "initial_config", "involved_classes")}
+                found = _evaluate_single_multi_turn_entry(
+                    handler, item["id"], text, item["ground_truth"], state, model, category
+                )
+            elif is_relevance_or_irrelevance(category):
                 found = _evaluate_single_relevance_entry(
                     handler, item["id"], text, entry, model, category
                 )
@@ -59,7 +69,9 @@ def main():
                     return_format=form,
                     has_tool_call_tag=False,
                 )
-            checked.append({"valid": bool(found["valid"]), "error_type": found.get("error_type")})
+            # The multi-turn evaluation keeps its error type inside "error".
+            error = found.get("error_type") or (found.get("error") or {}).get("error_type")
+            checked.append({"valid": bool(found["valid"]), "error_type": error})
         out.append(checked)
     sys.stdout.write("\n" + json.dumps(out) + "\n")
 

@@ -6,13 +6,12 @@ texts in, each text's verdict out (checker_program.py)."""
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from evalpipe.sandbox.exchange import run_exchange
-from evalpipe.tasks.bfcl.install import bfcl_dir
+from evalpipe.tasks.bfcl.install import sandbox_data
 
 log = logging.getLogger(__name__)
 
@@ -29,10 +28,7 @@ def check_in_sandbox(model: str, items: Sequence[Mapping[str, Any]]) -> list[lis
     """Per item ({category, id, function, ground_truth, texts}), per text, BFCL's verdict with
     `model`'s registered checker settings. A failed batch is checked again one item at a time,
     so one text that breaks the checker fails its own item only (as SANDBOX_FAILED)."""
-    # The runner's import paths (the sandbox starts with the standard library alone), then
-    # bfcl-eval's folder, last so the virtualenv's packages win.
-    path = [p for p in sys.path if p and Path(p).is_dir()]
-    data = {"path": path, "bfcl": str(bfcl_dir()), "model": model, "items": list(items)}
+    data = sandbox_data(model=model, items=list(items))
     texts = sum(len(item["texts"]) for item in items)
     answer, result = run_exchange(PROGRAM.read_text(), data, timeout_s=START_S + PER_TEXT_S * texts)
     if answer is not None:

@@ -6,6 +6,7 @@ their result/ and score/ folders."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from evalpipe.core.errors import MissingDependencyError
@@ -31,3 +32,11 @@ def bfcl_version() -> str:
     """The installed bfcl-eval's version, from its dist-info folder (recorded with each task)."""
     found = sorted(bfcl_dir().glob("bfcl_eval-*.dist-info"))
     return found[-1].name.removeprefix("bfcl_eval-").removesuffix(".dist-info") if found else ""
+
+
+def sandbox_data(**data: object) -> dict[str, object]:
+    """What a sandboxed BFCL program is sent besides `data`: the runner's import paths (the
+    sandbox starts with the standard library alone) and bfcl-eval's folder, which the program
+    puts last on its path so the virtualenv's packages win."""
+    path = [p for p in sys.path if p and Path(p).is_dir()]
+    return {"path": path, "bfcl": str(bfcl_dir()), **data}

@@ -1,5 +1,5 @@
-"""The BFCL kind: `--tasks bfcl` (every single-turn category evalpipe runs) or
-`bfcl:CATEGORY,...`, one task per category, prompting mode; a completed run keeps BFCL's
+"""The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, then multi-turn)
+or `bfcl:CATEGORY,...`, one task per category, prompting mode; a completed run keeps BFCL's
 per-category accuracy as its results document."""
 
 from __future__ import annotations
@@ -11,14 +11,16 @@ from typing import Any
 
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.suites import SuiteEntry
-from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, TaskRef
+from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MULTI_TURN, TaskRef
+from evalpipe.records.prompt import messages
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.bfcl.entries import read_entries
+from evalpipe.tasks.bfcl.entries import EPISODES, read_entries
 from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
+from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, BfclTask
 from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
 
-NOT_BUILT = ("multi_turn", "memory", "web_search", "format_sensitivity", "FC mode")
+NOT_BUILT = ("memory", "web_search", "format_sensitivity", "FC mode")
 
 
 class BfclKind(TaskKind):
@@ -31,17 +33,24 @@ class BfclKind(TaskKind):
         named = [ref.name for ref, _ in refs]
         chosen = [c for c in BFCL_CATEGORIES if self.name in named or c in named]
         version = bfcl_version()
-        entries = read_entries(chosen)
-        return Loaded(tasks=tuple(BfclTask(bfcl_category=c, version=version, entries=entries[c])
-                                  for c in chosen))  # fmt: skip
+        single = [c for c in chosen if c not in BFCL_MULTI_TURN]
+        multi = [c for c in chosen if c in BFCL_MULTI_TURN]
+        entries = {**(read_entries(single) if single else {}),
+                   **(read_entries(multi, EPISODES) if multi else {})}  # fmt: skip
+        return Loaded(tasks=tuple(
+            (BfclMultiTurnTask if c in multi else BfclTask)(
+                bfcl_category=c, version=version, entries=entries[c])
+            for c in chosen))  # fmt: skip
 
     def ask(self, task: Task) -> Ask:
-        assert isinstance(task, BfclTask)  # this kind loads only these
-        longest = max((_chat_bytes(e["messages"]) for e in task.entries), default=None)
+        # A multi-turn entry's first step (the prompt of its samples); its later steps, with
+        # the history grown, are priced apart.
+        assert isinstance(task, BfclTask | BfclMultiTurnTask)  # this kind loads only these
+        longest = max((_chat_bytes(messages(s.prompt)) for s in task.samples()), default=None)
         return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
 
     def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
-        names = [t.name for t in tasks if isinstance(t, BfclTask)]
+        names = [t.name for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)]
         return accuracy_document(names, scores) if names else None
 
     def merged_results(

@@ -61,10 +61,10 @@ class BfclTask:
     def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
         checks = [{"category": self.bfcl_category, "id": s.id, **s.target, "texts": list(texts)}
                   for s, texts in items]  # fmt: skip
-        return [_scored(found) for found in check_in_sandbox(CHECKER_MODEL, checks)]
+        return [scored(found) for found in check_in_sandbox(CHECKER_MODEL, checks)]
 
 
-def _scored(verdicts: Sequence[Mapping[str, Any]]) -> Scored:
+def scored(verdicts: Sequence[Mapping[str, Any]]) -> Scored:
     """A sample's metrics: accuracy (BFCL's `valid`), and the share of its completions BFCL
     could not decode (`unparsed`) or whose check broke the sandboxed process."""
     count = len(verdicts)

@@ -1,0 +1,180 @@
+"""One BFCL multi-turn category as an evalpipe task of episodes (run/episodes.py), prompting
+mode, as BFCL's `inference_multi_turn_prompting` runs an entry with its generic OSS handler:
+each step's completion is decoded and its calls executed against BFCL's simulated APIs in the
+sandbox (steps_program.py), the results go back as tool messages (one per call, named by the
+call, as `_add_execution_results_prompting` adds them) and the next step is generated; a turn
+ends when a completion decodes to no call, the next user turn follows, and an entry whose turn
+takes more steps than BFCL's limit is forced to quit. The finished trajectory is scored by
+BFCL's multi-turn checker (state and response checks), in the sandbox."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalpipe.records.episode import Ended, Step
+from evalpipe.records.prompt import Prompt
+from evalpipe.records.sampling import SamplingSettings
+from evalpipe.sandbox.exchange import run_exchange
+from evalpipe.tasks.base import Sample, Scored, check_limit
+from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, check_in_sandbox
+from evalpipe.tasks.bfcl.install import sandbox_data
+from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, SAMPLING, scored
+
+log = logging.getLogger(__name__)
+
+PROGRAM = Path(__file__).with_name("steps_program.py")
+# Why an episode ended besides its last turn ("finished"): BFCL's forced quit, or a step whose
+# calls broke the sandboxed process (BFCL's own run would have died with it).
+STEP_LIMIT = "step_limit"
+CHECKED = ("finished", STEP_LIMIT)  # ends whose trajectory BFCL's checker reads
+INFERENCE_ERROR = "multi_turn:inference_error"
+
+
+@dataclass(frozen=True, kw_only=True)
+class History:
+    """An entry's recorded steps read as BFCL's handler holds them: the chat so far, each
+    turn's step texts (its model_result), the turn the next step belongs to, and the end."""
+
+    messages: list[dict[str, str]]
+    texts: list[list[str]]
+    ended: Ended | None = None
+
+    @property
+    def turn(self) -> int:
+        return len(self.texts) - 1
+
+
+@dataclass(kw_only=True)
+class BfclMultiTurnTask:
+    """A BFCL multi-turn category (`bfcl_multi_turn_base`, …) over its entries as bfcl-eval
+    loads them (episode_entries_program.py)."""
+
+    bfcl_category: str
+    version: str
+    entries: Sequence[Mapping[str, Any]] = field(repr=False)
+    sampling: SamplingSettings = SAMPLING
+    category: str = "bfcl"
+    runs_code = True  # BFCL's executor evals the model's calls: the sandbox must be checked
+
+    def __post_init__(self) -> None:
+        self._by_id = {e["id"]: e for e in self.entries}
+
+    @property
+    def name(self) -> str:
+        return PREFIX + self.bfcl_category
+
+    def definition(self) -> dict[str, Any]:
+        step_limit = self.entries[0]["step_limit"] if self.entries else None
+        return {"kind": "bfcl", "bfcl_eval": self.version, "category": self.bfcl_category,
+                "mode": MODE, "handler": HANDLER, "checker_model": CHECKER_MODEL,
+                "entries": len(self.entries), "step_limit": step_limit}  # fmt: skip
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
+        check_limit(limit)
+        return [Sample(id=e["id"], prompt=e["turns"][0], target={"ground_truth": e["ground_truth"]})
+                for e in self.entries[:limit]]  # fmt: skip
+
+    def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
+        raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
+
+    def score_many(self, items: Sequence[tuple[Sample, Sequence[str]]]) -> list[Scored]:
+        raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
+
+    def history(self, sample: Sample, steps: Sequence[Step]) -> History:
+        """The steps replayed through BFCL's loop: after a step with calls its results follow
+        and the step count of the turn grows (over the limit: forced quit); after one without,
+        the next turn's user message, or the end after the last turn."""
+        entry = self._by_id[sample.id]
+        turns = entry["turns"]
+        messages = list(turns[0])
+        texts: list[list[str]] = [[]]
+        count = 0
+        for step in steps:
+            messages.append({"role": "assistant", "content": step.text})
+            texts[-1].append(step.text)
+            outcome = step.outcome
+            if outcome.get(SANDBOX_FAILED):
+                return History(messages=messages, texts=texts, ended=Ended(reason=SANDBOX_FAILED))
+            if outcome["calls"]:
+                messages += [{"role": "tool", "name": call, "content": result}
+                             for call, result in zip(outcome["calls"], outcome["results"],
+                                                     strict=True)]  # fmt: skip
+                count += 1
+                if count > entry["step_limit"]:
+                    return History(messages=messages, texts=texts, ended=Ended(reason=STEP_LIMIT))
+                continue
+            if len(texts) == len(turns):
+                return History(messages=messages, texts=texts, ended=Ended(reason="finished"))
+            messages += turns[len(texts)]
+            texts.append([])
+            count = 0
+        return History(messages=messages, texts=texts)
+
+    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | Ended:
+        found = self.history(sample, steps)
+        return found.ended or found.messages
+
+    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], str]]) -> list[dict[str, Any]]:
+        """Each new step decoded and its calls executed in the sandbox, after the entry's
+        recorded calls are replayed there (steps_program.py). A batch that fails is resolved
+        again one step at a time, so a step whose calls break the process ends its own entry
+        only (SANDBOX_FAILED, the sandbox's words recorded)."""
+        given = []
+        for sample, steps, text in items:
+            entry = self._by_id[sample.id]
+            replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
+                      for s in steps if s.outcome.get("calls")]  # fmt: skip
+            given.append({"category": self.bfcl_category, "id": sample.id, "text": text,
+                          "initial_config": entry["initial_config"], "replay": replay,
+                          "involved_classes": entry["involved_classes"]})  # fmt: skip
+        data = sandbox_data(model=CHECKER_MODEL, items=given)
+        answer, result = run_exchange(PROGRAM.read_text(), data,
+                                      timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
+        if answer is not None:
+            for (sample, _, _), found in zip(items, answer, strict=True):
+                if not found["replay_equal"]:
+                    log.warning(
+                        "BFCL %s: replaying its recorded calls gave other results than "
+                        "were recorded; its state may differ from BFCL's",
+                        sample.id,
+                    )
+            turns = [self.history(s, steps).turn for s, steps, _ in items]
+            return [{"turn": turn, **found} for turn, found in zip(turns, answer, strict=True)]
+        if len(items) > 1:
+            return [found for item in items for found in self.resolve([item])]
+        return [{"turn": self.history(items[0][0], items[0][1]).turn, "calls": [],
+                 "results": [], SANDBOX_FAILED: f"{result.status}: {result.detail}"}]  # fmt: skip
+
+    def score_episodes(self, items: Sequence[tuple[Sample, Sequence[Step], Ended]]) -> list[Scored]:
+        """BFCL's multi-turn checker on each trajectory (per turn, per step, the model's text),
+        as `bfcl evaluate` reads a result file; `step_limit` counts the entries forced to quit.
+        An entry that ended on a refused step (its history outgrew the context) is what BFCL
+        records for a failed inference, a string, which its evaluation fails before anything
+        else (multi_turn:inference_error); one whose calls broke the sandbox fails as
+        SANDBOX_FAILED. Neither needs the checker's process. Metrics: accuracy, sandbox_failed
+        and step_limit."""
+        checks = [{"category": self.bfcl_category, "id": sample.id,
+                   "initial_config": self._by_id[sample.id]["initial_config"],
+                   "involved_classes": self._by_id[sample.id]["involved_classes"],
+                   "ground_truth": sample.target["ground_truth"],
+                   "texts": [self.history(sample, steps).texts]}
+                  for sample, steps, ended in items if ended.reason in CHECKED]  # fmt: skip
+        verdicts = iter(check_in_sandbox(CHECKER_MODEL, checks) if checks else [])
+        out = []
+        for _, _, ended in items:
+            if ended.reason in CHECKED:
+                found = next(verdicts)
+            else:
+                failed = SANDBOX_FAILED if ended.reason == SANDBOX_FAILED else INFERENCE_ERROR
+                found = [{"valid": False, "error_type": failed}]
+            result = scored(found)
+            # `unparsed` counts single-turn decoder errors; a trajectory's steps in words are
+            # how its turns end, so it has none.
+            del result.scores["unparsed"]
+            result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
+            out.append(result)
+        return out

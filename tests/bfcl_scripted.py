@@ -1,0 +1,82 @@
+"""A scripted model for BFCL multi-turn entries on the fake engine: at each user turn it issues
+the turn's ground-truth calls (one step), and after their results it answers in words (no
+call, so BFCL ends the turn); for the entries named chatty it answers every user turn with
+CHATTY_WORDS words, which the next step's prompt cannot hold. Run as a program, it evaluates
+those entries of multi_turn_base into a run directory, in this process (the kill -9 test's
+subject): python bfcl_scripted.py OUT CHATTY_ID ID...."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.taskrefs import expand_refs
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
+from evalpipe.records.sampling import SamplingSettings
+from evalpipe.run.runner import GenerationResult, RunOptions, run_evaluation
+from evalpipe.tasks.bfcl.kind import KIND
+from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
+from evalpipe.tasks.kindbase import LoadOptions
+
+# Words (the fake engine counts a word a token): BFCL's function docs are long, and the scripted
+# entries' steps stay under 4,500; a chatty answer (cut to the task's 4,096 new tokens) does not.
+CONTEXT = 6_000
+CHATTY_WORDS = CONTEXT
+DONE = "All done."
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def load(category: str) -> BfclMultiTurnTask:
+    (task,) = KIND.load(expand_refs([f"bfcl:{category}"]), LoadOptions()).tasks
+    assert isinstance(task, BfclMultiTurnTask)
+    return task
+
+
+def last_role(text: str) -> str:
+    """The role of the last message of a prompt as the fake engine writes it ('role: …' lines)."""
+    return max(ROLES, key=lambda role: text.rfind(f"\n{role}: "))
+
+
+class GroundTruthModel(FakeEngine):
+    """Answers each entry of `entries` with its ground-truth calls (see the module's text)."""
+
+    def __init__(self, entries: Sequence[Mapping[str, Any]], *, chatty: Sequence[str] = (),
+                 delay_s: float = 0.0) -> None:  # fmt: skip
+        preset = load_preset("tiny_random")
+        super().__init__(preset, EngineSettings(max_model_len=CONTEXT), delay_s=delay_s)
+        self.entries = {e["turns"][0][-1]["content"]: e for e in entries}
+        self.chatty = set(chatty)
+
+    def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:
+        entry = next(e for question, e in self.entries.items() if question in text)
+        if last_role(text) != "user":
+            return DONE
+        if entry["id"] in self.chatty:
+            return " ".join(["chat"] * CHATTY_WORDS)
+        turn = text.count("\nuser: ") - 1
+        calls = entry["ground_truth"][turn]
+        return f"[{', '.join(calls)}]" if calls else "None of the functions fits the request."
+
+
+def subset(task: BfclMultiTurnTask, ids: Sequence[str]) -> BfclMultiTurnTask:
+    """The task over the entries named (in that order)."""
+    by_id = {e["id"]: e for e in task.entries}
+    return BfclMultiTurnTask(bfcl_category=task.bfcl_category, version=task.version,
+                             entries=[by_id[i] for i in ids])  # fmt: skip
+
+
+def run(out: Path, task: BfclMultiTurnTask, chatty: str, delay_s: float) -> GenerationResult:
+    """Every entry of `task` answered by the ground-truth model, `chatty` by words."""
+    model = GroundTruthModel(task.entries, chatty=[chatty], delay_s=delay_s)
+    return run_evaluation(lambda settings: model, [task], out, preset=load_preset("tiny_random"),
+                          options=RunOptions(backend="fake"))  # fmt: skip
+
+
+if __name__ == "__main__":
+    out, chatty, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[2:]
+    result = run(out, subset(load("multi_turn_base"), ids), chatty, delay_s=0.3)
+    sys.exit(0 if result.status == "complete" else 1)
