@@ -1,0 +1,246 @@
+"""Containers on SLURM: the profile's `container:` block, the launch lines rendered for pyxis and
+Apptainer (golden files, shellcheck, quoting), and bad input refused with the fix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalpipe.catalog.clusters import load_cluster
+from evalpipe.catalog.configpath import config_dir
+from evalpipe.catalog.containers import cached_sif_name
+from evalpipe.core.errors import ConfigError
+from evalpipe.core.options import record_from
+from evalpipe.jobs.jobspec import JobOptions
+from evalpipe.jobs.prepare import prepare
+from evalpipe.run.runoptions import LayoutOptions, RunnerOptions
+from tests.test_render import GOLDEN, HOSTILE, RUN_DIR, UPDATE, golden_texts, shellcheck
+
+IMAGES = {"pyxis": "/scratch/images/vllm.sqsh", "apptainer": "/scratch/images/vllm.sif"}
+MOUNTS = ["/scratch/weights:/weights:ro", "/scratch/shared"]
+
+
+def container_site(folder: Path, runtime: str, **container: Any) -> str:
+    """The local cluster's profile with a container block (named <runtime>-site)."""
+    data = yaml.safe_load((config_dir() / "clusters" / "local.yaml").read_text())
+    data["hf_cache"] = "/scratch/hf"
+    data["container"] = {
+        "runtime": runtime,
+        "image": IMAGES["apptainer" if runtime == "apptainer" else "pyxis"],
+        "mounts": MOUNTS,
+        "env": ["HF_TOKEN"],
+        **container,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{runtime}-site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def limited(**values: Any) -> RunnerOptions:
+    return record_from(RunnerOptions, {"limit": 5, **values})
+
+
+# Each job shape the issue names, under each runtime.
+SHAPES = {
+    "single": ("tiny_random", JobOptions(run=limited(backend="fake"))),
+    "ray": ("tiny_random", JobOptions(run=RunnerOptions(layout=LayoutOptions(tp=4, pp=2)))),
+    "serve": ("tiny_random", JobOptions(mode="serve", run=limited())),
+    "judged": ("tiny_random", JobOptions(run=limited(tasks=("mt_bench",), judge="tiny_random"))),
+    "shards2": ("tiny_random", JobOptions(shards=2, run=limited())),
+}
+CASES = [(runtime, shape) for runtime in IMAGES for shape in SHAPES]
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("sites")
+    return {runtime: container_site(folder, runtime) for runtime in IMAGES}
+
+
+@pytest.mark.parametrize(("runtime", "shape"), CASES)
+def test_golden(runtime: str, shape: str, sites: dict[str, str]) -> None:
+    preset, options = SHAPES[shape]
+    prepared = prepare(preset, sites[runtime], options, RUN_DIR)
+    for file, text in golden_texts(f"{preset}-{runtime}-{shape}", prepared).items():
+        path = GOLDEN / file
+        if UPDATE:
+            path.write_text(text)
+        assert path.is_file(), f"{path} missing: run EVALPIPE_UPDATE_GOLDEN=1 pytest {__file__}"
+        assert text == path.read_text(), f"{file} differs; regenerate with EVALPIPE_UPDATE_GOLDEN=1"
+
+
+def container_goldens() -> list[Path]:
+    return sorted(p for r in IMAGES for p in GOLDEN.glob(f"*-{r}-*.sbatch"))
+
+
+def test_container_goldens_are_shellcheck_clean_and_cover_every_shape() -> None:
+    paths = container_goldens()
+    assert len(paths) == len(CASES) + len(IMAGES)  # the sharded cases' merge jobs too
+    shellcheck(paths)
+
+
+def without_launch(text: str) -> str:
+    """A script less its container partial (the lines between python= and run_dir=)."""
+    return re.sub(r"(?ms)^python=\(.*?^(?=run_dir=)", "", text)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_job_with_a_container_differs_only_in_its_launch_lines(shape: str) -> None:
+    texts = {
+        r: (GOLDEN / f"tiny_random-{r}-{shape}.sbatch").read_text().replace(f"{r}-site", "SITE")
+        for r in IMAGES
+    }
+    assert without_launch(texts["pyxis"]) == without_launch(texts["apptainer"])
+
+
+def test_pyxis_flags_go_on_srun_lines_and_every_process_is_a_step() -> None:
+    single = (GOLDEN / "tiny_random-pyxis-single.sbatch").read_text()
+    assert not re.search(r"^#SBATCH --container", single, re.M)
+    assert (
+        "    --container-image=/scratch/images/vllm.sqsh\n"
+        "    --container-mounts=/scratch/weights:/weights:ro,/scratch/shared:/scratch/shared,"
+        f"{RUN_DIR}:{RUN_DIR},/scratch/hf:/scratch/hf,/tmp:/tmp\n"
+        "    --no-container-mount-home --container-name=evalpipe\n"
+        "    --container-env=HF_HUB_OFFLINE,VLLM_CPU_KVCACHE_SPACE,VLLM_ENABLE_V1_MULTIPROCESSING,"
+        "HF_HOME,HF_TOKEN\n"
+    ) in single
+    assert 'python=("${node_step[@]}" -w "$SLURMD_NODENAME" "${python[@]}")\n' in single
+    # The runner, the preflight and (in other shapes) the server and Ray run through "python".
+    assert '"${python[@]}" -m evalpipe run' in single
+    ray = (GOLDEN / "tiny_random-pyxis-ray.sbatch").read_text()
+    monitor = '"${node_step[@]}" -w "$node" \\\n            "${node_python[@]}" -m evalpipe monitor'
+    assert monitor in ray
+    assert '"${node_python[@]}" -m ray.scripts.scripts start' in ray
+    merge = (GOLDEN / "tiny_random-pyxis-shards2.merge.sbatch").read_text()
+    assert "--container-image=/scratch/images/vllm.sqsh" in merge
+    assert 'exec "${python[@]}" -m evalpipe merge' in merge
+
+
+def test_apptainer_passes_the_environment_its_containall_drops() -> None:
+    single = (GOLDEN / "tiny_random-apptainer-single.sbatch").read_text()
+    assert "apptainer exec --nv --containall\n" in single
+    assert "    --bind /scratch/weights:/weights:ro\n" in single
+    assert f"    --bind {RUN_DIR}:{RUN_DIR}\n" in single
+    pattern = (
+        "'^(SLURM_.*|CUDA_VISIBLE_DEVICES|HF_HOME|RAY_ADDRESS|HF_HUB_OFFLINE|"
+        "VLLM_CPU_KVCACHE_SPACE|VLLM_ENABLE_V1_MULTIPROCESSING|HF_TOKEN)$'"
+    )
+    assert f"evalpipe-container {pattern}\n" in single
+
+
+# ---- the profile's container block: checked when it loads ----
+
+
+def load(tmp_path: Path, runtime: str = "pyxis", **container: Any) -> Any:
+    return load_cluster(container_site(tmp_path, runtime, **container))
+
+
+@pytest.mark.parametrize(
+    ("container", "message"),
+    [
+        ({"runtime": ["pyxis", "apptainer"]}, "a profile runs one runtime"),
+        ({"runtime": "docker"}, "is not one of pyxis, apptainer"),
+        ({"image": "vllm.sqsh"}, "does not start with / or ./"),
+        ({"image": "/img/vllm.sif"}, "is a .sif file, which pyxis does not run"),
+        ({"mounts": ["weights:/w"]}, "'weights' must be an absolute path"),
+        ({"mounts": ["/a:/b:/c"]}, "is not SOURCE"),
+        ({"mounts": ["/a,/b"]}, "without commas"),
+        ({"env": ["HF TOKEN"]}, "not a variable name"),
+        ({"workdir": "work"}, "workdir 'work' must be an absolute path"),
+        ({"imag": "/x.sqsh"}, "unknown key 'imag'. Did you mean 'image'"),
+    ],
+)
+def test_bad_container_blocks_are_refused_with_the_fix(
+    tmp_path: Path, container: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load(tmp_path, **container)
+
+
+def test_an_apptainer_registry_reference_needs_a_pull_cache(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"Set container\.sif_cache"):
+        load(tmp_path, "apptainer", image="docker://vllm/vllm-openai:v0.9.1")
+    site = load(tmp_path, "apptainer", image="docker://vllm/vllm-openai:v0.9.1", sif_cache="/sif")
+    assert site.container.launch_image == "/sif/vllm_vllm-openai_v0.9.1.sif"
+    assert cached_sif_name("docker://vllm/vllm-openai:v0.9.1") == "vllm_vllm-openai_v0.9.1.sif"
+
+
+def test_a_python_wrapper_and_a_container_block_are_refused_together(tmp_path: Path) -> None:
+    path = Path(container_site(tmp_path, "apptainer"))
+    path.write_text(path.read_text() + "python: apptainer exec --nv img.sif python3\n")
+    with pytest.raises(ConfigError, match="set python to the image's own python"):
+        load_cluster(str(path))
+
+
+def test_container_image_overrides_the_profile(tmp_path: Path) -> None:
+    site = container_site(tmp_path, "pyxis")
+    options = JobOptions(container_image="nvcr.io#nvidia/vllm:25.01", run=limited(backend="fake"))
+    script = prepare("tiny_random", site, options, RUN_DIR).script
+    assert "--container-image=nvcr.io#nvidia/vllm:25.01'" in script
+    assert "vllm.sqsh" not in script
+    with pytest.raises(ConfigError, match="has no container: block"):
+        prepare("tiny_random", "local", options, RUN_DIR)
+    with pytest.raises(ConfigError, match=r"--container-image: .*\.sif file"):
+        prepare("tiny_random", site, JobOptions(container_image="/x.sif"), RUN_DIR)
+
+
+def test_hostile_image_and_mounts_are_quoted_and_run_nothing(tmp_path: Path) -> None:
+    """Each runtime's launch line, run in bash with recording stand-ins: the hostile image and
+    mount reach the runtime as single literal words, and nothing is executed."""
+    from tests.test_render import recorded, run_job, stand_ins
+
+    hostile_path = "/data/" + HOSTILE.replace(",", "").replace(":", "")
+    for runtime in IMAGES:
+        folder = tmp_path / runtime
+        image = hostile_path + IMAGES[runtime][-5:]
+        site = container_site(folder, runtime, image=image, mounts=[hostile_path])
+        options = JobOptions(run=limited(backend="fake"))
+        script = prepare("tiny_random", site, options, RUN_DIR).script
+        stand_ins(folder / "stub")
+        # The runtime records its argv, then runs the command from the python3 stand-in on.
+        launcher = folder / "stub" / ("srun" if runtime == "pyxis" else "apptainer")
+        launcher.write_text(
+            '#!/bin/bash\nprintf "%s\\0" "$@" >> "$STUB_DIR/launch.argv"\n'
+            'for ((i = 1; i <= $#; i++)); do [ "${!i}" = python3 ] && exec "${@:i}"; done\n'
+            "exit 99\n"
+        )
+        launcher.chmod(0o755)
+        result = run_job(script, folder, SLURMD_NODENAME="node1")
+        assert result.returncode == 0, result.stderr
+        argv = recorded(folder / "launch.argv")
+        if runtime == "pyxis":
+            assert f"--container-image={image}" in argv
+            assert f"--container-mounts={hostile_path}:{hostile_path},{RUN_DIR}:{RUN_DIR}," in (
+                "".join(a + "," for a in argv if a.startswith("--container-mounts="))
+            )
+        else:
+            assert image in argv and f"{hostile_path}:{hostile_path}" in argv
+        run = recorded(folder / "python.argv")
+        assert run[run.index("--out") + 1] == str(RUN_DIR)
+    assert not list(tmp_path.rglob("PWNED")), "a hostile value was executed"
+
+
+@pytest.mark.slurm
+def test_the_local_slurm_accepts_every_container_golden(local_slurm: Any, tmp_path: Path) -> None:
+    """sbatch --test-only on a SLURM without pyxis: the container flags are on srun lines only,
+    so nothing in the batch options is refused."""
+    for path in container_goldens():
+        answer = local_slurm.test_only(path)
+        assert re.search(r"to start at .* on nodes node", answer), (path.name, answer)
+    # Why: the same option as a batch directive is refused where pyxis is missing.
+    from evalpipe.core.errors import SlurmError
+
+    text = (
+        (GOLDEN / "tiny_random-pyxis-single.sbatch")
+        .read_text()
+        .replace("#SBATCH --requeue\n", "#SBATCH --requeue\n#SBATCH --container-image=/x.sqsh\n")
+    )
+    refused = tmp_path / "directive.sbatch"
+    refused.write_text(text)
+    with pytest.raises(SlurmError, match="unrecognized option '--container-image"):
+        local_slurm.test_only(refused)
