@@ -24,10 +24,12 @@ IMAGES = {"pyxis": "/scratch/images/vllm.sqsh", "apptainer": "/scratch/images/vl
 MOUNTS = ["/scratch/weights:/weights:ro", "/scratch/shared"]
 
 
-def container_site(folder: Path, runtime: str, **container: Any) -> str:
+def container_site(
+    folder: Path, runtime: str, hf_cache: str = "/scratch/hf", **container: Any
+) -> str:
     """The local cluster's profile with a container block (named <runtime>-site)."""
     data = yaml.safe_load((config_dir() / "clusters" / "local.yaml").read_text())
-    data["hf_cache"] = "/scratch/hf"
+    data["hf_cache"] = hf_cache
     data["container"] = {
         "runtime": runtime,
         "image": IMAGES["apptainer" if runtime == "apptainer" else "pyxis"],
@@ -244,3 +246,74 @@ def test_the_local_slurm_accepts_every_container_golden(local_slurm: Any, tmp_pa
     refused.write_text(text)
     with pytest.raises(SlurmError, match="unrecognized option '--container-image"):
         local_slurm.test_only(refused)
+
+
+# ---- real jobs on the local SLURM, through each runtime's stand-in (tests/container_standins) ----
+
+STANDINS = Path(__file__).parent / "container_standins"
+
+
+def standin_job(tmp_path: Path, runtime: str) -> tuple[str, dict[str, str]]:
+    """A profile running the job in a stand-in image, and the submitter's environment with the
+    runtime's stand-in first on PATH. The Apptainer image file holds the image's environment:
+    this checkout's python and evalpipe (what a real image would have installed)."""
+    from tests.test_slurm_local import job_env
+
+    env = job_env(EVALPIPE_FAKE_DELAY_S="1", EVALPIPE_STANDIN_LOG=str(tmp_path / "standin.log"))
+    env["PATH"] = f"{STANDINS / runtime}:{env['PATH']}"
+    image = tmp_path / ("image.sqsh" if runtime == "pyxis" else "image.sif")
+    image.write_text(f"PATH={env['PATH']}\nPYTHONPATH={env['PYTHONPATH']}\n")
+    for folder in ("weights", "hf"):
+        (tmp_path / folder).mkdir()
+    site = container_site(
+        tmp_path,
+        runtime,
+        hf_cache=str(tmp_path / "hf"),
+        image=str(image),
+        mounts=[f"{tmp_path / 'weights'}:/weights:ro"],
+        env=["EVALPIPE_FAKE_DELAY_S", "PYTHONPATH"],
+    )
+    return site, env
+
+
+@pytest.mark.slurm
+def test_jobs_in_containers_complete_and_resume_after_the_warning_signal(
+    local_slurm: Any, tmp_path: Path
+) -> None:
+    """A job per runtime, side by side: the runner runs in the (stand-in) image; SLURM's
+    warning reaches it there, it checkpoints into the mounted run directory, the job requeues
+    and the next start resumes."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.test_slurm_local import preempt, samples, submit_fake
+
+    jobs = {}
+    for runtime in IMAGES:
+        folder = tmp_path / runtime
+        folder.mkdir()
+        site, env = standin_job(folder, runtime)
+        jobs[runtime] = submit_fake(folder, "run", cluster=site, env=env)
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        list(pool.map(lambda job: preempt(job, "--signal=USR1", "--batch"), jobs.values()))
+    for runtime, job in jobs.items():
+        status = job.wait(poll_s=1, timeout_s=180)
+        log = next((job.run_dir / "logs").glob("*.out")).read_text()
+        assert status.ok, log[-3000:]
+        assert "stopped at a checkpoint; requeueing job" in log and "start 2 of at most 3" in log
+        manifest = json.loads((job.run_dir / "manifest.json").read_text())
+        # SLURM's variables reached the runner in the image (Apptainer's --containall drops them).
+        assert manifest["slurm"]["job_id"] == job.job_id
+        assert manifest["slurm"]["restart_count"] == 1
+        assert manifest["status"] == "complete" and len(samples(job.run_dir)) > 0
+        folder = tmp_path / runtime
+        launches = (folder / "standin.log").read_text().splitlines()
+        assert all(f"image={folder}/image" in line for line in launches), launches
+        assert all(f"{folder / 'weights'}:/weights:ro" in line for line in launches)
+        # Each start: the preflight's version check and the runner, both in the image (the
+        # fake engine needs no vLLM import check).
+        assert len(launches) == 2 * 2, launches
+        if runtime == "apptainer":
+            for line in launches:
+                kept = set(line.split(" env=")[1].split())
+                assert {"SLURM_JOB_ID", "EVALPIPE_FAKE_DELAY_S", "HF_HOME"} <= kept, line
