@@ -317,3 +317,103 @@ def test_jobs_in_containers_complete_and_resume_after_the_warning_signal(
             for line in launches:
                 kept = set(line.split(" env=")[1].split())
                 assert {"SLURM_JOB_ID", "EVALPIPE_FAKE_DELAY_S", "HF_HOME"} <= kept, line
+
+
+# ---- the login node: preflight, `evalpipe check`, `evalpipe site detect` ----
+
+
+def test_preflight_names_a_missing_runtime_image_and_mount_with_their_fixes(tmp_path: Path) -> None:
+    from evalpipe.jobs.preflight import check_container
+
+    pyxis = load(tmp_path, "pyxis", image=str(tmp_path / "vllm.sqsh"), mounts=["/no/such:/w"])
+    found = [f.message for f in check_container(pyxis, find=lambda runtime: None)]
+    assert len(found) == 3, found
+    assert "srun --help does not list --container-image" in found[0]
+    assert "github.com/NVIDIA/pyxis" in found[0] and "runtime: apptainer" in found[0]
+    assert (
+        f"the image file {tmp_path / 'vllm.sqsh'} of cluster pyxis-site does not exist" in found[1]
+    )
+    assert f"enroot import -o {tmp_path / 'vllm.sqsh'} docker://IMAGE" in found[1]
+    assert "the source /no/such does not exist" in found[2]
+
+    (tmp_path / "vllm.sqsh").write_text("")
+    ready = load(tmp_path, "pyxis", image=str(tmp_path / "vllm.sqsh"), mounts=[str(tmp_path)])
+    assert check_container(ready, find=lambda runtime: "srun --help lists it") == []
+
+    # A registry reference under Apptainer: its copy in sif_cache, pulled once, by name.
+    ref = "docker://vllm/vllm-openai:v0.9.1"
+    pulled = load(tmp_path, "apptainer", image=ref, sif_cache=str(tmp_path), mounts=[])
+    (message,) = [f.message for f in check_container(pulled, find=lambda runtime: "apptainer")]
+    assert f"apptainer pull {tmp_path}/vllm_vllm-openai_v0.9.1.sif {ref}" in message
+    (tmp_path / "vllm_vllm-openai_v0.9.1.sif").write_text("")
+    assert check_container(pulled, find=lambda runtime: "apptainer") == []
+    # Without apptainer on the login node it is a warning: compute nodes may load it.
+    (missing,) = check_container(pulled, find=lambda runtime: None)
+    assert missing.level == "warning" and "module load apptainer" in missing.message
+
+
+def evalpipe_cli(*args: str, path: str | None = None) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PATH": f"{path}:{os.environ['PATH']}" if path else os.environ["PATH"]}
+    return subprocess.run(
+        [sys.executable, "-m", "evalpipe", *args], env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.slurm
+def test_check_says_which_runtime_the_profile_needs_and_whether_this_node_has_it(
+    local_slurm: Any, tmp_path: Path, tiny_random_path: Path
+) -> None:
+    image = tmp_path / "vllm.sqsh"
+    image.write_text("")
+    site = container_site(tmp_path, "pyxis", image=str(image), mounts=[str(tmp_path)])
+    # The local SLURM has no pyxis: refused, with the fix.
+    refused = evalpipe_cli("check", "--preset", "tiny_random", "--cluster", site)
+    assert refused.returncode != 0
+    assert f"runs jobs in {image} with pyxis; this login node does not have it" in refused.stdout
+    assert "srun --help does not list --container-image" in refused.stderr
+    # With the pyxis stand-in's srun first on PATH.
+    ready = evalpipe_cli(
+        "check", "--preset", "tiny_random", "--cluster", site, path=str(STANDINS / "pyxis")
+    )
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert "with pyxis; this login node has it (" in ready.stdout
+    assert "tiny_random is ready" in ready.stdout
+
+
+def test_site_detect_writes_a_commented_container_block_per_runtime_found(tmp_path: Path) -> None:
+    from evalpipe.catalog.gpus import load_gpus
+    from evalpipe.slurm import sitedetect
+    from tests.test_site_detect import fixture
+
+    found = sitedetect.detect(
+        *fixture("multi"), load_gpus(), python="python3", partition="gpu", runtimes=["pyxis"]
+    )
+    text = found.yaml()
+    assert "# container:" in text and "#   runtime: pyxis\n" in text
+    assert '#   image: "/path/on/shared/storage/image.sqsh"\n' in text
+    assert "container" not in found.data()
+    # Uncommented, the block is one the profile loader takes.
+    path = tmp_path / "site.yaml"
+    head, block = text.split("# container:")
+    path.write_text(head + "container:" + block.replace("#   ", "  "))
+    assert load_cluster(str(path)).container.runtime == "pyxis"
+    assert (
+        "# container:"
+        not in sitedetect.detect(
+            *fixture("multi"), load_gpus(), python="python3", partition="gpu"
+        ).yaml()
+    )
+
+
+@pytest.mark.slurm
+def test_site_detect_finds_pyxis_where_srun_lists_it(local_slurm: Any, tmp_path: Path) -> None:
+    without = evalpipe_cli("site", "detect")
+    assert without.returncode == 0, without.stderr
+    assert "# container:" not in without.stdout
+    found = evalpipe_cli("site", "detect", path=str(STANDINS / "pyxis"))
+    assert found.returncode == 0, found.stderr
+    assert "#   runtime: pyxis\n" in found.stdout and "runtime: apptainer" not in found.stdout
