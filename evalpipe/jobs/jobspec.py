@@ -26,6 +26,7 @@ from evalpipe.core.options import (
     positive_int,
     to_argv,
 )
+from evalpipe.core.provenance import CONTAINER_IMAGE, CONTAINER_RUNTIME
 from evalpipe.estimate.autosize import MARGIN
 from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
@@ -387,10 +388,19 @@ class JobSpec:
         return [m.spec() for m in given + [m for m in mounts if m.destination not in taken]]
 
     @property
+    def container_record(self) -> list[tuple[str, str]]:
+        """What the runner records of the image in its manifest (core/provenance.py), beside
+        the evalpipe and vLLM versions it finds there."""
+        c = self.container
+        return (
+            [] if c is None else [(CONTAINER_RUNTIME, c.runtime), (CONTAINER_IMAGE, c.launch_image)]
+        )
+
+    @property
     def container_env(self) -> list[str]:
         """Variables the job passes into the image by name: the ones it exports (the profile's
-        env and paths), then the container block's."""
-        names = [name for name, _ in self.env]
+        env and paths, the image's record), then the container block's."""
+        names = [name for name, _ in self.env + self.container_record]
         if self.container is not None:
             names += self.container.env
         return list(dict.fromkeys(names))
