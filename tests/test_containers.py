@@ -428,3 +428,26 @@ def test_site_detect_finds_pyxis_where_srun_lists_it(local_slurm: Any, tmp_path:
     found = evalpipe_cli("site", "detect", path=str(STANDINS / "pyxis"))
     assert found.returncode == 0, found.stderr
     assert "#   runtime: pyxis\n" in found.stdout and "runtime: apptainer" not in found.stdout
+
+
+def test_the_working_profiles_in_the_docs_load(tmp_path: Path) -> None:
+    docs = (Path(__file__).parent.parent / "docs" / "slurm.md").read_text()
+    section = docs.split("## Containers (pyxis/enroot and Apptainer)")[1].split("\n## ")[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    for runtime, block in zip(("pyxis", "apptainer"), blocks, strict=True):
+        path = tmp_path / f"{runtime}.yaml"
+        path.write_text(
+            "gpu: h100-80gb\ngpus_per_node: 8\ncpus_per_node: 64\nmemory_per_node_gib: 512\n"
+            + block
+        )
+        assert load_cluster(str(path)).container.runtime == runtime
+
+
+def test_the_example_profiles_commented_container_block_loads(tmp_path: Path) -> None:
+    text = (config_dir() / "clusters" / "example-h100-site.yaml").read_text()
+    block = re.search(r"^# container:.*?(?=^# sandbox)", text, re.M | re.S)
+    assert block is not None
+    path = tmp_path / "site.yaml"
+    path.write_text(text + re.sub(r"^# ", "", block.group(0), flags=re.M))
+    assert load_cluster(str(path)).container.image == "/scratch/shared/images/vllm.sqsh"
