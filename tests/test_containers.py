@@ -135,7 +135,7 @@ def test_apptainer_passes_the_environment_its_containall_drops() -> None:
     assert "    --bind /scratch/weights:/weights:ro\n" in single
     assert f"    --bind {RUN_DIR}:{RUN_DIR}\n" in single
     pattern = (
-        "'^(SLURM_.*|CUDA_VISIBLE_DEVICES|HF_HOME|RAY_ADDRESS|HF_HUB_OFFLINE|"
+        "'^(SLURMD?_.*|CUDA_VISIBLE_DEVICES|HF_HOME|RAY_ADDRESS|HF_HUB_OFFLINE|"
         "VLLM_CPU_KVCACHE_SPACE|VLLM_ENABLE_V1_MULTIPROCESSING|EVALPIPE_CONTAINER_RUNTIME|"
         "EVALPIPE_CONTAINER_IMAGE|HF_TOKEN)$'"
     )
@@ -312,6 +312,7 @@ def test_jobs_in_containers_complete_and_resume_after_the_warning_signal(
         # SLURM's variables reached the runner in the image (Apptainer's --containall drops them).
         assert manifest["slurm"]["job_id"] == job.job_id
         assert manifest["slurm"]["restart_count"] == 1
+        assert manifest["hosts"][0] in ("node1", "node2")  # SLURMD_NODENAME, passed in
         image = tmp_path / runtime / ("image.sqsh" if runtime == "pyxis" else "image.sif")
         assert manifest["slurm"]["container"] == {"runtime": runtime, "image": str(image)}
         # The versions the runner found in the image.
@@ -327,7 +328,8 @@ def test_jobs_in_containers_complete_and_resume_after_the_warning_signal(
         if runtime == "apptainer":
             for line in launches:
                 kept = set(line.split(" env=")[1].split())
-                assert {"SLURM_JOB_ID", "EVALPIPE_FAKE_DELAY_S", "HF_HOME"} <= kept, line
+                wanted = {"SLURM_JOB_ID", "SLURMD_NODENAME", "EVALPIPE_FAKE_DELAY_S", "HF_HOME"}
+                assert wanted <= kept, line
 
 
 # ---- the login node: preflight, `evalpipe check`, `evalpipe site detect` ----
@@ -451,3 +453,34 @@ def test_the_example_profiles_commented_container_block_loads(tmp_path: Path) ->
     path = tmp_path / "site.yaml"
     path.write_text(text + re.sub(r"^# ", "", block.group(0), flags=re.M))
     assert load_cluster(str(path)).container.image == "/scratch/shared/images/vllm.sqsh"
+
+
+@pytest.mark.bench
+@pytest.mark.slurm
+@pytest.mark.ray
+def test_a_two_node_job_in_containers_runs_ray_and_every_nodes_monitor_inside(
+    local_slurm: Any, tmp_path: Path
+) -> None:
+    """TP=4 × PP=2 over Ray on both local nodes, every process in the Apptainer stand-in: the
+    Ray head and worker, node2's monitor (its metrics file lands in the mounted run
+    directory), the runner. About a minute: marker bench (`pytest -m bench
+    tests/test_containers.py`), outside make test."""
+    from tests.test_slurm_local import raylets, site_profile, submit_fake
+
+    site, env = standin_job(tmp_path, "apptainer")
+    data = yaml.safe_load(Path(site).read_text())
+    data["env"] = yaml.safe_load(Path(site_profile(tmp_path, "fake_nvml")).read_text())["env"]
+    Path(site).write_text(yaml.safe_dump(data))
+    job = submit_fake(
+        tmp_path, "ray", "--tp", "4", "--pp", "2", "--limit", "1", cluster=site,
+        env={**env, "EVALPIPE_FAKE_DELAY_S": "2"},
+    )  # fmt: skip
+    status = job.wait(poll_s=1, timeout_s=300)
+    log = next((job.run_dir / "logs").glob("*.out")).read_text()
+    assert status.ok, log[-3000:]
+    assert re.search(r"Ray cluster at \S+ is up: 2 node\(s\), 8 GPU\(s\)", log), log[-3000:]
+    assert (job.run_dir / "metrics-node2.csv").stat().st_size > 0
+    assert raylets(job.job_id) == []
+    launched = (tmp_path / "standin.log").read_text()
+    # Ray's head and worker, node2's monitor, and the job's own commands: all in the image.
+    assert launched.count("apptainer image=") >= 5, launched

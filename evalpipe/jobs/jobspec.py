@@ -408,8 +408,10 @@ class JobSpec:
     @property
     def container_keep(self) -> str:
         """Under Apptainer (--containall empties the environment): a bash regex of the
-        variables each launch passes in: SLURM's, the GPUs, HF_HOME, Ray's address, the job's."""
-        fixed = ["SLURM_.*", "CUDA_VISIBLE_DEVICES", "HF_HOME", "RAY_ADDRESS"]
+        variables each launch passes in: SLURM's and slurmd's, the GPUs, HF_HOME, Ray's
+        address, the job's."""
+        # SLURMD_NODENAME too: it names the node's files (metrics-<node>.csv) and the host.
+        fixed = ["SLURMD?_.*", "CUDA_VISIBLE_DEVICES", "HF_HOME", "RAY_ADDRESS"]
         return "^(" + "|".join(dict.fromkeys(fixed + self.container_env)) + ")$"
 
 
