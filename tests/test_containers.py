@@ -484,3 +484,11 @@ def test_a_two_node_job_in_containers_runs_ray_and_every_nodes_monitor_inside(
     launched = (tmp_path / "standin.log").read_text()
     # Ray's head and worker, node2's monitor, and the job's own commands: all in the image.
     assert launched.count("apptainer image=") >= 5, launched
+
+
+def test_the_submitit_executor_refuses_a_container_job(tmp_path: Path) -> None:
+    from evalpipe.jobs.submitit_exec import submit_with_submitit
+
+    spec = prepare("tiny_random", container_site(tmp_path, "pyxis"), JobOptions(), RUN_DIR).spec
+    with pytest.raises(ConfigError, match="Submit with the default sbatch executor"):
+        submit_with_submitit(spec, copy_script_to=tmp_path / "job.sbatch")
