@@ -118,6 +118,7 @@ EVERY_JOB_OPTION = JobOptions(
     signal_seconds=120,
     max_restarts=0,
     mode="serve",
+    container_image="nvcr.io#nvidia/vllm:25.01",
 )  # fmt: skip
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, get_args
 
 from evalpipe.catalog.configpath import resolve
+from evalpipe.catalog.containers import LAUNCHERS, Container
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.slurmtime import check_signal_seconds, slurm_minutes
 from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
@@ -88,8 +90,10 @@ class Cluster:
     # run inside the job both take it from here unless --replicas is given.
     replicas: int | None = None
     test_only: bool = True  # the site allows `sbatch --test-only`
-    # The command that runs Python in a job (a path, or a container wrapper ending in python).
+    # The command that runs Python in a job (a path, or the image's python under `container`).
     python: str = "python3"
+    # The image every process of the job runs in (pyxis or Apptainer); None: the node's own.
+    container: Container | None = None
     # Shell lines run first in every job (module load, venv activation). The only field that
     # is shell code by design: it comes from the site's own profile, like a login script.
     setup: tuple[str, ...] = ()
@@ -163,6 +167,12 @@ class Cluster:
             raise ValueError(f"python {self.python!r} is not a valid command line: {exc}") from None
         if not words:
             raise ValueError("python must name a command, got an empty string")
+        if self.container is not None and Path(words[0]).name in LAUNCHERS:
+            raise ValueError(
+                f"python {self.python!r} wraps Python in a container, and the profile's "
+                f"container: block launches {self.container.runtime} itself: set python to "
+                "the image's own python (python3), or drop the container: block"
+            )
         for key, value in self.env.items():
             if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
                 raise ValueError(f"env name {key!r} is not a shell variable name")

@@ -21,9 +21,17 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.jobs import preflight
 
     preset = load_preset(args.preset)
+    cluster = load_cluster(args.cluster)
+    if cluster.container is not None:
+        from evalpipe.slurm.runtimes import find
+
+        runtime, image = cluster.container.runtime, cluster.container.launch_image
+        here = find(runtime)
+        said = f"this login node has it ({here})" if here else "this login node does not have it"
+        print(f"evalpipe check: cluster {cluster.name} runs jobs in {image} with {runtime}; {said}")
     report = preflight.check(
         preset,
-        load_cluster(args.cluster),
+        cluster,
         categories=args.categories,
         tasks=args.tasks,
         allow_unsafe_code=args.allow_unsafe_code,

@@ -28,11 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from evalpipe.catalog.containers import RUNTIMES
     from evalpipe.catalog.gpus import load_gpus
     from evalpipe.core.errors import ConfigError
     from evalpipe.rundir.samplelog import write_text
     from evalpipe.slurm import sitedetect
     from evalpipe.slurm.client import Slurm
+    from evalpipe.slurm.runtimes import find
 
     out: Path | None = args.output
     if out is not None:
@@ -51,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         partition=args.partition,
         gres_type=args.gres_type,
         gpu=args.gpu,
+        runtimes=[runtime for runtime in RUNTIMES if find(runtime)],  # type: ignore[arg-type]
     )
     sitedetect.validate(detected, out.stem if out else "detected")
     text = detected.yaml()

@@ -92,6 +92,11 @@ def _driver_version() -> str | None:
     return match.group(1) if match else None
 
 
+# Exported by a job that runs in a container (the cluster profile's container: block).
+CONTAINER_RUNTIME = "EVALPIPE_CONTAINER_RUNTIME"
+CONTAINER_IMAGE = "EVALPIPE_CONTAINER_IMAGE"
+
+
 def versions() -> dict[str, str | None]:
     return {
         "evalpipe": __version__,
@@ -131,10 +136,13 @@ def slurm_ids() -> dict[str, Any] | None:
     if "SLURM_JOB_ID" not in env:
         return None
     restarts = env.get("SLURM_RESTART_COUNT", "0")
-    return {
+    ids: dict[str, Any] = {
         "job_id": env["SLURM_JOB_ID"],
         "array_job_id": env.get("SLURM_ARRAY_JOB_ID"),
         "array_task_id": env.get("SLURM_ARRAY_TASK_ID"),
         "restart_count": int(restarts) if restarts.isdigit() else 0,
         "nodelist": env.get("SLURM_JOB_NODELIST"),
     }
+    if CONTAINER_RUNTIME in env:  # the job runs in an image (a profile's container: block)
+        ids["container"] = {"runtime": env[CONTAINER_RUNTIME], "image": env.get(CONTAINER_IMAGE)}
+    return ids

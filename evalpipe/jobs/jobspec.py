@@ -9,6 +9,7 @@ from pathlib import Path, PurePath
 from typing import Literal, get_args
 
 from evalpipe.catalog.clusters import Cluster, check_max_restarts
+from evalpipe.catalog.containers import Container, Mount, is_image_file
 from evalpipe.catalog.gpus import Gpu, get_gpu
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.selection import SELECTION
@@ -25,6 +26,7 @@ from evalpipe.core.options import (
     positive_int,
     to_argv,
 )
+from evalpipe.core.provenance import CONTAINER_IMAGE, CONTAINER_RUNTIME
 from evalpipe.estimate.autosize import MARGIN
 from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
@@ -152,6 +154,13 @@ class JobOptions:
         help="engine: vLLM in the runner's process; serve: the job starts vLLM's "
         "OpenAI-compatible server with the plan's layout and evaluates through it "
         "(docs/slurm.md; default engine)",
+    )
+    container_image: str | None = option(
+        flag="--container-image",
+        group=JOB,
+        metavar="IMAGE",
+        help="run the job in this image instead of the cluster profile's container.image (a "
+        "registry reference, a .sqsh or a .sif path; the profile's container: block says how)",
     )
     smoke: bool = False  # the job runs `evalpipe smoke --local` instead of the evaluation
 
@@ -362,6 +371,49 @@ class JobSpec:
                 pairs.append((name, value))
         return pairs
 
+    @property
+    def container(self) -> Container | None:
+        return self.cluster.container
+
+    @property
+    def container_mounts(self) -> list[str]:
+        """What the image sees of the node: the run directory, the profile's caches and scratch
+        (TMPDIR, else /tmp: Ray's session files, shared by every container on a node) at their
+        own paths, then the profile's mounts; one per destination, the profile's winning."""
+        c = self.cluster
+        own = [self.run_dir, c.cache_dir, c.hf_cache, c.scratch_dir or "/tmp"]
+        given = [Mount.parse(m) for m in self.container.mounts] if self.container else []
+        taken = {m.destination for m in given}
+        mounts = [Mount(source=p, destination=p) for p in dict.fromkeys(own) if p]
+        return [m.spec() for m in given + [m for m in mounts if m.destination not in taken]]
+
+    @property
+    def container_record(self) -> list[tuple[str, str]]:
+        """What the runner records of the image in its manifest (core/provenance.py), beside
+        the evalpipe and vLLM versions it finds there."""
+        c = self.container
+        return (
+            [] if c is None else [(CONTAINER_RUNTIME, c.runtime), (CONTAINER_IMAGE, c.launch_image)]
+        )
+
+    @property
+    def container_env(self) -> list[str]:
+        """Variables the job passes into the image by name: the ones it exports (the profile's
+        env and paths, the image's record), then the container block's."""
+        names = [name for name, _ in self.env + self.container_record]
+        if self.container is not None:
+            names += self.container.env
+        return list(dict.fromkeys(names))
+
+    @property
+    def container_keep(self) -> str:
+        """Under Apptainer (--containall empties the environment): a bash regex of the
+        variables each launch passes in: SLURM's and slurmd's, the GPUs, HF_HOME, Ray's
+        address, the job's."""
+        # SLURMD_NODENAME too: it names the node's files (metrics-<node>.csv) and the host.
+        fixed = ["SLURMD?_.*", "CUDA_VISIBLE_DEVICES", "HF_HOME", "RAY_ADDRESS"]
+        return "^(" + "|".join(dict.fromkeys(fixed + self.container_env)) + ")$"
+
 
 def make_jobspec(
     *,
@@ -378,6 +430,7 @@ def make_jobspec(
     estimate is made from."""
     if gpu.name != cluster.gpu:
         raise ConfigError(f"GPU {gpu.name!r} is not cluster {cluster.name}'s GPU {cluster.gpu!r}.")
+    cluster = with_image(cluster, options.container_image)
     if not PurePath(run_dir).is_absolute():
         raise ConfigError(f"The run directory must be an absolute path, got {run_dir!r}.")
     if _BAD_RUN_DIR.search(run_dir):
@@ -465,6 +518,26 @@ def make_jobspec(
             ),
         ),
     )
+
+
+def with_image(cluster: Cluster, image: str | None) -> Cluster:
+    """The cluster with --container-image in place of its profile's image (checked as the
+    profile's own would be)."""
+    if image is None:
+        return cluster
+    if cluster.container is None:
+        raise ConfigError(
+            f"--container-image {image!r}: cluster {cluster.name}'s profile has no container: "
+            "block saying how to run an image (runtime: pyxis or apptainer; docs/slurm.md, "
+            "Containers). Add one, or drop --container-image."
+        )
+    # A file needs no pull cache; a reference keeps the profile's.
+    cache = None if is_image_file(image) else cluster.container.sif_cache
+    try:
+        container = replace(cluster.container, image=image, sif_cache=cache)
+    except ValueError as exc:
+        raise ConfigError(f"--container-image: {exc}") from None
+    return replace(cluster, container=container)
 
 
 def judge_placement(

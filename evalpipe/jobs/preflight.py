@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from evalpipe.catalog import modelconfig, weights
 from evalpipe.catalog.clusters import Cluster
+from evalpipe.catalog.containers import Mount, Runtime
 from evalpipe.catalog.preset import DTYPE_BYTES, Preset
 from evalpipe.core.errors import ConfigError, DatasetError, EvalpipeError, PreflightError
+from evalpipe.slurm import runtimes
 
 Level = Literal["error", "warning"]
 # A checkpoint's files may hold a little more (headers, buffers) or less (tied weights counted
@@ -387,6 +389,60 @@ def check_prompts(
     return found
 
 
+# -- container ------------------------------------------------------------------------------------
+
+
+def check_container(
+    cluster: Cluster, find: Callable[[Runtime], str | None] = runtimes.find
+) -> list[Finding]:
+    """The profile's container on this login node: its runtime, its image file (an Apptainer
+    reference: its pulled copy) and each mount's source. `find` says where a runtime is."""
+    container = cluster.container
+    if container is None:
+        return []
+    found = []
+    if find(container.runtime) is None:
+        found.append(
+            Finding(
+                level="error" if container.runtime == "pyxis" else "warning",
+                check="container",
+                message=f"cluster {cluster.name} runs jobs with {container.runtime}, but "
+                f"{runtimes.missing_fix(container.runtime)}.",
+            )
+        )
+    image = container.image_path
+    if image is not None and not Path(image).is_file():
+        if container.image != image:  # an Apptainer reference, pulled once into sif_cache
+            fix = f"pull it there once: apptainer pull {shlex.quote(image)} " + shlex.quote(
+                container.image
+            )
+        elif container.runtime == "pyxis":
+            fix = f"import it once: enroot import -o {shlex.quote(image)} docker://IMAGE"
+        else:
+            fix = f"build or pull it once: apptainer pull {shlex.quote(image)} docker://IMAGE"
+        found.append(
+            Finding(
+                level="error",
+                check="container",
+                message=f"the image file {image} of cluster {cluster.name} does not exist; "
+                f"{fix} (on storage every node reads), or correct container.image.",
+            )
+        )
+    for mount in container.mounts:
+        source = Mount.parse(mount).source
+        if not Path(source).exists():
+            found.append(
+                Finding(
+                    level="error",
+                    check="container",
+                    message=f"container mount {mount!r} of cluster {cluster.name}: the source "
+                    f"{source} does not exist; the runtime would refuse to start the job. "
+                    "Create it or correct container.mounts.",
+                )
+            )
+    return found
+
+
 # -- all of it ------------------------------------------------------------------------------------
 
 
@@ -405,10 +461,11 @@ def check(
     """Every check for `preset` on `cluster` with the chosen tasks; nothing raised.
     `max_model_len`: the job's context where it is planned (None: as the run fits it)."""
     site = Site.of(cluster, environ)
-    findings: list[Finding] = []
+    findings: list[Finding] = check_container(cluster)
     folder = None
     if backend == "vllm":  # the fake engine loads no weights
-        folder, findings = locate_weights(preset, site)
+        folder, located = locate_weights(preset, site)
+        findings += located
         if folder is not None:
             findings += check_folder(preset, folder)
             findings += check_chat_template(preset, folder)

@@ -133,7 +133,9 @@ def _environment(folder: str) -> Any:
     return env
 
 
-def _render(template: str, spec: JobSpec, *, kind: str, job_name: str, log_pattern: str) -> str:
+def _render(
+    template: str, spec: JobSpec, *, kind: str, job_name: str, log_pattern: str, node_steps: bool
+) -> str:
     import jinja2
 
     env = _environment(str(template_dir()))
@@ -145,6 +147,7 @@ def _render(template: str, spec: JobSpec, *, kind: str, job_name: str, log_patte
             kind=kind,
             job_name=job_name,
             log_pattern=log_pattern,
+            node_steps=node_steps,
             resumable=exitcodes.RESUMABLE,
             preflight=exitcodes.PREFLIGHT,
             stall=exitcodes.STALL,
@@ -167,7 +170,12 @@ def render_job(spec: JobSpec) -> str:
     if spec.options.shards > 1:
         kind = f"array job ({spec.options.shards} shards)"
     return _render(
-        spec.template, spec, kind=kind, job_name=spec.job_name, log_pattern=spec.log_pattern
+        spec.template,
+        spec,
+        kind=kind,
+        job_name=spec.job_name,
+        log_pattern=spec.log_pattern,
+        node_steps=spec.multi_node,  # a step per node: the monitors and Ray
     )
 
 
@@ -179,4 +187,5 @@ def render_merge(spec: JobSpec) -> str:
         kind="merge job",
         job_name=f"{spec.job_name}-merge",
         log_pattern=RunDir(Path(spec.run_dir)).log_pattern("%j"),
+        node_steps=False,
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core import exitcodes
-from evalpipe.core.errors import EvalpipeError, MissingDependencyError
+from evalpipe.core.errors import ConfigError, EvalpipeError, MissingDependencyError
 from evalpipe.jobs.jobspec import JobSpec
 from evalpipe.rundir.layout import RunDir
 
@@ -77,6 +77,13 @@ def submit_with_submitit(spec: JobSpec, *, copy_script_to: Path) -> str:
 
     The script submitit wrote is copied to `copy_script_to`, so the run directory shows what ran.
     """
+    if spec.container is not None:
+        # submitit's pickled callable runs in the node's own python, outside any image.
+        raise ConfigError(
+            f"--executor submitit cannot run a job in cluster {spec.cluster.name}'s container "
+            f"({spec.container.runtime}): submitit starts the runner from the node's python. "
+            "Submit with the default sbatch executor."
+        )
     try:
         import submitit
     except ImportError as exc:

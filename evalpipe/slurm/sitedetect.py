@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.catalog.clusters import Cluster, RaySettings
+from evalpipe.catalog.containers import IMAGE_SUFFIX
 from evalpipe.catalog.gpus import Gpu
 from evalpipe.catalog.slurmtime import slurm_minutes
 from evalpipe.core.configio import build, unknown_name
@@ -157,8 +158,10 @@ def detect(
     partition: str | None = None,
     gres_type: str | None = None,
     gpu: str | None = None,
+    runtimes: Sequence[str] = (),
 ) -> Detected:
-    """The profile for one GPU partition; `partition`, `gres_type` and `gpu` settle choices."""
+    """The profile for one GPU partition; `partition`, `gres_type` and `gpu` settle choices.
+    `runtimes`: the container runtimes found here, each written as a commented container block."""
     parts = slurminfo.partitions(partitions_text)
     nodes = slurminfo.nodes(nodes_text)
     if not parts:
@@ -201,7 +204,8 @@ def detect(
     members = groups[gres_type]
     return Detected(
         partition=partition,
-        entries=_entries(part, gres_type, members, gpus, python=python, gpu=gpu),
+        entries=_entries(part, gres_type, members, gpus, python=python, gpu=gpu)
+        + tuple(_container_entry(runtime) for runtime in runtimes),
         overview=overview,
     )
 
@@ -305,6 +309,20 @@ def _entries(
         )
     )
     return tuple(entries)
+
+
+def _container_entry(runtime: str) -> Entry:
+    """A commented container block for a runtime this site has (docs/slurm.md, Containers)."""
+    return Entry(
+        key="container",
+        value={
+            "runtime": runtime,
+            "image": f"/path/on/shared/storage/image{IMAGE_SUFFIX[runtime]}",
+        },
+        suggestion=True,
+        note=f"{runtime} found here: jobs can run in an image (mounts, env, workdir: "
+        "docs/slurm.md)",
+    )
 
 
 def _gpu_entry(
