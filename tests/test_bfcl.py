@@ -114,7 +114,7 @@ def test_bfcls_checker_on_each_edge_in_the_sandbox() -> None:
     assert empty.scores["accuracy"] == 1.0  # no call: BFCL's relevance rule
 
 
-def test_a_fake_run_keeps_per_category_accuracy_and_no_overall(
+def test_a_fake_run_keeps_per_category_accuracy_and_an_overall_marked_incomplete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -122,8 +122,13 @@ def test_a_fake_run_keeps_per_category_accuracy_and_no_overall(
             "--tasks", "bfcl:simple_python,irrelevance", "--limit", "2"]  # fmt: skip
     assert main(argv) == exitcodes.OK
     document = json.loads(Path("run/bfcl_results.json").read_text())
-    assert document["mode"] == "prompting" and document["overall"] is None
+    assert document["mode"] == "prompting" and 0.0 <= document["overall"] <= 1.0
     assert set(document["categories"]) == {"simple_python", "irrelevance"}
     for found in document["categories"].values():
         assert found["total"] == 2 and 0.0 <= found["accuracy"] <= 1.0
+        assert found["ci_low"] <= found["accuracy"] <= found["ci_high"]
     assert "multiple" in document["not_run"] and "irrelevance" not in document["not_run"]
+    assert document["overall_complete"] is False and "memory_kv" in document["overall_note"]
+    assert document["groups"]["non_live"]["not_run"] == ["simple_java", "simple_javascript",
+                                                         "multiple", "parallel",
+                                                         "parallel_multiple"]  # fmt: skip
