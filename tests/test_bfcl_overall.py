@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_NEEDS
 from evalpipe.tasks.bfcl import overall
 from evalpipe.tasks.bfcl.child import project_env
 from evalpipe.tasks.bfcl.install import bfcl_dir
@@ -39,6 +40,8 @@ table = {name: {c: {"accuracy": correct / total, "total_count": total}
                 for c, (correct, total) in run.items()}
          for name, run in zip(names, given["runs"])}
 helper.generate_leaderboard_csv(table, helper.Path("."))
+from bfcl_eval.constants import category_mapping as mapping
+caught["scoring"], caught["other"] = mapping.ALL_SCORING_CATEGORIES, mapping.NON_SCORING_CATEGORY
 print(json.dumps(caught))
 """
 
@@ -118,6 +121,9 @@ def test_groups_and_overall_equal_bfcls_leaderboard_code_on_the_same_figures() -
         missing = [c for c in overall.SCORED if c not in run and c != overall.RELEVANCE]
         assert document["overall_complete"] is (not missing)
         assert all(c in document["overall_note"] for c in missing)
+    # The package's category names: the ones its overall counts, and the ones evalpipe accepts.
+    assert sorted(overall.SCORED) == sorted(theirs["scoring"])
+    assert {*BFCL_CATEGORIES, *BFCL_NEEDS} <= {*theirs["scoring"], *theirs["other"]}
 
 
 def test_the_live_group_of_all_four_categories_has_an_interval_over_their_entries() -> None:
