@@ -84,10 +84,14 @@ class BfclSummary:
     """What a report shows of one run's bfcl_results.json."""
 
     mode: str
-    groups: Mapping[str, float]  # group → accuracy
+    groups: Mapping[str, float]  # group → accuracy, as BFCL computes it
+    partial: frozenset[str]  # the groups that count a category not run as 0
     overall: float
-    complete: bool
-    not_run: tuple[str, ...]  # of the categories the overall counts
+    not_run: tuple[str, ...]  # the categories the overall counts as 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.not_run
 
     @classmethod
     def from_dict(cls, document: Mapping[str, Any], path: Path) -> BfclSummary:
@@ -98,8 +102,8 @@ class BfclSummary:
             return cls(
                 mode=str(document["mode"]),
                 groups={g: float(v["accuracy"]) for g, v in found.items()},
+                partial=frozenset(g for g, v in found.items() if v["not_run"]),
                 overall=float(document["overall"]),
-                complete=bool(document["overall_complete"]),
                 not_run=tuple(c for g in overall.WEIGHTS for c in found[g]["not_run"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
