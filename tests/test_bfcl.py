@@ -65,6 +65,9 @@ def test_suite_tools_2026_runs_bfcl_and_a_suite_gives_it_no_settings(tmp_path: P
     suite.write_text("tasks:\n  - task: bfcl:simple_python\n    max_tokens: 512\n")
     with pytest.raises(ConfigError, match="'bfcl:simple_python', a bfcl task with n or max_tokens"):
         expand_refs([f"suite:{suite}"])
+    suite.write_text("tasks:\n  - task: suite:tools-2026\n")
+    with pytest.raises(ConfigError, match=r"a suite task; a suite .* lists no other suite"):
+        expand_refs([f"suite:{suite}"])
 
 
 def test_bfcl_eval_missing_is_one_message_naming_the_install(
