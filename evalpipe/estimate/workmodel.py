@@ -51,7 +51,7 @@ class TaskWork:
 
     task: str
     category: str
-    samples: int
+    samples: int  # requests, where a task's samples make several (MakesRequests)
     completions: int  # generated sequences per sample (sampling.n); 0 when options are ranked
     prompt_tokens: Span  # per sample, chat markup included
     generated_tokens: Span  # per completion
