@@ -41,6 +41,35 @@ def test_an_unknown_category_is_refused_naming_the_valid_ones() -> None:
     assert all(name in str(caught.value) for name in BFCL_CATEGORIES)
 
 
+def test_categories_needing_more_are_refused_in_one_message_before_anything_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("EVALPIPE_BFCL_DIR", str(tmp_path))  # not reached: nothing loads
+    argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--out", str(tmp_path / "r"),
+            "--tasks", "bfcl:simple_python,memory_vector,web_search_base,"
+            "format_sensitivity"]  # fmt: skip
+    assert main(argv) == exitcodes.ERROR
+    said = capsys.readouterr().err
+    assert "cannot run bfcl:memory_vector, bfcl:web_search_base, bfcl:format_sensitivity" in said
+    for need in ("prerequisite conversations", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
+                 "26 prompt formats", "bfcl alone runs simple_python"):  # fmt: skip
+        assert need in said
+    assert "memory_kv" not in said and not (tmp_path / "r").exists()
+
+
+def test_suite_tools_2026_runs_bfcl_and_a_suite_gives_it_no_settings(tmp_path: Path) -> None:
+    assert [ref for ref, _ in expand_refs(["suite:tools-2026"])] == [
+        TaskRef(kind="bfcl", name="bfcl")
+    ]
+    suite = tmp_path / "mine.yaml"
+    suite.write_text("tasks:\n  - task: bfcl:simple_python\n    max_tokens: 512\n")
+    with pytest.raises(ConfigError, match="'bfcl:simple_python', a bfcl task with n or max_tokens"):
+        expand_refs([f"suite:{suite}"])
+    suite.write_text("tasks:\n  - task: suite:tools-2026\n")
+    with pytest.raises(ConfigError, match=r"a suite task; a suite .* lists no other suite"):
+        expand_refs([f"suite:{suite}"])
+
+
 def test_bfcl_eval_missing_is_one_message_naming_the_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,7 +143,7 @@ def test_bfcls_checker_on_each_edge_in_the_sandbox() -> None:
     assert empty.scores["accuracy"] == 1.0  # no call: BFCL's relevance rule
 
 
-def test_a_fake_run_keeps_per_category_accuracy_and_no_overall(
+def test_a_fake_run_keeps_per_category_accuracy_and_an_overall_marked_incomplete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -122,8 +151,13 @@ def test_a_fake_run_keeps_per_category_accuracy_and_no_overall(
             "--tasks", "bfcl:simple_python,irrelevance", "--limit", "2"]  # fmt: skip
     assert main(argv) == exitcodes.OK
     document = json.loads(Path("run/bfcl_results.json").read_text())
-    assert document["mode"] == "prompting" and document["overall"] is None
+    assert document["mode"] == "prompting" and 0.0 <= document["overall"] <= 1.0
     assert set(document["categories"]) == {"simple_python", "irrelevance"}
     for found in document["categories"].values():
         assert found["total"] == 2 and 0.0 <= found["accuracy"] <= 1.0
+        assert found["ci_low"] <= found["accuracy"] <= found["ci_high"]
     assert "multiple" in document["not_run"] and "irrelevance" not in document["not_run"]
+    assert document["overall_complete"] is False and "memory_kv" in document["overall_note"]
+    assert document["groups"]["non_live"]["not_run"] == ["simple_java", "simple_javascript",
+                                                         "multiple", "parallel",
+                                                         "parallel_multiple"]  # fmt: skip

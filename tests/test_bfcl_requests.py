@@ -15,7 +15,7 @@ from pathlib import Path
 
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.engine import rendering
-from evalpipe.tasks.bfcl.entries import project_env
+from evalpipe.tasks.bfcl.child import project_env
 from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.kindbase import LoadOptions

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,14 @@ class KindSpec:
     # A prefixed kind whose values are these names: also written alone (all of them), and a
     # comma list continues it (`bfcl:simple_python,multiple` names two); an unknown one is refused.
     values: tuple[str, ...] = ()
+    # Names of the kind's benchmark that evalpipe knows but cannot run yet, each with what it
+    # needs: accepted as values, and a run naming one is refused with that, before any loading.
+    refused: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every value a reference may name: the runnable ones, then the refused ones."""
+        return (*self.values, *self.refused)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,6 +179,26 @@ BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multipl
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
                    "live_relevance", *BFCL_MULTI_TURN)  # fmt: skip
+_MEMORY = (
+    "its prerequisite conversations run first, as BFCL runs them "
+    "(data/memory_prereq_conversation), which evalpipe does not build yet"
+)
+_WEB_SEARCH = (
+    "live HTTP and your SerpAPI key (SERPAPI_API_KEY): BFCL's web search tools call "
+    "SerpAPI and fetch pages, which evalpipe's sandbox (no network) does not allow"
+)
+# BFCL v4's categories that need more than evalpipe has (docs/bfcl.md, "Not run"): what each needs.
+BFCL_NEEDS = {
+    "memory_kv": _MEMORY,
+    "memory_vector": _MEMORY + "; and the sentence-transformers model all-MiniLM-L6-v2 from "
+                     "the Hugging Face hub, cached by you",
+    "memory_rec_sum": _MEMORY,
+    "web_search_base": _WEB_SEARCH,
+    "web_search_no_snippet": _WEB_SEARCH,
+    "format_sensitivity": "its 26 prompt formats, each decoded in its own return format, which "
+                          "evalpipe's prompting mode does not build yet (BFCL keeps it outside "
+                          "its overall)",
+}  # fmt: skip
 
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
@@ -200,14 +228,15 @@ KINDS: dict[str, KindSpec] = {
         KindSpec(name="bfcl", written="bfcl or bfcl:CATEGORY,...", prefixed=True,
                  summary="BFCL v4 function calling, prompting mode: single- and multi-turn",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
-                 values=BFCL_CATEGORIES),
+                 values=BFCL_CATEGORIES, refused=BFCL_NEEDS),
     )
 }  # fmt: skip
 
 
 def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]:
     """`tasks` parsed, each `suite:` reference replaced by its entries in order (a suite's
-    entries are task files, so the settings it gives them are a task file's)."""
+    settings go to its task files; another kind's entry takes none); ConfigError for a value
+    its kind does not have or refuses."""
     out: list[tuple[TaskRef, SuiteEntry | None]] = []
     for text in tasks:
         ref = _continued(out[-1][0] if out else None, text) or TaskRef.parse(text)
@@ -217,31 +246,58 @@ def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]
             continue
         suite = load_suite(str(ref))
         for task, entry in zip(suite.task_refs(), suite.tasks, strict=True):
-            inner = TaskRef.parse(task)
-            if inner.kind != FILE:
-                raise ConfigError(
-                    f"Suite {str(ref)!r} lists {task!r}, a {inner.kind} task; a suite lists "
-                    "task files (name them, or pass the other kinds beside it on --tasks)."
-                )
-            out.append((inner, entry))
+            out.append(_suite_entry(str(ref), task, entry))
+    check_runnable([ref for ref, _ in out])
     return out
+
+
+def _suite_entry(suite: str, task: str, entry: SuiteEntry) -> tuple[TaskRef, SuiteEntry | None]:
+    """A suite's entry as a reference: a task file with the settings the suite gives it, or
+    another kind's reference, which takes no settings (its protocol is its benchmark's)."""
+    inner = TaskRef.parse(task)
+    if inner.kind == FILE:
+        return inner, entry
+    check_value(inner)
+    if inner.kind == SUITE or entry.n is not None or entry.max_tokens is not None:
+        raise ConfigError(
+            f"Suite {suite!r} lists {task!r}, a {inner.kind} task"
+            + (" with n or max_tokens" if inner.kind != SUITE else "")
+            + "; a suite gives settings to task files only, and lists no other suite (write "
+            "it without settings, or pass it beside the suite on --tasks)."
+        )
+    return inner, None
 
 
 def _continued(before: TaskRef | None, text: str) -> TaskRef | None:
     """`text` as one more value of the reference before it, where that kind takes it."""
-    if before is None or before.name == before.kind or text not in before.spec.values:
+    if before is None or before.name == before.kind or text not in before.spec.names:
         return None
     return TaskRef(kind=before.kind, name=text)
 
 
 def check_value(ref: TaskRef) -> None:
     """ConfigError for a value its kind does not have, naming the ones it does."""
-    values = ref.spec.values
+    values = ref.spec.names
     if values and ref.name != ref.kind and ref.name not in values:
         raise ConfigError(
             f"Task reference {str(ref)!r}: {ref.kind} has no {ref.name!r}; write {ref.kind} "
             f"(all of them) or {ref.kind}:NAME with NAME one of {', '.join(values)}."
         )
+
+
+def check_runnable(refs: Sequence[TaskRef]) -> None:
+    """One ConfigError for every reference naming a value its kind refuses, with what each
+    needs and what the kind runs instead."""
+    refused = [ref for ref in refs if ref.name in ref.spec.refused]
+    if not refused:
+        return
+    lines = "\n".join(f"- {ref}: needs {ref.spec.refused[ref.name]}" for ref in refused)
+    kinds = dict.fromkeys(ref.kind for ref in refused)
+    raise ConfigError(
+        f"evalpipe cannot run {', '.join(map(str, refused))} yet:\n{lines}\nLeave them out; "
+        + "; ".join(f"{k} alone runs {', '.join(KINDS[k].values)}" for k in kinds)
+        + "."
+    )
 
 
 def names_judged(tasks: Sequence[str]) -> bool:

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return _export(args.export, args.paths)
     # pandas and matplotlib load only here, so `evalpipe --help` and other commands stay fast.
     from evalpipe.reports import aggregate, exports, html, loading, tables
+    from evalpipe.reports.bfcl import bfcl_tables
     from evalpipe.reports.compare import compare_runs
     from evalpipe.reports.judges import judge_tables
     from evalpipe.rundir.discover import find_run_dirs
@@ -114,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         category_scores = scores if args.by == "category" else aggregate.scores(runset, "category")
         images = plots.all_plots(table, category_scores, metrics)
     judges = judge_tables(run_dirs, warnings)
+    bfcl = bfcl_tables(run_dirs, warnings)
     _warn(warnings)
     if args.plots:
         _write_plots(Path(args.plots), images)
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     shown = tables.leaderboard(table, scores, args.by) + tables.predictions(table)
     shown += tables.occupancy(table) + tables.cut_offs(table, runset.cut_offs)
     shown += tables.refusals(table, runset.refusals)
-    shown += judges
+    shown += judges + bfcl
     if comparison is not None:
         shown += tables.comparison(comparison, args.alpha)
     if args.format == "xlsx":

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from evalpipe.catalog import modelconfig, weights
 from evalpipe.catalog.preset import Preset
@@ -50,7 +51,7 @@ class TaskWork:
 
     task: str
     category: str
-    samples: int
+    samples: int  # requests, where a task's samples make several (MakesRequests)
     completions: int  # generated sequences per sample (sampling.n); 0 when options are ranked
     prompt_tokens: Span  # per sample, chat markup included
     generated_tokens: Span  # per completion
@@ -185,21 +186,35 @@ def long_prompt(
     )
 
 
+@runtime_checkable
+class MakesRequests(Protocol):
+    """A task whose samples make several requests each (a multi-turn episode: a request per
+    step, its prompt holding the history before it)."""
+
+    def request_prompts(self, limit: int | None) -> list[Prompt]:
+        """Every request's prompt its first `limit` samples make, as the estimate assumes
+        them (the task's module says how)."""
+        ...
+
+
 def _local_prompts(
     task: Task, limit: int | None, preset: Preset, counter: TokenCounter | None
 ) -> tuple[int, Span, str]:
-    """(samples, prompt tokens per sample, source) from the task's own data."""
-    samples = task.samples(limit)
-    if not samples:
+    """(requests: one per sample unless the task makes more, prompt tokens per request,
+    source) from the task's own data."""
+    episodes = isinstance(task, MakesRequests)
+    prompts = task.request_prompts(limit) if episodes else [s.prompt for s in task.samples(limit)]
+    if not prompts:
         raise EstimateError(f"Task {task.name!r} has no samples; nothing to estimate.")
-    step = max(1, len(samples) // TOKENISED_SAMPLES)
-    chosen = samples[::step]
+    step = max(1, len(prompts) // TOKENISED_SAMPLES)
+    chosen = prompts[::step]
+    steps = "; each step of its episodes a request with its history" if episodes else ""
     if counter is not None:
-        mean = sum(counter.count(s.prompt, preset.chat) for s in chosen) / len(chosen)
-        return len(samples), Span.exact(mean), f"prompts tokenised ({counter.where})"
-    mean_bytes = sum(prompt_bytes(s.prompt) for s in chosen) / len(chosen)
+        mean = sum(counter.count(p, preset.chat) for p in chosen) / len(chosen)
+        return len(prompts), Span.exact(mean), f"prompts tokenised ({counter.where}){steps}"
+    mean_bytes = sum(prompt_bytes(p) for p in chosen) / len(chosen)
     tokens = bytes_to_tokens(Span.exact(mean_bytes), preset.chat)
-    return len(samples), tokens, f"prompt bytes / {BYTES_PER_TOKEN.mid:g} bytes per token"
+    return len(prompts), tokens, f"prompt bytes / {BYTES_PER_TOKEN.mid:g} bytes per token{steps}"
 
 
 def _hub_prompts(

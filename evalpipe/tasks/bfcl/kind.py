@@ -1,6 +1,6 @@
 """The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, then multi-turn)
 or `bfcl:CATEGORY,...`, one task per category, prompting mode; a completed run keeps BFCL's
-per-category accuracy as its results document."""
+per-category accuracy, its groups and its overall as its results document (results.py)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,9 @@ from evalpipe.tasks.base import Task
 from evalpipe.tasks.bfcl.entries import EPISODES, read_entries
 from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
+from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, BfclTask
 from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
-
-NOT_BUILT = ("memory", "web_search", "format_sensitivity", "FC mode")
 
 
 class BfclKind(TaskKind):
@@ -61,25 +60,10 @@ class BfclKind(TaskKind):
 
 
 def accuracy_document(names: Sequence[str], scores: FinishedScores) -> dict[str, Any]:
-    """BFCL's per-category accuracy (correct entries over entries run), with the completions
-    its decoder could not read; the groups and the overall are not computed yet, and the
-    categories not run are named."""
-    categories = {}
-    for name in names:
-        finished = scores.get(name, ())
-        correct = sum(s.get("accuracy", 0.0) for _, s in finished)
-        categories[name.removeprefix(PREFIX)] = {
-            "accuracy": correct / len(finished) if finished else None,
-            "correct": correct,
-            "total": len(finished),
-            "unparsed": sum(s.get("unparsed", 0.0) for _, s in finished),
-        }
-    return {"benchmark": "BFCL v4", "mode": MODE, "handler": HANDLER,
-            "checker_model": CHECKER_MODEL, "categories": categories,
-            "not_run": [c for c in BFCL_CATEGORIES if c not in categories],
-            "overall": None,
-            "overall_note": "not computed: evalpipe does not run "
-                            f"{', '.join(NOT_BUILT)} yet, which BFCL's overall counts"}  # fmt: skip
+    """BFCL's per-category accuracy, groups and overall for the run's BFCL tasks `names`."""
+    header = {"mode": MODE, "handler": HANDLER, "checker_model": CHECKER_MODEL}
+    categories = [name.removeprefix(PREFIX) for name in names]
+    return results_document(categories, scores, header, PREFIX)
 
 
 def _chat_bytes(messages: Sequence[Mapping[str, str]]) -> int:

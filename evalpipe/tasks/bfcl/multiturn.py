@@ -21,6 +21,7 @@ from evalpipe.records.sampling import SamplingSettings
 from evalpipe.sandbox.exchange import run_exchange
 from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, check_in_sandbox
+from evalpipe.tasks.bfcl.episode_requests import episode_requests
 from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, SAMPLING, scored
 
@@ -77,6 +78,11 @@ class BfclMultiTurnTask:
         check_limit(limit)
         return [Sample(id=e["id"], prompt=e["turns"][0], target={"ground_truth": e["ground_truth"]})
                 for e in self.entries[:limit]]  # fmt: skip
+
+    def request_prompts(self, limit: int | None) -> list[Prompt]:
+        """The requests the first `limit` entries make, for `plan --estimate`."""
+        check_limit(limit)
+        return episode_requests(self.entries[:limit])
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
