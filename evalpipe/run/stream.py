@@ -36,7 +36,14 @@ from evalpipe.records.completion import Completion, Generation, Loglikelihood
 from evalpipe.records.request import Request
 from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.turns import TurnRecord
-from evalpipe.tasks.base import Sample, Scored, ScoresResponses, Task, conversation
+from evalpipe.tasks.base import (
+    Sample,
+    Scored,
+    ScoresResponses,
+    Task,
+    conversation,
+    output_schema,
+)
 from evalpipe.tasks.reasoning import reasoning_tokens
 from evalpipe.tasks.scorers import best_option
 
@@ -74,6 +81,7 @@ class Item:
             id=request_id,
             prompt=conversation(self.sample, self.answers),
             sampling=self.task.sampling,
+            json_schema=output_schema(self.task),
         )
 
 
