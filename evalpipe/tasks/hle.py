@@ -57,8 +57,10 @@ def read_rows(task: str, given: Path | None) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True, kw_only=True)
 class HleTask(BenchmarkCategory):
-    """HLE's questions (task `hle`, or `hle_all` with the image questions): each asked with the
-    system prompt of its answer type, as nvidia-hle's prediction script sends it."""
+    """HLE's text-only questions (task `hle`): each asked with the system prompt of its answer
+    type, as nvidia-hle's prediction script sends it. Its test, `answer_type ==
+    "exact_match"`, is kept as written: a type spelled otherwise (the dataset card lists
+    exactMatch and multipleChoice) gets the multiple-choice format, there as here."""
 
     benchmark = "hle"
     id_key = "id"
@@ -79,15 +81,15 @@ class HleTask(BenchmarkCategory):
         )
 
 
-def hle_task(rows: Sequence[dict[str, Any]], *, text_only: bool = True) -> HleTask:
-    """The task over `rows`: the text-only ones (no image), or all of them."""
-    kept = tuple(r for r in rows if not (text_only and r.get("image")))
+def hle_task(rows: Sequence[dict[str, Any]]) -> HleTask:
+    """The task over the text-only rows of `rows` (those without an image)."""
+    kept = tuple(r for r in rows if not r.get("image"))
     if not kept:
-        raise DatasetError(f"HLE's data holds no {'text-only ' if text_only else ''}question.")
+        raise DatasetError("HLE's data holds no text-only question.")
     return HleTask(
-        name="hle" if text_only else "hle_all",
+        name="hle",
         category="hle",
-        topic="text" if text_only else ALL,
+        topic="text",
         sampling=SamplingSettings(max_tokens=HLE_MAX_TOKENS, temperature=0.0),
         rows=kept,
         system_exact=package_constant(PREDICTIONS, "SYSTEM_EXACT_ANSWER"),
