@@ -21,7 +21,7 @@ from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task
 from evalpipe.tasks.config import SourceConfig
-from evalpipe.tasks.datasets import load_rows
+from evalpipe.tasks.datasets import load_rows, read_copy
 from evalpipe.tasks.gradings import BenchmarkCategory
 from evalpipe.tasks.hlegrading import PREDICTIONS, SOURCE, HleGrading, hle_grading
 from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
@@ -37,9 +37,7 @@ PUBLISHED_JUDGE = "o3-mini-2025-01-31"
 def read_rows(task: str, given: Path | None) -> list[dict[str, Any]]:
     """The test split's rows: from `given` (a local copy), else the hub (gated)."""
     if given is not None:
-        scheme = "parquet" if given.suffix == ".parquet" else "jsonl"
-        source = SourceConfig(uri=f"{scheme}:{given.resolve()}")
-        return load_rows(task, source, split="test", config=None, base_dir=given.parent)
+        return read_copy(task, given)
     try:
         return load_rows(
             task, SourceConfig(uri=f"hf:{DATASET}", gated=True), split="test", config=None,

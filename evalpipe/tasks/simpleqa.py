@@ -20,7 +20,7 @@ from evalpipe.catalog.taskrefs import SIMPLEQA_MAX_TOKENS, TaskRef
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Task
 from evalpipe.tasks.config import SourceConfig
-from evalpipe.tasks.datasets import load_rows
+from evalpipe.tasks.datasets import load_rows, read_copy
 from evalpipe.tasks.gradings import BenchmarkCategory, JudgeAsk
 from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.packaged import SOURCES, package_constant
@@ -112,12 +112,12 @@ class SimpleQaTask(BenchmarkCategory):
 
 def read_rows(given: Path | None) -> list[dict[str, Any]]:
     """The test split in its order, each row given its index as id (the dataset has none)."""
-    if given is not None:
-        scheme = "parquet" if given.suffix == ".parquet" else "jsonl"
-        source = SourceConfig(uri=f"{scheme}:{given.resolve()}")
-    else:
-        source = SourceConfig(uri=f"hf:{DATASET}")
-    rows = load_rows("simpleqa", source, split="test", config=None, base_dir=Path.cwd())
+    rows = (
+        read_copy("simpleqa", given)
+        if given is not None
+        else load_rows("simpleqa", SourceConfig(uri=f"hf:{DATASET}"), split="test", config=None,
+                       base_dir=Path.cwd())
+    )  # fmt: skip
     return [{"id": i, **row} for i, row in enumerate(rows)]
 
 
