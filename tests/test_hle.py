@@ -8,6 +8,7 @@ import ast
 import json
 import math
 import random
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +31,9 @@ def source_namespace(root: Path, module: str, names: set[str]) -> dict[str, Any]
     without its imports (they pull datasets, openai and an Azure client)."""
     from pydantic import BaseModel
 
-    tree = ast.parse((root / module).read_text())
+    with warnings.catch_warnings():  # its own invalid escapes ('\%' in JUDGE_PROMPT)
+        warnings.simplefilter("ignore")
+        tree = ast.parse((root / module).read_text())
     nodes = [
         n for n in tree.body
         if (isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name in names)
@@ -192,4 +195,10 @@ def test_a_judged_hle_run_end_to_end_with_structured_outputs(
     assert (figures["n"], figures["parse_failures"], figures["accuracy"]) == (6, 1, 16.67)
     assert figures["calibration_error"] is None  # fewer than 100 answers
     assert "hle: accuracy 16.67% +/- 29.82% (n=6, 1 unparsed)" in capfd.readouterr().out
+    # The report shows them in its table of judged benchmarks.
+    assert main(["report", str(out)]) == 0
+    report = capfd.readouterr().out
+    assert "Judged benchmarks" in report
+    (row,) = [line for line in report.splitlines() if "accuracy 16.67% +/- 29.82%" in line]
+    assert "judge-a (openai)" in row and "| hle " in row
     assert "o3-mini-2025-01-31" in summary["note"]  # another judge: not comparable

@@ -19,6 +19,7 @@ import ast
 import functools
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -43,7 +44,9 @@ def response_schema() -> dict[str, Any]:
     """The JSON schema of nvidia-hle's ExtractedAnswer as OpenAI's structured outputs send it
     (pydantic's schema made strict), built from the class's annotations in the source."""
     path = package_file(JUDGE_RESULTS, SCHEMA_CLASS)
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    with warnings.catch_warnings():  # the package's own invalid escapes are not ours to report
+        warnings.simplefilter("ignore")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
     owner = next(
         (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == SCHEMA_CLASS), None
     )
