@@ -1,5 +1,8 @@
-"""The reference packages the HLE and SimpleQA tests compare with, found where evalpipe runs or in
-their folders apart (`make bench`, docs/judged-benchmarks.md), and HLE questions written here."""
+"""The reference packages the HLE and SimpleQA tests compare with, and HLE questions written here.
+
+nvidia-hle is found where evalpipe runs (scripts/setup.sh installs it --no-deps) or in
+.cache/bench-hle (`pip install --no-deps --target .cache/bench-hle nvidia-hle==26.3`);
+simple-evals' SimpleQA, which must import, in .cache/bench-simple-evals (`make bench`)."""
 
 from __future__ import annotations
 
