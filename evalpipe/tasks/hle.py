@@ -40,16 +40,18 @@ def read_rows(task: str, given: Path | None) -> list[dict[str, Any]]:
         return read_copy(task, given)
     try:
         return load_rows(
-            task, SourceConfig(uri=f"hf:{DATASET}", gated=True), split="test", config=None,
+            task, SourceConfig(uri=f"hf:{DATASET}"), split="test", config=None,
             base_dir=Path.cwd(),
         )  # fmt: skip
     except DatasetError as exc:
+        cause = exc.__cause__  # what `datasets` said, without its advice for task files
+        detail = f"{type(cause).__name__}: {str(cause).splitlines()[0]}" if cause else str(exc)
         raise DatasetError(
             f"HLE's questions ({DATASET} on the Hugging Face hub) are gated and not available "
-            "here. Accept the terms at https://huggingface.co/datasets/cais/hle and log in "
-            "(`hf auth login`, or HF_TOKEN) where the data is fetched, or give a local copy "
-            "of the test split: --judge-data /path/hle.parquet (or .jsonl). "
-            f"Detail: {exc}"
+            f"here ({detail}). Accept the terms at https://huggingface.co/datasets/{DATASET} and "
+            "log in (`hf auth login`, or HF_TOKEN) where the data is fetched, or point "
+            "HF_DATASETS_CACHE at a cache that holds it, or give a local copy of the test "
+            "split: --judge-data /path/hle.parquet (or .jsonl)."
         ) from None
 
 
