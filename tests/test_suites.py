@@ -122,6 +122,25 @@ def test_aime_scores_16_completions_with_math_verify(hub: Path) -> None:
     assert scored.extracted[0] == "25" and scored.extracted[-1] is None
 
 
+def test_hmmt_february_2025_runs_on_the_aime_2025_protocol() -> None:
+    hmmt, aime = load_tasks(tasks=["hmmt_feb2025", "aime2025"])
+    assert hmmt.config.source.uri == "hf:MathArena/hmmt_feb_2025"
+    assert hmmt.config.source.revision is None  # unpinned, as aime2025 (said in the file)
+    for part in ("prompt", "sampling", "scorer", "fields"):
+        assert getattr(hmmt.config, part) == getattr(aime.config, part), part
+    # HMMT's answers are LaTeX expressions, compared with math-verify.
+    texts = ["so \\boxed{\\dfrac{9}{4}}"] * 3 + ["\\boxed{2}"] * 13
+    from evalpipe.tasks.base import Sample
+
+    sample = Sample(id="x", prompt="q", target={"answer": "\\frac{9}{4}"})
+    [scored] = hmmt.score_many([(sample, texts)])
+    assert (scored.scores["avg@16"], scored.scores["pass@16"], scored.scores["maj@16"]) == (
+        3 / 16,
+        1.0,
+        0.0,
+    )
+
+
 # -- suites ---------------------------------------------------------------------------------
 
 

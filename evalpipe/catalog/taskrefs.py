@@ -170,6 +170,22 @@ def _arena_hard_asks(
     return [Ask(name=ref.name, max_tokens=min(ARENA_HARD_MAX_TOKENS, cap or ARENA_HARD_MAX_TOKENS))]
 
 
+# HLE's prediction script's default budget (run_model_predictions.py --max_new_tokens).
+HLE_MAX_TOKENS = 8192
+# SimpleQA's answers: short facts; simple-evals leaves the budget to the sampler (evalpipe: 2,048).
+SIMPLEQA_MAX_TOKENS = 2048
+
+
+def _hle_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None) -> list[Ask]:
+    return [Ask(name="hle", max_tokens=min(HLE_MAX_TOKENS, cap or HLE_MAX_TOKENS))]
+
+
+def _simpleqa_asks(
+    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
+) -> list[Ask]:
+    return [Ask(name="simpleqa", max_tokens=min(SIMPLEQA_MAX_TOKENS, cap or SIMPLEQA_MAX_TOKENS))]
+
+
 # BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
 # (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks), then the multi-turn ones (its
 # MULTI_TURN_CATEGORY), run as episodes.
@@ -229,6 +245,15 @@ KINDS: dict[str, KindSpec] = {
                  summary="BFCL v4 function calling, prompting mode: single- and multi-turn",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
                  values=BFCL_CATEGORIES, refused=BFCL_NEEDS),
+        KindSpec(name="hle", written="hle or hle:all", prefixed=True, judged=True,
+                 summary="Humanity's Last Exam, text-only questions, graded by a judge",
+                 needs="package nvidia-hle; cais/hle (gated) or --judge-data FILE; a judge",
+                 loader="evalpipe.tasks.hle", asks=_hle_asks, values=("all",)),
+        KindSpec(name="simpleqa", written="simpleqa", prefixed=False, judged=True,
+                 summary="SimpleQA: short factual answers graded A/B/C by a judge",
+                 needs="package nvidia-simple-evals; basicv8vc/SimpleQA or --judge-data FILE; "
+                       "a judge",
+                 loader="evalpipe.tasks.simpleqa", asks=_simpleqa_asks),
     )
 }  # fmt: skip
 

@@ -128,6 +128,10 @@ def llm_kwargs(preset: Preset, settings: EngineSettings, model_path: str) -> dic
     }
     if settings.distributed_executor_backend is not None:
         kwargs["distributed_executor_backend"] = settings.distributed_executor_backend
+    if preset.reasoning_parser is not None:
+        # A request's json_schema then constrains the answer after the reasoning only: without
+        # the parser the grammar applies from the first token and suppresses the thinking.
+        kwargs["structured_outputs_config"] = {"reasoning_parser": preset.reasoning_parser}
     return {**kwargs, **preset.engine_kwargs}
 
 

@@ -1,7 +1,7 @@
 """The judges of judged runs in a report: each judge's scores beside its reliability (parse
 failures, the distribution of its scores, who it was), and for pairwise tasks (Arena-Hard) the
 score against the baseline with its interval and the position inconsistency, read from the
-judge folders' summaries."""
+judge folders' summaries; and the figures of benchmarks that report their own (HLE, SimpleQA)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from evalpipe.core.errors import DamagedFileError, RunDirError
 from evalpipe.reports.tables import DASH, Table
 from evalpipe.rundir.judgments import PairwiseSummary, judge_dirs, read_judge_summary
 from evalpipe.rundir.layout import RunDir
+from evalpipe.tasks.benchmetrics import benchmark_metrics
 
 
 def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
@@ -19,6 +20,7 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
     summary cannot be read becomes a warning."""
     rows = []
     pairwise = []
+    benchmarks = []
     notes: dict[str, None] = {}
     for run_dir in run_dirs:
         for folder in judge_dirs(RunDir(run_dir)):
@@ -31,6 +33,10 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
             who = f"{judge.model} ({judge.backend}) {folder.fingerprint[:8]}"
             for task, pair in summary.pairwise.items():
                 pairwise.append((run_dir.name, who, task, str(pair.baseline), *_pair(pair)))
+            for task, figures in summary.benchmarks.items():
+                metrics = benchmark_metrics(judge.gradings.get(task, {}).get("kind"))
+                if metrics is not None:
+                    benchmarks.append((run_dir.name, who, task, metrics.describe(figures)))
             n, failed = summary.judgments, summary.parse_failures
             rate = summary.parse_failure_rate
             cut = summary.cut_off_in_reasoning
@@ -104,6 +110,21 @@ def judge_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
                     "all battles, no resampling; pairs: questions judged in both orders, with a "
                     "verdict in each. Position inconsistency: pairs whose two orders give the "
                     "model different results (MT-Bench paper's definition).",
+                ),
+            )
+        )
+    if benchmarks:
+        tables.append(
+            Table(
+                title="Judged benchmarks",
+                header=("run", "judge", "task", "figures"),
+                rows=tuple(benchmarks),
+                right=(False, False, False, False),
+                notes=(
+                    "Each benchmark's own figures (docs/judge.md): HLE's accuracy with its Wald "
+                    "95 % half width and calibration error as HLE's repository computes them "
+                    "(nvidia-hle's beside it where they differ); SimpleQA's F-score and accuracy "
+                    "given attempted as simple-evals computes them.",
                 ),
             )
         )

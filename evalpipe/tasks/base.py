@@ -106,6 +106,13 @@ def runs_code(task: Task) -> bool:
     return getattr(task, "runs_code", False) is True
 
 
+def output_schema(task: object) -> dict[str, Any] | None:
+    """The JSON schema `task`'s completions must follow (structured outputs): a task, or a
+    judge's grading, says so with a `json_schema` attribute (none: free text)."""
+    schema = getattr(task, "json_schema", None)
+    return schema if isinstance(schema, dict) else None
+
+
 @runtime_checkable
 class ScoresResponses(Protocol):
     """A task that scores the engine's responses as they came (every option's log-likelihood

@@ -24,6 +24,7 @@ SOURCES = {
     for s in (
         Source("nvidia-simple-evals", "simple_evals"),
         Source("nvidia-livecodebench", "livecodebench"),
+        Source("nvidia-hle", "hle_eval"),
     )
 }
 
@@ -38,11 +39,9 @@ def source_of(module_file: str) -> Source:
     return Source(provided[0], package)
 
 
-@functools.cache
-def package_constant(module_file: str, name: str) -> str:
-    """The string assigned to `name` at the top of `module_file` (PACKAGE/PATH.py), or in a
-    class's body for `CLASS.NAME`, literal or a literal's `.strip()`, as the module would hold
-    it."""
+def package_file(module_file: str, name: str) -> Path:
+    """Where the installed package holds `module_file` (PACKAGE/PATH.py), for reading `name`
+    from it; MissingDependencyError naming how to install it when it is not installed."""
     package, _, relative = module_file.partition("/")
     # find_spec("a.b") imports `a`, running its code, and `..` would leave the package: a task
     # file names a top-level package and a file inside it.
@@ -58,7 +57,15 @@ def package_constant(module_file: str, name: str) -> str:
             f"not installed. Install it where evalpipe runs: {source_of(module_file).install()} "
             "(scripts/setup.sh does)."
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    return Path(next(iter(spec.submodule_search_locations))) / relative
+
+
+@functools.cache
+def package_constant(module_file: str, name: str) -> str:
+    """The string assigned to `name` at the top of `module_file` (PACKAGE/PATH.py), or in a
+    class's body for `CLASS.NAME`, literal or a literal's `.strip()`, as the module would hold
+    it."""
+    path = package_file(module_file, name)
     try:
         with warnings.catch_warnings():  # the package's own invalid escapes are not ours to report
             warnings.simplefilter("ignore")
@@ -82,7 +89,8 @@ def package_constant(module_file: str, name: str) -> str:
     if value is not None:
         return value
     raise MissingDependencyError(
-        f"{path} assigns no string constant {name}; the installed {package!r} is not the "
+        f"{path} assigns no string constant {name}; the installed "
+        f"{module_file.partition('/')[0]!r} is not the "
         f"version the task expects ({source_of(module_file).install()})."
     )
 
