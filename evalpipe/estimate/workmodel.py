@@ -19,7 +19,7 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
-from evalpipe.estimate.longprompts import LongPrompt, longest_prompt, prompt_bytes
+from evalpipe.estimate.longprompts import LongPrompt, counted_prompt, longest_prompt, prompt_bytes
 from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.configured import ConfiguredTask
@@ -195,9 +195,9 @@ def _local_prompts(
     step = max(1, len(samples) // TOKENISED_SAMPLES)
     chosen = samples[::step]
     if counter is not None:
-        mean = sum(counter.count(s.prompt, preset.chat) for s in chosen) / len(chosen)
+        mean = sum(counter.count(counted_prompt(s), preset.chat) for s in chosen) / len(chosen)
         return len(samples), Span.exact(mean), f"prompts tokenised ({counter.where})"
-    mean_bytes = sum(prompt_bytes(s.prompt) for s in chosen) / len(chosen)
+    mean_bytes = sum(prompt_bytes(counted_prompt(s)) for s in chosen) / len(chosen)
     tokens = bytes_to_tokens(Span.exact(mean_bytes), preset.chat)
     return len(samples), tokens, f"prompt bytes / {BYTES_PER_TOKEN.mid:g} bytes per token"
 

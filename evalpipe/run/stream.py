@@ -74,6 +74,8 @@ class Item:
             id=request_id,
             prompt=conversation(self.sample, self.answers),
             sampling=self.task.sampling,
+            tools=self.sample.tools,
+            tool_choice=self.sample.tool_choice,
         )
 
 
