@@ -1,6 +1,6 @@
 """BFCL's single-turn entries, read by bfcl-eval's own code in a child process
-(entries_program.py): the chats its prompting handler builds, the checker's function docs and
-the possible answers."""
+(entries_program.py): the prompts its handler for the mode builds (or the question and tools,
+native mode), the checker's function docs and the possible answers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.core.errors import DatasetError
+from evalpipe.catalog.preset import BfclMode
+from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.tasks.bfcl.install import bfcl_dir
 
 PROGRAM = Path(__file__).with_name("entries_program.py")
@@ -25,14 +26,18 @@ def project_env(root: str) -> dict[str, str]:
     return {**os.environ, "BFCL_PROJECT_ROOT": root}
 
 
-def read_entries(categories: Sequence[str]) -> Mapping[str, list[dict[str, Any]]]:
-    """Each category's entries, in the package's order; DatasetError when the package does
+def read_entries(
+    categories: Sequence[str], mode: BfclMode = "prompting", model: str | None = None
+) -> tuple[str, Mapping[str, list[dict[str, Any]]]]:
+    """The handler's class name and each category's entries for `mode`, in the package's order
+    (`model`: the registered model of the handler mode). ConfigError when BFCL does not register
+    `model` or serves it by a handler evalpipe cannot use; DatasetError when the package does
     not know a category or its loading fails (its output's end quoted)."""
     folder = bfcl_dir()
+    given = {"path": str(folder), "categories": list(categories), "mode": mode, "model": model}
     with tempfile.TemporaryDirectory(prefix="evalpipe-bfcl-") as root:
         done = subprocess.run(
-            [sys.executable, str(PROGRAM)],
-            input=json.dumps({"path": str(folder), "categories": list(categories)}),
+            [sys.executable, str(PROGRAM)], input=json.dumps(given),
             capture_output=True, text=True, env=project_env(root), timeout=LOAD_TIMEOUT_S,
         )  # fmt: skip
     if done.returncode != 0:
@@ -41,10 +46,16 @@ def read_entries(categories: Sequence[str]) -> Mapping[str, list[dict[str, Any]]
             f"reinstall with `bash scripts/bfcl.sh`. Its output ended:\n{done.stderr[-2000:]}"
         )
     found = json.loads(done.stdout.rstrip("\n").rpartition("\n")[2])
+    if "refused" in found:
+        raise ConfigError(
+            f"bfcl_model {model!r}: {found['refused']}. Name a local model BFCL registers "
+            "(bfcl_eval/constants/model_config.py's local_inference_model_map, e.g. "
+            "Qwen/Qwen3-8B-FC or Qwen/Qwen3-8B), or set bfcl_mode prompting or native."
+        )
     missing = [c for c in categories if c not in found["entries"]]
     if missing:
         raise DatasetError(
             f"bfcl-eval in {folder} has no single-turn category {', '.join(missing)}; "
             f"it has {', '.join(found['known'])}."
         )
-    return found["entries"]
+    return found["handler"], found["entries"]
