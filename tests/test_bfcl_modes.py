@@ -37,11 +37,15 @@ def test_bad_mode_settings_are_refused_naming_the_fix() -> None:
     with pytest.raises(ConfigError, match=r"native mode .* names none: set tool_parser"):
         load(preset(bfcl_mode="native"), "bfcl:simple_python")
     for model, why in [("Qwen/Qwen3-8B-FCX", "BFCL registers no model 'Qwen/Qwen3-8B-FCX'"),
-                       ("gpt-4o-2024-11-20-FC", "an API handler, not a local one")]:  # fmt: skip
+                       ("gpt-4o-2024-11-20-FC", "an API handler, not a local one"),
+                       ("THUDM/glm-4-9b-chat", "GLMHandler. sends stop_token_ids")]:  # fmt: skip
         with pytest.raises(ConfigError, match=rf"{why}.*Name a local model BFCL registers"):
             load(preset(bfcl_mode="handler", bfcl_model=model), "bfcl:simple_python")
-    with pytest.raises(ValueError, match="the handler mode needs bfcl_model"):
-        preset(bfcl_mode="handler")
+    for wrong in ({"bfcl_mode": "handler"}, {"bfcl_model": "Qwen/Qwen3-8B-FC"}):
+        with pytest.raises(ValueError, match="the handler mode needs bfcl_model"):
+            preset(**wrong)
+    with pytest.raises(ValueError, match="bfcl_mode 'fc' is not one of prompting, handler"):
+        preset(bfcl_mode="fc")
 
 
 # simple_python_0: calculate_triangle_area(base: int, height: int, unit: str = optional).
