@@ -1,27 +1,39 @@
 """BFCL's modes (docs/bfcl.md "Modes"): a preset's bfcl_mode chooses the handler that formats the
 prompts and decodes the answers; each mode is recorded in the task definition and
-bfcl_results.json; bad mode settings are refused before anything loads; Qwen's FC handler's
-decoder and native mode's FC checking on scripted completions; a native run end to end on the
-fake engine."""
+bfcl_results.json; bad mode settings are refused before anything loads; in handler mode with
+Qwen's FC handler the token ids evalpipe sends equal those of the handler's formatted prompt on
+every entry of three categories (tiny_random's tokenizer: Qwen's handler writes its template as
+text, so any tokenizer compares the strings) and its decoder reads scripted answers; a native
+run end to end on the fake engine."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from test_bfcl_requests import bfcl_token_ids
 
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.core.errors import ConfigError
+from evalpipe.engine import rendering
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.prompt import Rendered
 from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.tasks.bfcl import entries
+from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.task import BfclTask
 from evalpipe.tasks.kindbase import LoadOptions
+
+FC_MODEL = "Qwen/Qwen3-8B-FC"
+FC_CATEGORIES = ("simple_python", "parallel_multiple", "live_parallel")
 
 
 def preset(**given: object) -> Preset:
@@ -33,19 +45,66 @@ def load(given: Preset, *tasks: str, backend: str = "vllm") -> dict[str, BfclTas
     return {task.bfcl_category: task for task in loaded.tasks}  # type: ignore[attr-defined]
 
 
-def test_bad_mode_settings_are_refused_naming_the_fix() -> None:
+@pytest.fixture(scope="module")
+def fc_tasks() -> dict[str, BfclTask]:
+    return load(preset(bfcl_mode="handler", bfcl_model=FC_MODEL),
+                *(f"bfcl:{c}" for c in FC_CATEGORIES))  # fmt: skip
+
+
+# The entries program's refusal of a model it cannot drive, for several in one process (what
+# `load` raises as a ConfigError naming the fix; entries.read_entries).
+REFUSALS = """
+import json, runpy, sys
+given = json.load(sys.stdin)
+sys.path.append(given["bfcl"])
+program = runpy.run_path(given["program"])
+print(json.dumps([program["handler_for"]("handler", m) for m in given["models"]]))
+"""
+
+
+def test_bad_mode_settings_are_refused_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ConfigError, match=r"native mode .* names none: set tool_parser"):
         load(preset(bfcl_mode="native"), "bfcl:simple_python")
-    for model, why in [("Qwen/Qwen3-8B-FCX", "BFCL registers no model 'Qwen/Qwen3-8B-FCX'"),
-                       ("gpt-4o-2024-11-20-FC", "an API handler, not a local one"),
-                       ("THUDM/glm-4-9b-chat", "GLMHandler. sends stop_token_ids")]:  # fmt: skip
-        with pytest.raises(ConfigError, match=rf"{why}.*Name a local model BFCL registers"):
-            load(preset(bfcl_mode="handler", bfcl_model=model), "bfcl:simple_python")
-    for wrong in ({"bfcl_mode": "handler"}, {"bfcl_model": "Qwen/Qwen3-8B-FC"}):
+    models = ["Qwen/Qwen3-8B-FCX", "gpt-4o-2024-11-20-FC", "THUDM/glm-4-9b-chat"]
+    given = {"bfcl": str(bfcl_dir()), "program": str(entries.PROGRAM), "models": models}
+    with tempfile.TemporaryDirectory() as root:
+        done = subprocess.run([sys.executable, "-c", REFUSALS], input=json.dumps(given),
+                              capture_output=True, text=True, env=entries.project_env(root),
+                              check=True)  # fmt: skip
+    unknown, api, glm = json.loads(done.stdout.splitlines()[-1])
+    assert unknown == "BFCL registers no model 'Qwen/Qwen3-8B-FCX'"
+    assert "OpenAIResponsesHandler, an API handler, not a local one" in api
+    assert "(GLMHandler) sends stop_token_ids with its requests" in glm
+    # What the user reads of a refusal: the reason, then the fix.
+    program = tmp_path / "refuses.py"
+    program.write_text(f"print({json.dumps(json.dumps({'refused': unknown}))})")
+    monkeypatch.setattr(entries, "PROGRAM", program)
+    told = r"bfcl_model 'Qwen/Qwen3-8B-FCX': BFCL registers no model .*\. Name a local model"
+    with pytest.raises(ConfigError, match=told):
+        load(preset(bfcl_mode="handler", bfcl_model=models[0]), "bfcl:simple_python")
+    for wrong in ({"bfcl_mode": "handler"}, {"bfcl_model": FC_MODEL}):
         with pytest.raises(ValueError, match="the handler mode needs bfcl_model"):
             preset(**wrong)
     with pytest.raises(ValueError, match="bfcl_mode 'fc' is not one of prompting, handler"):
         preset(bfcl_mode="fc")
+
+
+def test_token_ids_equal_qwens_fc_handler_on_every_entry(
+    fc_tasks: dict[str, BfclTask], tiny_random_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_random_path))
+    theirs = bfcl_token_ids(tiny_random_path, FC_CATEGORIES, FC_MODEL)
+    ours = {
+        sample.id: rendering.render(tokenizer, sample.prompt, chat=True, preset="tiny_random")[1]
+        for task in fc_tasks.values()
+        for sample in task.samples()
+    }
+    assert len(ours) == len(theirs) == 616  # every entry: 400 + 200 + 16
+    assert ours == theirs
 
 
 # simple_python_0: calculate_triangle_area(base: int, height: int, unit: str = optional).
@@ -54,9 +113,10 @@ def fc(arguments: str) -> str:
     return f"<tool_call>\n{call}\n</tool_call>"
 
 
-def test_qwens_fc_handler_formats_the_prompt_and_decodes_the_answers() -> None:
-    simple = load(preset(bfcl_mode="handler", bfcl_model="Qwen/Qwen3-8B-FC"),
-                  "bfcl:simple_python")["simple_python"]  # fmt: skip
+def test_qwens_fc_handler_formats_the_prompt_and_decodes_the_answers(
+    fc_tasks: dict[str, BfclTask],
+) -> None:
+    simple = fc_tasks["simple_python"]
     assert simple.definition() | {"bfcl_eval": ""} == {
         "kind": "bfcl", "bfcl_eval": "", "category": "simple_python", "mode": "handler",
         "handler": "QwenFCHandler", "bfcl_model": "Qwen/Qwen3-8B-FC",

@@ -1,15 +1,12 @@
 """Same prompts as BFCL: for every entry of four single-turn categories, the token ids evalpipe
 sends equal those of the prompt BFCL's generic OSS handler formats (`_format_prompt`, after its
-own pre-processing), and for every entry of three categories those of Qwen's FC handler
-(QwenFCHandler, registered for Qwen/Qwen3-8B-FC: handler mode), tokenised as vLLM's
-/v1/completions tokenises the text BFCL sends it (special tokens added), with tiny_random's
-tokenizer (Qwen's handler writes its template as text, so any tokenizer compares the strings).
-BFCL's side runs in a child process with bfcl-eval on its path, as evalpipe's own loading
-does."""
+own pre-processing), tokenised as vLLM's /v1/completions tokenises the text BFCL sends it
+(special tokens added), with tiny_random's tokenizer. BFCL's side runs in a child process with
+bfcl-eval on its path, as evalpipe's own loading does; `bfcl_token_ids` also serves a
+registered model's handler (tests/test_bfcl_modes.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -17,7 +14,6 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.engine import rendering
 from evalpipe.tasks.bfcl.entries import project_env
@@ -26,8 +22,6 @@ from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.kindbase import LoadOptions
 
 CATEGORIES = ("simple_python", "multiple", "irrelevance", "live_parallel")
-FC_CATEGORIES = ("simple_python", "parallel_multiple", "live_parallel")
-FC_MODEL = "Qwen/Qwen3-8B-FC"
 
 # BFCL's path, `bfcl generate` with its QuickTestingOSSHandler or a registered model's handler
 # (as its model_config registers it): `inference_single_turn_prompting` up to
@@ -86,22 +80,4 @@ def test_token_ids_equal_bfcls_prompting_handler_on_every_entry(tiny_random_path
         for sample in task.samples()
     }
     assert len(ours) == len(theirs) == 856  # every entry: 400 + 200 + 240 + 16
-    assert ours == theirs
-
-
-def test_token_ids_equal_qwens_fc_handler_on_every_entry(tiny_random_path: Path) -> None:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tiny_random_path))
-    theirs = bfcl_token_ids(tiny_random_path, FC_CATEGORIES, FC_MODEL)
-    preset = dataclasses.replace(load_preset("tiny_random"), bfcl_mode="handler",
-                                 bfcl_model=FC_MODEL)  # fmt: skip
-    refs = expand_refs([f"bfcl:{c}" for c in FC_CATEGORIES])
-    tasks = KIND.load(refs, LoadOptions(preset=preset)).tasks
-    ours = {
-        sample.id: rendering.render(tokenizer, sample.prompt, chat=True, preset="tiny_random")[1]
-        for task in tasks
-        for sample in task.samples()
-    }
-    assert len(ours) == len(theirs) == 616  # every entry: 400 + 200 + 16
     assert ours == theirs

@@ -42,9 +42,10 @@ class BfclKind(TaskKind):
         wanted = preset.bfcl_mode if preset is not None else "prompting"
         model = preset.bfcl_model if preset is not None else None
         handler, entries = read_entries(chosen, wanted, model)
-        mode = {"prompting": PROMPTING, "native": NATIVE}.get(wanted) or registered(
-            str(model), handler
-        )
+        if wanted == "handler":
+            mode = registered(str(model), handler)
+        else:
+            mode = NATIVE if wanted == "native" else PROMPTING
         return Loaded(tasks=tuple(BfclTask(bfcl_category=c, version=version, entries=entries[c],
                                            mode=mode) for c in chosen))  # fmt: skip
 
