@@ -3,18 +3,22 @@
     python bench/bfcl_agreement.py --run RUN_DIR      # a `--tasks bfcl...` run
     python bench/bfcl_agreement.py --scripted         # no model: calls built from the answers
     python bench/bfcl_agreement.py --scripted --quick # the first QUICK entries of each category
+    python bench/bfcl_agreement.py --scripted --mode handler  # Qwen/Qwen3-8B-FC's handler
 
 The completions are written in BFCL's result layout (`result/MODEL/GROUP/BFCL_v4_CAT_result.json`,
 one {"id", "result"} line per entry) and scored by `bfcl evaluate`'s code path
 (`bfcl_eval.eval_checker.eval_runner.main`, partial evaluation: the entries present), with the
-registered model evalpipe's checker is told (its handler, QwenHandler, decodes as the generic
-OSS handler). BFCL's evaluation `eval`s the model's text, so it too runs in evalpipe's sandbox.
-Its score files' accuracy per category is compared (==) with the run's bfcl_results.json.
+registered model evalpipe's checker is told (prompting mode: Qwen/Qwen3-8B, whose QwenHandler
+decodes as the generic OSS handler; handler mode: the registered model, --model). BFCL's
+evaluation `eval`s the model's text, so it too runs in evalpipe's sandbox. Its score files'
+accuracy per category is compared (==) with the run's bfcl_results.json.
 
 --scripted: a run on the fake engine would answer no calls; instead each entry of four
 categories gets a completion made from its possible answers (each argument's first accepted
 value; every third entry an argument's value turned into a string, every fifth a prose answer),
-scored by evalpipe's tasks and by BFCL. Exit 1 on any disagreement.
+written as the mode's handler asks (prompting: `[f(a=1)]`; handler mode with Qwen's FC handler:
+`<tool_call>` JSON lines, every seventh with a call's JSON broken), scored by evalpipe's tasks
+in that mode and by BFCL. Exit 1 on any disagreement.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ from typing import Any
 
 from evalpipe.sandbox.exchange import run_exchange
 from evalpipe.tasks.bfcl.install import bfcl_dir
-from evalpipe.tasks.bfcl.task import CHECKER_MODEL, PREFIX
+from evalpipe.tasks.bfcl.modes import PROMPTING_CHECKER
+from evalpipe.tasks.bfcl.task import PREFIX
 
 SCRIPTED = ("simple_python", "multiple", "parallel", "irrelevance")
 QUICK = 15  # --quick: entries per category
+FC_MODEL = "Qwen/Qwen3-8B-FC"  # --mode handler's default registered model
 
 # Inside the sandbox: the result files, BFCL's evaluation, each category's score header.
 EVALUATE = r"""
@@ -60,10 +66,11 @@ sys.stdout.write("\n" + json.dumps(out) + "\n")
 """
 
 
-def bfcl_scores(results: dict[str, list[tuple[str, str]]]) -> dict[str, dict[str, Any]]:
-    """`bfcl evaluate`'s score header per category for these (id, completion) pairs."""
+def bfcl_scores(results: dict[str, list[tuple[str, str]]], model: str) -> dict[str, dict[str, Any]]:
+    """`bfcl evaluate`'s score header per category for these (id, completion) pairs, decoded
+    with registered `model`'s handler."""
     path = [p for p in sys.path if p and Path(p).is_dir()]
-    data = {"path": path, "bfcl": str(bfcl_dir()), "model": CHECKER_MODEL, "results": results}
+    data = {"path": path, "bfcl": str(bfcl_dir()), "model": model, "results": results}
     answer, result = run_exchange(EVALUATE, data, timeout_s=1800)
     if answer is None:
         sys.exit(f"bfcl evaluate did not complete in the sandbox: {result.detail}\n"
@@ -89,8 +96,9 @@ def from_run(run: Path) -> tuple[dict[str, list[tuple[str, str]]], dict[str, flo
     return dict(results), {c: sum(v) / len(v) for c, v in scores.items()}
 
 
-def call_text(ground_truth: list[dict[str, Any]], index: int) -> str:
-    """A completion of the entry's answer calls, in BFCL's prompting format."""
+def call_text(ground_truth: list[dict[str, Any]], index: int, fc: bool = False) -> str:
+    """A completion of the entry's answer calls, in BFCL's prompting format, or with `fc` in
+    Qwen's FC format (hermes `<tool_call>` JSON)."""
     if index % 5 == 4:
         return "I would call a function for this, but I am not sure which one."
     calls = []
@@ -100,25 +108,36 @@ def call_text(ground_truth: list[dict[str, Any]], index: int) -> str:
         if index % 3 == 2 and values:
             first = next(iter(values))
             values[first] = str(values[first])
-        calls.append(f"{name}({', '.join(f'{k}={v!r}' for k, v in values.items())})")
-    return "[" + ", ".join(calls) + "]"
+        if fc:
+            body = json.dumps({"name": name, "arguments": values})
+            calls.append(f"<tool_call>\n{body[:-1] if index % 7 == 6 else body}\n</tool_call>")
+        else:
+            calls.append(f"{name}({', '.join(f'{k}={v!r}' for k, v in values.items())})")
+    return "\n".join(calls) if fc else "[" + ", ".join(calls) + "]"
 
 
 def scripted(
-    limit: int | None = None,
+    limit: int | None = None, model: str | None = None
 ) -> tuple[dict[str, list[tuple[str, str]]], dict[str, float]]:
     """Scripted completions for every entry of SCRIPTED (the first `limit` of each), and
-    evalpipe's accuracy on them."""
+    evalpipe's accuracy on them: prompting mode, or with `model` its registered handler's."""
+    import dataclasses
+
+    from evalpipe.catalog.preset import load_preset
     from evalpipe.catalog.taskrefs import expand_refs
     from evalpipe.tasks.bfcl.kind import KIND
     from evalpipe.tasks.kindbase import LoadOptions
 
+    preset = load_preset("tiny_random")
+    if model is not None:
+        preset = dataclasses.replace(preset, bfcl_mode="handler", bfcl_model=model)
     results, ours = {}, {}
-    tasks = KIND.load(expand_refs([f"bfcl:{c}" for c in SCRIPTED]), LoadOptions()).tasks
-    for task in tasks:
+    refs = expand_refs([f"bfcl:{c}" for c in SCRIPTED])
+    for task in KIND.load(refs, LoadOptions(preset=preset)).tasks:
         samples = task.samples()[:limit]
-        texts = [call_text(s.target["ground_truth"] or [{"get_weather": {"city": ["Paris"]}}], i)
-                 for i, s in enumerate(samples)]  # fmt: skip
+        fc = model is not None
+        texts = [call_text(s.target["ground_truth"] or [{"get_weather": {"city": ["Paris"]}}],
+                           i, fc) for i, s in enumerate(samples)]  # fmt: skip
         scored = task.score_many([(s, [t]) for s, t in zip(samples, texts, strict=True)])
         ours[task.bfcl_category] = sum(x.scores["accuracy"] for x in scored) / len(scored)
         results[task.bfcl_category] = [(s.id, t) for s, t in zip(samples, texts, strict=True)]
@@ -131,12 +150,24 @@ def main() -> int:
     given.add_argument("--run", type=Path, help="a completed evalpipe run of bfcl tasks")
     given.add_argument("--scripted", action="store_true", help="completions from the answers")
     parser.add_argument("--quick", action="store_true", help=f"--scripted on {QUICK} entries each")
+    parser.add_argument(
+        "--mode",
+        choices=("prompting", "handler"),
+        default="prompting",
+        help="BFCL's mode of the run or the scripted completions (handler: "
+        "--model's registered handler; a --run's preset's bfcl_mode)",
+    )
+    parser.add_argument("--model", default=FC_MODEL,
+                        help="--mode handler's registered model (bfcl_model)")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         print(f"quick mode ({QUICK} scripted entries per category)")
     limit = QUICK if args.quick else None
-    results, ours = from_run(args.run) if args.run else scripted(limit)
-    theirs = bfcl_scores(results)
+    handler = args.mode == "handler"
+    model = args.model if handler else PROMPTING_CHECKER
+    print(f"mode {args.mode}, checker model {model}")
+    results, ours = from_run(args.run) if args.run else scripted(limit, model if handler else None)
+    theirs = bfcl_scores(results, model)
     failed = 0
     print(f"{'category':24} {'entries':>7} {'evalpipe':>9} {'bfcl':>9}")
     for category, accuracy in ours.items():

@@ -223,8 +223,10 @@ def test_judge_agreement_quick() -> None:
 
 
 @pytest.mark.bench
-def test_bfcl_agreement_quick() -> None:
-    out = quick("bfcl_agreement.py", "--scripted")
+@pytest.mark.parametrize("mode", ["prompting", "handler"])
+def test_bfcl_agreement_quick(mode: str) -> None:
+    out = quick("bfcl_agreement.py", "--scripted", "--mode", mode)
+    assert f"mode {mode}, checker model " in out, out
     rows = [line.split() for line in out.splitlines() if line.startswith(SCRIPTED_BFCL)]
     assert len(rows) == len(SCRIPTED_BFCL) and "DIFFERENT" not in out, out
     assert all(row[1] == "15" and row[2] == row[3] for row in rows), out

@@ -2,7 +2,8 @@
 sends equal those of the prompt BFCL's generic OSS handler formats (`_format_prompt`, after its
 own pre-processing), tokenised as vLLM's /v1/completions tokenises the text BFCL sends it
 (special tokens added), with tiny_random's tokenizer. BFCL's side runs in a child process with
-bfcl-eval on its path, as evalpipe's own loading does."""
+bfcl-eval on its path, as evalpipe's own loading does; `bfcl_token_ids` also serves a
+registered model's handler (tests/test_bfcl_modes.py)."""
 
 from __future__ import annotations
 
@@ -22,18 +23,26 @@ from evalpipe.tasks.kindbase import LoadOptions
 
 CATEGORIES = ("simple_python", "multiple", "irrelevance", "live_parallel")
 
-# BFCL's path, `bfcl generate` with its QuickTestingOSSHandler: `inference_single_turn_prompting`
-# up to `_query_prompting`'s formatted prompt, the handler's tokenizer the model's.
+# BFCL's path, `bfcl generate` with its QuickTestingOSSHandler or a registered model's handler
+# (as its model_config registers it): `inference_single_turn_prompting` up to
+# `_query_prompting`'s formatted prompt, the handler's tokenizer the model's.
 BFCL_SIDE = textwrap.dedent("""
     import json, sys
     given = json.load(sys.stdin)
     sys.path.append(given["bfcl"])
     from transformers import AutoTokenizer
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
     from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
     from bfcl_eval.utils import load_dataset_entry
 
-    handler = QuickTestingOSSHandler(model_name="m", temperature=0.001, registry_name="m",
-                                     is_fc_model=False)
+    if given["registered"]:
+        config = MODEL_CONFIG_MAPPING[given["registered"]]
+        handler = config.model_handler(model_name=config.model_name, temperature=0.001,
+                                       registry_name=given["registered"],
+                                       is_fc_model=config.is_fc_model)
+    else:
+        handler = QuickTestingOSSHandler(model_name="m", temperature=0.001, registry_name="m",
+                                         is_fc_model=False)
     handler.tokenizer = AutoTokenizer.from_pretrained(given["model"])
     out = {}
     for category in given["categories"]:
@@ -46,8 +55,11 @@ BFCL_SIDE = textwrap.dedent("""
 """)
 
 
-def bfcl_token_ids(model: Path) -> dict[str, list[int]]:
-    given = {"bfcl": str(bfcl_dir()), "model": str(model), "categories": list(CATEGORIES)}
+def bfcl_token_ids(
+    model: Path, categories: tuple[str, ...], registered: str | None = None
+) -> dict[str, list[int]]:
+    given = {"bfcl": str(bfcl_dir()), "model": str(model), "categories": list(categories),
+             "registered": registered}  # fmt: skip
     with tempfile.TemporaryDirectory() as root:
         done = subprocess.run(
             [sys.executable, "-c", BFCL_SIDE], input=json.dumps(given), capture_output=True,
@@ -60,7 +72,7 @@ def test_token_ids_equal_bfcls_prompting_handler_on_every_entry(tiny_random_path
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_random_path))
-    theirs = bfcl_token_ids(tiny_random_path)
+    theirs = bfcl_token_ids(tiny_random_path, CATEGORIES)
     tasks = KIND.load(expand_refs([f"bfcl:{c}" for c in CATEGORIES]), LoadOptions()).tasks
     ours = {
         sample.id: rendering.render(tokenizer, sample.prompt, chat=True, preset="tiny_random")[1]

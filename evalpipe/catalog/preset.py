@@ -103,6 +103,11 @@ class Architecture:
 
 
 EndpointApi = Literal["chat", "completions"]
+# How BFCL tasks prompt the model and read its calls (docs/bfcl.md "Modes"): BFCL's generic
+# prompting handler, the model family's registered BFCL handler (bfcl_model names it), or
+# chat tools through the engine and the preset's tool_parser.
+BfclMode = Literal["prompting", "handler", "native"]
+BFCL_MODES: tuple[str, ...] = get_args(BfclMode)
 ENDPOINT_APIS: tuple[str, ...] = get_args(EndpointApi)
 # No user:password@, no ?query and no key-like path segment: a key there would reach the
 # manifest, the job script and the logs. Refusals quote the URL redacted, never whole.
@@ -214,6 +219,10 @@ class Preset:
     # vLLM's tool-call parser for the model (as `vllm serve --tool-call-parser`), which reads the
     # calls of requests with tools; checked against vLLM's registry when the engine opens.
     tool_parser: str | None = None
+    bfcl_mode: BfclMode = "prompting"  # one of BFCL_MODES
+    # bfcl_mode handler: the model BFCL registers (as `bfcl generate --model`), e.g.
+    # Qwen/Qwen3-8B-FC, whose handler formats the prompts and decodes the answers.
+    bfcl_model: str | None = None
     # Extra keyword arguments for the tokenizer's chat template, e.g. {enable_thinking: false}.
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     endpoint: Endpoint = field(default_factory=Endpoint)  # where `--backend openai` finds it
@@ -234,6 +243,14 @@ class Preset:
         ):
             raise ValueError(
                 f"tool_parser must name one of vLLM's tool-call parsers, got {self.tool_parser!r}"
+            )
+        if self.bfcl_mode not in BFCL_MODES:
+            raise ValueError(f"bfcl_mode {self.bfcl_mode!r} is not one of {', '.join(BFCL_MODES)}")
+        if (self.bfcl_mode == "handler") != (self.bfcl_model is not None):
+            raise ValueError(
+                f"bfcl_model {self.bfcl_model!r} with bfcl_mode {self.bfcl_mode!r}: the handler "
+                "mode needs bfcl_model (a model BFCL registers, e.g. Qwen/Qwen3-8B-FC) and the "
+                "other modes take none; set both or neither"
             )
         if not isinstance(self.chat_template_kwargs, dict) or not all(
             isinstance(k, str) for k in self.chat_template_kwargs

@@ -7,6 +7,7 @@ this machine, else bytes per token), so a large task costs a handful of encoding
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,6 +55,16 @@ def prompt_bytes(prompt: Prompt) -> int:
     return sum(len(m["content"].encode()) for m in messages(prompt))
 
 
+def counted_prompt(sample: Sample) -> Prompt:
+    """The prompt as the estimate counts it: a sample's tools are rendered by the chat template
+    into the prompt (a system block listing their JSON, for the templates that show tools), so
+    they count as one more message of their JSON text."""
+    if not sample.tools or isinstance(sample.prompt, Rendered):
+        return sample.prompt
+    listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in sample.tools)
+    return [{"role": "system", "content": listed}, *messages(sample.prompt)]
+
+
 def longest_prompt(
     task: str,
     samples: Sequence[Sample],
@@ -65,8 +76,8 @@ def longest_prompt(
 ) -> LongPrompt | None:
     """The longest of `samples`' prompts (tokens by `count`) when it cannot fit `limit` with
     one generated token; None when every prompt fits."""
-    candidates = sorted(samples, key=lambda s: prompt_bytes(s.prompt), reverse=True)
-    found = [(count(s.prompt), s) for s in candidates[:CANDIDATES]]
+    candidates = sorted(samples, key=lambda s: prompt_bytes(counted_prompt(s)), reverse=True)
+    found = [(count(counted_prompt(s)), s) for s in candidates[:CANDIDATES]]
     if not found:
         return None
     tokens, sample = max(found, key=lambda pair: pair[0])

@@ -20,7 +20,7 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
-from evalpipe.estimate.longprompts import LongPrompt, longest_prompt, prompt_bytes
+from evalpipe.estimate.longprompts import LongPrompt, counted_prompt, longest_prompt, prompt_bytes
 from evalpipe.records.prompt import Prompt, messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.configured import ConfiguredTask
@@ -203,7 +203,11 @@ def _local_prompts(
     """(requests: one per sample unless the task makes more, prompt tokens per request,
     source) from the task's own data."""
     episodes = isinstance(task, MakesRequests)
-    prompts = task.request_prompts(limit) if episodes else [s.prompt for s in task.samples(limit)]
+    prompts = (
+        task.request_prompts(limit)
+        if episodes
+        else [counted_prompt(s) for s in task.samples(limit)]
+    )
     if not prompts:
         raise EstimateError(f"Task {task.name!r} has no samples; nothing to estimate.")
     step = max(1, len(prompts) // TOKENISED_SAMPLES)

@@ -65,7 +65,7 @@ from evalpipe.rundir.timings import LOAD, phase
 from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params
 from evalpipe.rundir.turns import TurnRecord, stored_answers
 from evalpipe.sandbox.pool import require_isolation
-from evalpipe.tasks.base import Sample, Task, check_limit, runs_code
+from evalpipe.tasks.base import Sample, Task, check_limit, gives_tools, runs_code
 from evalpipe.tasks.bounds import needed_model_len
 from evalpipe.tasks.packages import check_sources, sources_of, task_packages
 
@@ -177,6 +177,9 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> Ru
         # Not fingerprinted: a run resumes under another layout (runconfig.UNHASHED).
         "engine": dataclasses.asdict(options.engine) | {"replicas": options.replicas},
     }
+    if preset.tool_parser is not None and any(gives_tools(t) for t in tasks):
+        # Absent otherwise: it reads the calls of requests with tools only.
+        config["model"]["tool_parser"] = preset.tool_parser
     if options.deterministic:  # absent otherwise: runs made before the mode existed resume
         config["deterministic"] = True
     if packages:  # absent otherwise: runs of tasks that read no package keep their fingerprint

@@ -95,6 +95,8 @@ class Item:
             prompt=conversation(self.sample, self.answers) if self.prompt is None else self.prompt,
             sampling=self.task.sampling,
             json_schema=output_schema(self.task),
+            tools=self.sample.tools,
+            tool_choice=self.sample.tool_choice,
         )
 
 

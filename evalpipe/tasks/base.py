@@ -11,6 +11,7 @@ from evalpipe.core.options import positive
 from evalpipe.records.completion import Completion
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.sampling import SamplingSettings
+from evalpipe.records.tools import ToolChoice
 
 
 def check_limit(limit: object) -> None:
@@ -36,6 +37,10 @@ class Sample:
     # A multi-turn sample: the user's later messages, each sent after the model's answer to
     # the one before (the prompt is the first). Empty: one turn.
     turns: tuple[str, ...] = ()
+    # OpenAI function tools the model is shown with the prompt, and whether it must call one
+    # (records/request.py); its completion's calls are parsed with the preset's tool_parser.
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: ToolChoice = "auto"
 
 
 def conversation(sample: Sample, answers: Sequence[str]) -> Prompt:
@@ -111,6 +116,12 @@ def output_schema(task: object) -> dict[str, Any] | None:
     judge's grading, says so with a `json_schema` attribute (none: free text)."""
     schema = getattr(task, "json_schema", None)
     return schema if isinstance(schema, dict) else None
+
+
+def gives_tools(task: Task) -> bool:
+    """Whether `task`'s samples carry tools, so the preset's tool_parser shapes its results: a
+    task says so with a true `gives_tools` attribute (none: it gives no tools)."""
+    return getattr(task, "gives_tools", False) is True
 
 
 @runtime_checkable

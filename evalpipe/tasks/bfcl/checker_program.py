@@ -1,21 +1,57 @@
 """The program evalpipe's sandbox runs to score BFCL completions (sent by
 evalpipe/tasks/bfcl/checking.py; never imported by evalpipe): BFCL's own per-entry evaluation,
 as `bfcl evaluate` runs it (`_evaluate_single_ast_entry`, `_evaluate_single_relevance_entry`,
-`_evaluate_single_multi_turn_entry`), with the prompting handler's decoder, which `eval`s parts
+`_evaluate_single_multi_turn_entry`), with the mode's handler's decoder, which may `eval` parts
 of the model's text, and the multi-turn checker, which `eval`s its calls: hence here.
 
-stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "model": the
-registered model name the checker reads, "items": [{category, id, function, ground_truth,
-texts}]}; a multi-turn item has initial_config and involved_classes instead of function, and
-each of its texts is a trajectory (per turn, per step, the model's text) or, for an entry
-whose inference failed, a string. stdout's last line: per item, per text, {"valid": bool,
-"error_type": str or null}.
+stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
+"handler" | "native", "model": the registered model the checker is told, "items": [{category,
+id, function, ground_truth, texts}]}; a multi-turn item (prompting mode) has initial_config
+and involved_classes instead of function, and each of its texts is a trajectory (per turn, per
+step, the model's text) or, for an entry whose inference failed, a string. Per mode, a
+single-turn text is
+- prompting: the completion, decoded by the generic OSS handler (QuickTestingOSSHandler);
+- handler: the completion, read by the registered model's handler as `bfcl generate` reads
+  its response (`_parse_query_response_prompting`, which drops a reasoning block) and decoded
+  by it, as `bfcl evaluate` decodes with the model's registered handler;
+- native: the JSON of BFCL's FC result, as its OpenAI FC handler records a response (the calls
+  as [{name: arguments JSON}], or the answer's text when it made none), decoded by the checker
+  model's registered FC handler.
+stdout's last line: per item, per text, {"valid": bool, "error_type": str or null}.
 """
 
 import json
 import os
 import sys
 import tempfile
+from types import SimpleNamespace
+
+
+def handler_for(mode, model):
+    """The handler whose decoder reads the texts, and how a text becomes BFCL's result."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+    from bfcl_eval.eval_checker.eval_runner import get_handler
+    from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
+
+    if mode == "native":
+        # Its decoder only: its constructor opens an API client, which scoring never uses.
+        cls = MODEL_CONFIG_MAPPING[model].model_handler
+        handler = cls.__new__(cls)
+        handler.is_fc_model = True
+        return handler, json.loads
+    if mode == "handler":
+        handler = get_handler(model)
+    else:
+        handler = QuickTestingOSSHandler(
+            model_name=model, temperature=0.001, registry_name=model, is_fc_model=False
+        )
+    usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0)
+
+    def result(text):  # what `bfcl generate` records of a /v1/completions response
+        response = SimpleNamespace(choices=[SimpleNamespace(text=text)], usage=usage)
+        return handler._parse_query_response_prompting(response)["model_responses"]
+
+    return handler, result
 
 
 def main():
@@ -29,13 +65,10 @@ def main():
         _evaluate_single_multi_turn_entry,
         _evaluate_single_relevance_entry,
     )
-    from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
     from bfcl_eval.utils import is_java, is_js, is_multi_turn, is_relevance_or_irrelevance
 
     model = given["model"]
-    handler = QuickTestingOSSHandler(
-        model_name=model, temperature=0.001, registry_name=model, is_fc_model=False
-    )
+    handler, result = handler_for(given["mode"], model)
     out = []
     for item in given["items"]:
         category, entry = item["category"], {"id": item["id"], "function": item.get("function")}
@@ -54,13 +87,13 @@ def main():
                 )
             elif is_relevance_or_irrelevance(category):
                 found = _evaluate_single_relevance_entry(
-                    handler, item["id"], text, entry, model, category
+                    handler, item["id"], result(text), entry, model, category
                 )
             else:
                 found = _evaluate_single_ast_entry(
                     handler,
                     item["id"],
-                    text,
+                    result(text),
                     item["ground_truth"],
                     entry,
                     model,

@@ -12,6 +12,7 @@ from typing import Any
 
 from evalpipe.sandbox.exchange import run_exchange
 from evalpipe.tasks.bfcl.install import sandbox_data
+from evalpipe.tasks.bfcl.modes import Mode
 
 log = logging.getLogger(__name__)
 
@@ -24,17 +25,18 @@ SANDBOX_FAILED = "sandbox_failed"
 Verdict = Mapping[str, Any]  # {"valid": bool, "error_type": str | None}
 
 
-def check_in_sandbox(model: str, items: Sequence[Mapping[str, Any]]) -> list[list[Verdict]]:
+def check_in_sandbox(mode: Mode, items: Sequence[Mapping[str, Any]]) -> list[list[Verdict]]:
     """Per item ({category, id, function, ground_truth, texts}), per text, BFCL's verdict with
-    `model`'s registered checker settings. A failed batch is checked again one item at a time,
-    so one text that breaks the checker fails its own item only (as SANDBOX_FAILED)."""
-    data = sandbox_data(model=model, items=list(items))
+    the mode's decoder and its checker model's settings. A failed batch is checked again one
+    item at a time, so one text that breaks the checker fails its own item only
+    (as SANDBOX_FAILED)."""
+    data = sandbox_data(mode=mode.name, model=mode.checker_model, items=list(items))
     texts = sum(len(item["texts"]) for item in items)
     answer, result = run_exchange(PROGRAM.read_text(), data, timeout_s=START_S + PER_TEXT_S * texts)
     if answer is not None:
         return answer
     if len(items) > 1:
-        return [found for item in items for found in check_in_sandbox(model, [item])]
+        return [found for item in items for found in check_in_sandbox(mode, [item])]
     log.warning(
         "BFCL %s: checking in the sandbox ended %s: %s; it scores 0 and is counted as %s",
         items[0]["id"], result.status, result.detail, SANDBOX_FAILED,

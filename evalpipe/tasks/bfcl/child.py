@@ -23,14 +23,15 @@ def project_env(root: str) -> dict[str, str]:
     return {**os.environ, "BFCL_PROJECT_ROOT": root}
 
 
-def run_program(program: Path, categories: Sequence[str], what: str) -> Any:
-    """`program`'s answer (its stdout's last line) for `categories`; DatasetError naming `what`
-    it was reading, the reinstall and its output's end when it fails."""
+def run_program(program: Path, categories: Sequence[str], what: str, **given: Any) -> Any:
+    """`program`'s answer (its stdout's last line) for `categories` (and the `given` fields);
+    DatasetError naming `what` it was reading, the reinstall and its output's end when it
+    fails."""
     folder = bfcl_dir()
     with tempfile.TemporaryDirectory(prefix="evalpipe-bfcl-") as root:
         done = subprocess.run(
             [sys.executable, str(program)],
-            input=json.dumps({"path": str(folder), "categories": list(categories)}),
+            input=json.dumps({"path": str(folder), "categories": list(categories), **given}),
             capture_output=True, text=True, env=project_env(root), timeout=LOAD_TIMEOUT_S,
         )  # fmt: skip
     if done.returncode != 0:

@@ -1,6 +1,7 @@
 """The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, then multi-turn)
-or `bfcl:CATEGORY,...`, one task per category, prompting mode; a completed run keeps BFCL's
-per-category accuracy, its groups and its overall as its results document (results.py)."""
+or `bfcl:CATEGORY,...`, one task per category, in the preset's BFCL mode (modes.py; multi-turn
+in prompting mode only); a completed run keeps BFCL's per-category accuracy, its groups, its
+overall and the mode as its results document (results.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,23 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MULTI_TURN, TaskRef
+from evalpipe.core.errors import ConfigError
 from evalpipe.records.prompt import messages
-from evalpipe.tasks.base import Task
-from evalpipe.tasks.bfcl.entries import EPISODES, read_entries
+from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.bfcl.entries import read_entries, read_episodes
 from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
+from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.results import results_document
-from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, BfclTask
+from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
 from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
+
+# Backends whose engine reads tool calls with the preset's tool_parser (the endpoint's server
+# parses them itself).
+PARSED_HERE = ("vllm", "fake")
 
 
 class BfclKind(TaskKind):
@@ -29,45 +37,95 @@ class BfclKind(TaskKind):
         self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
     ) -> Loaded:
         bfcl_dir()  # missing: one message naming the install, before anything loads
+        preset = options.preset
+        check_mode(preset, options.backend)
         named = [ref.name for ref, _ in refs]
         chosen = [c for c in BFCL_CATEGORIES if self.name in named or c in named]
         version = bfcl_version()
-        single = [c for c in chosen if c not in BFCL_MULTI_TURN]
+        wanted = preset.bfcl_mode if preset is not None else "prompting"
+        model = preset.bfcl_model if preset is not None else None
         multi = [c for c in chosen if c in BFCL_MULTI_TURN]
-        entries = {**(read_entries(single) if single else {}),
-                   **(read_entries(multi, EPISODES) if multi else {})}  # fmt: skip
-        return Loaded(tasks=tuple(
-            (BfclMultiTurnTask if c in multi else BfclTask)(
-                bfcl_category=c, version=version, entries=entries[c])
-            for c in chosen))  # fmt: skip
+        if wanted != "prompting":
+            check_multi_turn(multi, named, wanted)
+            multi = []
+        single = [c for c in chosen if c not in BFCL_MULTI_TURN]
+        handler, entries = read_entries(single, wanted, model) if single else ("", {})
+        if wanted == "handler":
+            mode = registered(str(model), handler)
+        else:
+            mode = NATIVE if wanted == "native" else PROMPTING
+        episodes = read_episodes(multi) if multi else {}
+        return Loaded(tasks=(
+            *(BfclTask(bfcl_category=c, version=version, entries=entries[c], mode=mode)
+              for c in single),
+            *(BfclMultiTurnTask(bfcl_category=c, version=version, entries=episodes[c])
+              for c in multi),
+        ))  # fmt: skip
 
     def ask(self, task: Task) -> Ask:
         # A multi-turn entry's first step (the prompt of its samples); its later steps, with
-        # the history grown, are priced apart.
+        # the history grown, are priced by its request_prompts.
         assert isinstance(task, BfclTask | BfclMultiTurnTask)  # this kind loads only these
-        longest = max((_chat_bytes(messages(s.prompt)) for s in task.samples()), default=None)
+        longest = max((_sample_bytes(s) for s in task.samples()), default=None)
         return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
 
     def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
-        names = [t.name for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)]
-        return accuracy_document(names, scores) if names else None
+        bfcl = [t for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)]
+        names = [t.name for t in bfcl]
+        return accuracy_document(names, scores, bfcl[0].mode.to_dict()) if bfcl else None
 
     def merged_results(
         self, shards: Mapping[Path, Mapping[str, Any]], scores: FinishedScores
     ) -> dict[str, Any] | None:
         names = {PREFIX + c for doc in shards.values() for c in doc.get("categories", {})}
-        return accuracy_document(sorted(names), scores) if names else None
+        mode = next((_mode_of(doc) for doc in shards.values()), _mode_of({}))
+        return accuracy_document(sorted(names), scores, mode) if names else None
 
 
-def accuracy_document(names: Sequence[str], scores: FinishedScores) -> dict[str, Any]:
-    """BFCL's per-category accuracy, groups and overall for the run's BFCL tasks `names`."""
-    header = {"mode": MODE, "handler": HANDLER, "checker_model": CHECKER_MODEL}
+def check_mode(preset: Preset | None, backend: str) -> None:
+    """Native mode needs the preset's tool_parser where the engine reads the calls: refused
+    before anything loads, naming the fix."""
+    if preset is None or preset.bfcl_mode != "native" or preset.tool_parser is not None:
+        return
+    if backend in PARSED_HERE:
+        raise ConfigError(
+            f"Preset {preset.name!r} asks for BFCL's native mode (bfcl_mode: native), whose "
+            "calls the engine reads with the preset's tool parser, but it names none: set "
+            "tool_parser to the vLLM tool-call parser its model card documents (e.g. hermes), "
+            "or set bfcl_mode prompting or handler."
+        )
+
+
+def check_multi_turn(multi: Sequence[str], named: Sequence[str], mode: str) -> None:
+    """Multi-turn categories run in prompting mode only: named in another mode, they are
+    refused (plain `bfcl` leaves them out, and its results name them as not run)."""
+    asked = [c for c in multi if c in named]
+    if asked:
+        raise ConfigError(
+            f"BFCL's {', '.join(asked)} run in prompting mode only, and this preset asks for "
+            f"bfcl_mode {mode}: leave them out, or run them with bfcl_mode prompting."
+        )
+
+
+def _mode_of(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A shard's results document's mode fields (a run before modes: prompting)."""
+    fields = PROMPTING.to_dict()
+    return {key: document.get(key, value) for key, value in fields.items()}
+
+
+def accuracy_document(
+    names: Sequence[str], scores: FinishedScores, mode: Mapping[str, Any]
+) -> dict[str, Any]:
+    """BFCL's per-category accuracy, groups and overall for the run's BFCL tasks `names`,
+    headed by the mode's fields."""
     categories = [name.removeprefix(PREFIX) for name in names]
-    return results_document(categories, scores, header, PREFIX)
+    return results_document(categories, scores, dict(mode), PREFIX)
 
 
-def _chat_bytes(messages: Sequence[Mapping[str, str]]) -> int:
-    return len(json.dumps([m["content"] for m in messages], ensure_ascii=False).encode())
+def _sample_bytes(sample: Sample) -> int:
+    """A sample's prompt text and tools, in bytes."""
+    texts = [m["content"] for m in messages(sample.prompt)]
+    return len(json.dumps([*texts, *sample.tools], ensure_ascii=False).encode())
 
 
 KIND = BfclKind()

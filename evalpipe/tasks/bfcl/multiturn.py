@@ -23,7 +23,8 @@ from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, check_in_sandbox
 from evalpipe.tasks.bfcl.episode_requests import episode_requests
 from evalpipe.tasks.bfcl.install import sandbox_data
-from evalpipe.tasks.bfcl.task import CHECKER_MODEL, HANDLER, MODE, PREFIX, SAMPLING, scored
+from evalpipe.tasks.bfcl.modes import PROMPTING
+from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, scored
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class BfclMultiTurnTask:
     sampling: SamplingSettings = SAMPLING
     category: str = "bfcl"
     runs_code = True  # BFCL's executor evals the model's calls: the sandbox must be checked
+    mode = PROMPTING  # multi-turn runs BFCL's generic prompting handler only
 
     def __post_init__(self) -> None:
         self._by_id = {e["id"]: e for e in self.entries}
@@ -71,7 +73,7 @@ class BfclMultiTurnTask:
     def definition(self) -> dict[str, Any]:
         step_limit = self.entries[0]["step_limit"] if self.entries else None
         return {"kind": "bfcl", "bfcl_eval": self.version, "category": self.bfcl_category,
-                "mode": MODE, "handler": HANDLER, "checker_model": CHECKER_MODEL,
+                **PROMPTING.to_dict(),
                 "entries": len(self.entries), "step_limit": step_limit}  # fmt: skip
 
     def samples(self, limit: int | None = None) -> list[Sample]:
@@ -137,7 +139,7 @@ class BfclMultiTurnTask:
             given.append({"category": self.bfcl_category, "id": sample.id, "text": text,
                           "initial_config": entry["initial_config"], "replay": replay,
                           "involved_classes": entry["involved_classes"]})  # fmt: skip
-        data = sandbox_data(model=CHECKER_MODEL, items=given)
+        data = sandbox_data(mode=PROMPTING.name, model=PROMPTING.checker_model, items=given)
         answer, result = run_exchange(PROGRAM.read_text(), data,
                                       timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
         if answer is not None:
@@ -169,7 +171,7 @@ class BfclMultiTurnTask:
                    "ground_truth": sample.target["ground_truth"],
                    "texts": [self.history(sample, steps).texts]}
                   for sample, steps, ended in items if ended.reason in CHECKED]  # fmt: skip
-        verdicts = iter(check_in_sandbox(CHECKER_MODEL, checks) if checks else [])
+        verdicts = iter(check_in_sandbox(self.mode, checks) if checks else [])
         out = []
         for _, _, ended in items:
             if ended.reason in CHECKED:
