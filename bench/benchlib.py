@@ -221,11 +221,11 @@ def _summary(out: Path) -> Summary:
 
 
 def evalpipe_run(
-    preset: str, task: str, limit: int | None, out: Path, env: Mapping[str, str]
+    preset: str, task: str, limit: int | None, out: Path, env: Mapping[str, str], *extra: str
 ) -> EvalpipeRun:
     """`python -m evalpipe run` on `task` (a --tasks value) into a new run directory `out`,
-    defaults otherwise (chunked, checkpointed, scored, monitored)."""
-    argv = [sys.executable, "-m", "evalpipe", "run", "--preset", preset, "--tasks", task]
+    with the options `extra`, defaults otherwise (chunked, checkpointed, scored, monitored)."""
+    argv = [sys.executable, "-m", "evalpipe", "run", "--preset", preset, "--tasks", task, *extra]
     if limit is not None:
         argv += ["--limit", str(limit)]
     timing = timed_run([*argv, "--out", str(out)], env=env)

@@ -14,7 +14,8 @@ bash scripts/lm-eval.sh
 # --no-deps from a requirements file (reinstalled when it changes): NLTK's released punkt_tab for
 # bench/ifeval_agreement.py (bench/punkt_tab_requirements.txt), nvidia-simple-evals for
 # bench/agree_mcq.py (bench/simple_evals_requirements.txt), LiveCodeBench's grader for
-# bench/lcb_agreement.py (bench/livecodebench_requirements.txt).
+# bench/lcb_agreement.py (bench/livecodebench_requirements.txt), what BFCL's CLI imports beyond
+# scripts/bfcl.sh's folder for bench/bfcl_speed.py (bench/bfcl_generate_requirements.txt).
 install_apart() {
     local folder=$1 requirements=$2
     if ! cmp -s "$requirements" "$folder/requirements.txt"; then
@@ -26,6 +27,7 @@ install_apart() {
 install_apart .cache/bench-punkt-tab bench/punkt_tab_requirements.txt
 install_apart .cache/bench-simple-evals bench/simple_evals_requirements.txt
 install_apart .cache/bench-livecodebench bench/livecodebench_requirements.txt
+install_apart .cache/bench-bfcl-generate bench/bfcl_generate_requirements.txt
 python -m evalpipe models prepare smollm2_135m
 
 status=0

@@ -232,6 +232,23 @@ def test_bfcl_agreement_quick(mode: str) -> None:
     assert all(row[1] == "15" and row[2] == row[3] for row in rows), out
 
 
+@pytest.mark.bench
+@pytest.mark.vllm
+def test_bfcl_speed_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("bfcl_speed.py")
+    figures(out, "evalpipe run: wall", "completion tokens median")
+    if (REPO / ".cache" / "bench-bfcl-generate" / "tabulate").is_dir():  # `make bench`
+        for side in ("bfcl generate", "bfcl generate --skip-server-setup"):
+            figures(out, f"wall-time ratio evalpipe / {side}:")
+        # Both BFCL sides answered every entry evalpipe ran, all three within the --max-tokens 8
+        # of quick mode (BFCL's through the server's cap).
+        assert out.count("completions identical to evalpipe's:") == 2 and "MISSING" not in out
+        longest = re.findall(r"2 entries, completion tokens median \S+ \(max (\d+)\)", out)
+        assert len(longest) == 3 and all(int(n) <= 8 for n in longest), out
+    else:
+        assert "BFCL's sides SKIPPED" in out
+
+
 def test_arena_agreement_quick() -> None:
     out = quick("arena_agreement.py")
     figures(out, "evalpipe: ")
