@@ -8,7 +8,8 @@ import ast
 import asyncio
 import random
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +64,17 @@ class Sampler:
 
 
 @pytest.fixture
-def simple_evals(monkeypatch: pytest.MonkeyPatch) -> Any:
+def simple_evals(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     reference("simple_evals", monkeypatch, importable=True)
     try:
-        from simple_evals.evals import simpleqa_eval
-    except ImportError as exc:  # the --no-deps install: its imports do not resolve
-        pytest.skip(f"simple-evals' SimpleQA does not import here ({exc}): make bench")
-    return simpleqa_eval
+        try:
+            from simple_evals.evals import simpleqa_eval
+        except ImportError as exc:  # the --no-deps install: its imports do not resolve
+            pytest.skip(f"simple-evals' SimpleQA does not import here ({exc}): make bench")
+        yield simpleqa_eval
+    finally:  # imported from the reference's folder: later tests must not find it in sys.modules
+        for name in [m for m in sys.modules if m.partition(".")[0] == "simple_evals"]:
+            del sys.modules[name]
 
 
 def test_grader_prompt_and_grades_are_simple_evals(simple_evals: Any) -> None:

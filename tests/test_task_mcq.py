@@ -260,6 +260,8 @@ def test_a_prompt_constant_is_read_from_the_package_source_without_importing_it(
 
     # Where nvidia-simple-evals is not installed, GPQA's prompt names the install command.
     monkeypatch.setattr(sys, "path", [p for p in sys.path if "-packages" not in p])
+    for name in [m for m in sys.modules if m.partition(".")[0] == "simple_evals"]:
+        monkeypatch.delitem(sys.modules, name)  # imported by an earlier test: found without path
     package_constant.cache_clear()
     task = _on_fixture("gpqa_diamond")
     with pytest.raises(
