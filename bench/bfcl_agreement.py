@@ -62,7 +62,8 @@ MT_ENTRIES = 24  # --scripted: multi-turn entries (--quick: one of each perturba
 PERTURBATIONS = ("as given", "wrong argument", "missing call", "extra call", "prose")
 Verdicts = dict[str, dict[str, bool]]  # category → entry id → passed
 
-# Inside the sandbox: the result files, BFCL's evaluation, each category's score header.
+# Inside the sandbox: the result files, BFCL's evaluation, each category's score header and the
+# ids of the entries it failed.
 EVALUATE = r"""
 import json, os, sys, tempfile
 given = json.load(sys.stdin)
