@@ -19,27 +19,51 @@ value; every third entry an argument's value turned into a string, every fifth a
 written as the mode's handler asks (prompting: `[f(a=1)]`; handler mode with Qwen's FC handler:
 `<tool_call>` JSON lines, every seventh with a call's JSON broken), scored by evalpipe's tasks
 in that mode and by BFCL. Exit 1 on any disagreement.
+
+Multi-turn categories (prompting mode only, as evalpipe runs them): each entry's trajectory is
+written as `bfcl generate` writes it (per turn, per step, the model's text, from steps.jsonl;
+an entry whose inference failed, e.g. a step that outgrew the context, as its error string)
+and scored by the same code path; accuracy and each entry's verdict are compared. --scripted
+adds multi_turn_base's first MT_ENTRIES entries (--quick: six) run on the fake engine by
+tests/bfcl_scripted.py's ground-truth model, perturbed in the first turn by entry position (as
+given, a wrong argument, a missing call, an extra call, prose), every sixth entry answering
+in words that outgrow the context.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import tempfile
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from evalpipe.records.episode import Step
+from evalpipe.records.sampling import SamplingSettings
+from evalpipe.rundir.layout import STEPS
+from evalpipe.rundir.steps import stored_steps
 from evalpipe.sandbox.exchange import run_exchange
+from evalpipe.tasks.bfcl.checking import SANDBOX_FAILED
 from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.modes import PROMPTING_CHECKER
 from evalpipe.tasks.bfcl.task import PREFIX
+from tests.bfcl_scripted import DONE, GroundTruthModel, last_role, load, subset
 
 SCRIPTED = ("simple_python", "multiple", "parallel", "irrelevance")
 QUICK = 15  # --quick: entries per category
 FC_MODEL = "Qwen/Qwen3-8B-FC"  # --mode handler's default registered model
+MULTI_TURN = "multi_turn"  # the prefix of BFCL's multi-turn categories
+MT_SCRIPTED = "multi_turn_base"
+MT_ENTRIES = 24  # --scripted: multi-turn entries (--quick: one of each perturbation, one chatty)
+PERTURBATIONS = ("as given", "wrong argument", "missing call", "extra call", "prose")
+Verdicts = dict[str, dict[str, bool]]  # category → entry id → passed
 
-# Inside the sandbox: the result files, BFCL's evaluation, each category's score header.
+# Inside the sandbox: the result files, BFCL's evaluation, each category's score header and the
+# ids of the entries it failed.
 EVALUATE = r"""
 import json, os, sys, tempfile
 given = json.load(sys.stdin)
@@ -61,7 +85,8 @@ out = {}
 for category in given["results"]:
     where = os.path.join(root, "score", folder, get_directory_structure_by_category(category))
     with open(os.path.join(where, f"BFCL_v4_{category}_score.json")) as f:
-        out[category] = json.loads(f.readline())
+        header, *failed = (json.loads(line) for line in f)
+    out[category] = {**header, "failed": [e["id"] for e in failed]}
 sys.stdout.write("\n" + json.dumps(out) + "\n")
 """
 
@@ -85,8 +110,8 @@ def from_run(run: Path) -> tuple[dict[str, list[tuple[str, str]]], dict[str, flo
     scores: dict[str, list[float]] = defaultdict(list)
     for line in (run / "samples.jsonl").read_text().splitlines():
         row = json.loads(line)
-        if row["task"].startswith(PREFIX):
-            category = row["task"].removeprefix(PREFIX)
+        category = row["task"].removeprefix(PREFIX)
+        if row["task"].startswith(PREFIX) and not category.startswith(MULTI_TURN):
             results[category].append((row["sample_id"], row["completions"][0]))
             scores[category].append(row["scores"]["accuracy"])
     document = run / "bfcl_results.json"
@@ -94,6 +119,83 @@ def from_run(run: Path) -> tuple[dict[str, list[tuple[str, str]]], dict[str, flo
         found = json.loads(document.read_text())["categories"]
         return dict(results), {c: f["accuracy"] for c, f in found.items()}
     return dict(results), {c: sum(v) / len(v) for c, v in scores.items()}
+
+
+def trajectory(record: dict[str, Any], steps: Sequence[Step]) -> list[list[str]] | str:
+    """A multi-turn entry's result as `bfcl generate` writes it: per turn, per step, the model's
+    text; for an entry whose inference failed (a refused step: its history outgrew the context;
+    calls that broke the sandbox) the error string `multi_threaded_inference` records."""
+    if record.get("refusal") or record["extracted"][0] == SANDBOX_FAILED:
+        why = (record.get("refusal") or {}).get("reason", SANDBOX_FAILED)
+        return f"Error during inference: {why}"
+    turns: list[list[str]] = []
+    for step in steps:
+        turns += [[] for _ in range(step.outcome["turn"] + 1 - len(turns))]
+        turns[step.outcome["turn"]].append(step.text)
+    return turns
+
+
+def multi_turn_from_run(run: Path) -> tuple[dict[str, list[tuple[str, Any]]], Verdicts]:
+    """The run's multi-turn trajectories by category (from samples.jsonl and steps.jsonl), and
+    evalpipe's verdict on each entry."""
+    steps = stored_steps(run / STEPS) if (run / STEPS).is_file() else {}
+    results: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    verdicts: Verdicts = defaultdict(dict)
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        category = row["task"].removeprefix(PREFIX)
+        if row["task"].startswith(PREFIX) and category.startswith(MULTI_TURN):
+            found = steps.get((row["task"], row["sample_id"]), ())
+            results[category].append((row["sample_id"], trajectory(row, found)))
+            verdicts[category][row["sample_id"]] = row["scores"]["accuracy"] == 1.0
+    return dict(results), dict(verdicts)
+
+
+class PerturbedModel(GroundTruthModel):
+    """The ground-truth model, with each entry's first turn perturbed by its position among the
+    entries: as given, a wrong argument, a missing call, an extra call, prose (no call); the
+    chatty entries outgrow the context."""
+
+    def __init__(self, entries: Sequence[Mapping[str, Any]], chatty: Sequence[str]) -> None:
+        super().__init__(entries, chatty=chatty)
+        self.position = {e["id"]: i for i, e in enumerate(entries)}
+
+    def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:
+        answer = super()._completion(text, settings, index)
+        entry = next(e for question, e in self.entries.items() if question in text)
+        if (last_role(text) != "user" or entry["id"] in self.chatty
+                or text.count("\nuser: ") != 1 or not entry["ground_truth"][0]):  # fmt: skip
+            return answer
+        calls = list(entry["ground_truth"][0])
+        kind = self.position[entry["id"]] % len(PERTURBATIONS)
+        if PERTURBATIONS[kind] == "wrong argument":
+            calls[0] = re.sub(r"=('[^']*'|[0-9.]+)", "='wrong'", calls[0], count=1)
+        elif PERTURBATIONS[kind] == "missing call":
+            calls = calls[:-1]
+        elif PERTURBATIONS[kind] == "extra call":
+            calls.append(calls[0])
+        elif PERTURBATIONS[kind] == "prose":
+            return "I would use the tools for this, but I will not call them now."
+        return f"[{', '.join(calls)}]" if calls else DONE
+
+
+def multi_turn_scripted(limit: int) -> tuple[dict[str, list[tuple[str, Any]]], Verdicts]:
+    """The first `limit` entries of MT_SCRIPTED run by PerturbedModel on the fake engine (every
+    one after each run of PERTURBATIONS chatty), into a scratch run directory that is
+    then read as a --run's."""
+    from evalpipe.catalog.preset import load_preset
+    from evalpipe.run.runner import RunOptions, run_evaluation
+
+    task = load(MT_SCRIPTED)
+    ids = [e["id"] for e in task.entries[:limit]]
+    chatty = ids[len(PERTURBATIONS) :: len(PERTURBATIONS) + 1]
+    task = subset(task, ids)
+    model = PerturbedModel(task.entries, chatty)
+    with tempfile.TemporaryDirectory(prefix="bfcl-mt-") as scratch:
+        run = Path(scratch) / "run"
+        run_evaluation(lambda settings: model, [task], run, preset=load_preset("tiny_random"),
+                       options=RunOptions(backend="fake"))  # fmt: skip
+        return multi_turn_from_run(run)
 
 
 def call_text(ground_truth: list[dict[str, Any]], index: int, fc: bool = False) -> str:
@@ -167,15 +269,29 @@ def main() -> int:
     model = args.model if handler else PROMPTING_CHECKER
     print(f"mode {args.mode}, checker model {model}")
     results, ours = from_run(args.run) if args.run else scripted(limit, model if handler else None)
-    theirs = bfcl_scores(results, model)
+    # Multi-turn runs BFCL's generic prompting handler only, whatever the mode.
+    mt_results, verdicts = (multi_turn_from_run(args.run) if args.run else ({}, {}) if handler
+                            else multi_turn_scripted(len(PERTURBATIONS) + 1 if args.quick
+                                                     else MT_ENTRIES))  # fmt: skip
+    theirs = bfcl_scores(results, model) if results else {}
+    if mt_results:
+        theirs |= bfcl_scores(mt_results, PROMPTING_CHECKER)
+    for category, found in verdicts.items():
+        ours.setdefault(category, sum(found.values()) / len(found))
     failed = 0
     print(f"{'category':24} {'entries':>7} {'evalpipe':>9} {'bfcl':>9}")
     for category, accuracy in ours.items():
         header = theirs[category]
         same = accuracy == header["accuracy"]
+        entries = ""
+        if category in verdicts:  # multi-turn: each entry's verdict too
+            agree = sum((i not in header["failed"]) == passed
+                        for i, passed in verdicts[category].items())  # fmt: skip
+            same = same and agree == len(verdicts[category])
+            entries = f"  entries agree {agree}/{len(verdicts[category])}"
         failed += not same
         print(f"{category:24} {header['total_count']:>7} {accuracy:>9.4f} "
-              f"{header['accuracy']:>9.4f}{'' if same else '  DIFFERENT'}")  # fmt: skip
+              f"{header['accuracy']:>9.4f}{entries}{'' if same else '  DIFFERENT'}")  # fmt: skip
     return 1 if failed else 0
 
 

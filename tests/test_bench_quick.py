@@ -230,6 +230,10 @@ def test_bfcl_agreement_quick(mode: str) -> None:
     rows = [line.split() for line in out.splitlines() if line.startswith(SCRIPTED_BFCL)]
     assert len(rows) == len(SCRIPTED_BFCL) and "DIFFERENT" not in out, out
     assert all(row[1] == "15" and row[2] == row[3] for row in rows), out
+    # Multi-turn runs in prompting mode only: one entry of each perturbation and a chatty one.
+    multi_turn = re.findall(r"^multi_turn_base +6 +(\S+) +(\S+)  entries agree 6/6$", out, re.M)
+    assert len(multi_turn) == (mode == "prompting"), out
+    assert all(ours == theirs for ours, theirs in multi_turn), out
 
 
 @pytest.mark.bench
