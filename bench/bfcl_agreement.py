@@ -42,6 +42,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import benchlib  # noqa: F401 (this checkout and tests/ on the import path)
+from bfcl_scripted import DONE, GroundTruthModel, last_role, load, subset
+
 from evalpipe.records.episode import Step
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.rundir.layout import STEPS
@@ -51,7 +54,6 @@ from evalpipe.tasks.bfcl.checking import SANDBOX_FAILED
 from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.modes import PROMPTING_CHECKER
 from evalpipe.tasks.bfcl.task import PREFIX
-from tests.bfcl_scripted import DONE, GroundTruthModel, last_role, load, subset
 
 SCRIPTED = ("simple_python", "multiple", "parallel", "irrelevance")
 QUICK = 15  # --quick: entries per category
