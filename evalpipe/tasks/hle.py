@@ -24,7 +24,7 @@ from evalpipe.tasks.config import SourceConfig
 from evalpipe.tasks.datasets import load_rows, read_copy
 from evalpipe.tasks.gradings import BenchmarkCategory
 from evalpipe.tasks.hlegrading import PREDICTIONS, SOURCE, HleGrading, hle_grading
-from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind, longest_prompt_bytes
 from evalpipe.tasks.packaged import package_constant
 from evalpipe.tasks.packages import Source
 
@@ -124,8 +124,11 @@ class HleKind(TaskKind):
 
     def ask(self, task: Task) -> Ask:
         assert isinstance(task, HleTask)  # this kind loads only these
-        longest = max(len(str(r["question"]).encode()) for r in task.rows)
-        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
+        return Ask(
+            name=task.name,
+            max_tokens=task.sampling.max_tokens,
+            prompt_bytes=longest_prompt_bytes(task),
+        )
 
 
 KIND = HleKind()

@@ -6,6 +6,7 @@ of a kind (its reference syntax, needs, budgets from files alone) is its `KindSp
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.selection import Selection
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import KINDS, KindSpec, TaskRef
+from evalpipe.records.prompt import messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.gradings import Grading
 from evalpipe.tasks.pairwise import Baseline
@@ -124,3 +126,13 @@ class TaskKind:
         file it was read from, to name in a refusal) and every shard's finished samples'
         `scores`. A merge loads no tasks, so the kind finds them in its shards' documents."""
         return None
+
+
+def longest_prompt_bytes(task: Task) -> int | None:
+    """The most bytes one of `task`'s samples sends: its messages' text and its tools, as JSON
+    (a kind's Ask.prompt_bytes, measured on what the run sends)."""
+    return max(
+        (len(json.dumps([*(m["content"] for m in messages(s.prompt)), *s.tools],
+                        ensure_ascii=False).encode()) for s in task.samples()),
+        default=None,
+    )  # fmt: skip

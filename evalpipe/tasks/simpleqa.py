@@ -22,7 +22,7 @@ from evalpipe.tasks.base import Sample, Task
 from evalpipe.tasks.config import SourceConfig
 from evalpipe.tasks.datasets import load_rows, read_copy
 from evalpipe.tasks.gradings import BenchmarkCategory, JudgeAsk
-from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind, longest_prompt_bytes
 from evalpipe.tasks.packaged import SOURCES, package_constant
 from evalpipe.tasks.packages import Source
 
@@ -141,8 +141,11 @@ class SimpleQaKind(TaskKind):
 
     def ask(self, task: Task) -> Ask:
         assert isinstance(task, SimpleQaTask)  # this kind loads only these
-        longest = max(len(str(r["problem"]).encode()) for r in task.rows)
-        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
+        return Ask(
+            name=task.name,
+            max_tokens=task.sampling.max_tokens,
+            prompt_bytes=longest_prompt_bytes(task),
+        )
 
 
 KIND = SimpleQaKind()

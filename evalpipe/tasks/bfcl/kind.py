@@ -5,7 +5,6 @@ overall and the mode as its results document (results.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,15 +14,20 @@ from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MULTI_TURN, TaskRef
 from evalpipe.core.errors import ConfigError
-from evalpipe.records.prompt import messages
-from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.base import Task
 from evalpipe.tasks.bfcl.entries import read_entries, read_episodes
 from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
 from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
-from evalpipe.tasks.kindbase import FinishedScores, Loaded, LoadOptions, TaskKind
+from evalpipe.tasks.kindbase import (
+    FinishedScores,
+    Loaded,
+    LoadOptions,
+    TaskKind,
+    longest_prompt_bytes,
+)
 
 # Backends whose engine reads tool calls with the preset's tool_parser (the endpoint's server
 # parses them itself).
@@ -66,8 +70,11 @@ class BfclKind(TaskKind):
         # A multi-turn entry's first step (the prompt of its samples); its later steps, with
         # the history grown, are priced by its request_prompts.
         assert isinstance(task, BfclTask | BfclMultiTurnTask)  # this kind loads only these
-        longest = max((_sample_bytes(s) for s in task.samples()), default=None)
-        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=longest)
+        return Ask(
+            name=task.name,
+            max_tokens=task.sampling.max_tokens,
+            prompt_bytes=longest_prompt_bytes(task),
+        )
 
     def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
         bfcl = [t for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)]
@@ -120,12 +127,6 @@ def accuracy_document(
     headed by the mode's fields."""
     categories = [name.removeprefix(PREFIX) for name in names]
     return results_document(categories, scores, dict(mode), PREFIX)
-
-
-def _sample_bytes(sample: Sample) -> int:
-    """A sample's prompt text and tools, in bytes."""
-    texts = [m["content"] for m in messages(sample.prompt)]
-    return len(json.dumps([*texts, *sample.tools], ensure_ascii=False).encode())
 
 
 KIND = BfclKind()
