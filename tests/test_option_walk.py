@@ -18,6 +18,7 @@ from evalpipe.run.runoptions import RunnerOptions
 
 JUDGED = Path(__file__).parent / "fixtures" / "judged" / "capitals.yaml"
 JUDGE_SERVER = ["--judge-base-url", "http://127.0.0.1:8001/v1"]
+USER_SIM_SERVER = ["--user-sim-base-url", "http://127.0.0.1:8002/v1"]
 
 # `run` options a submission does not take, and why.
 NOT_SUBMITTED = {
@@ -62,6 +63,11 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--judge-baseline": (["/data/answers/base model.jsonl"], JUDGE_SERVER),
     "--phase": (["generate"], JUDGE_SERVER),
     "--judge-placement": (["after"], [*JUDGE_SERVER, "--tasks", f"judge:{JUDGED}"]),
+    "--user-sim": (["tiny_random"], []),
+    "--user-sim-base-url": (["http://127.0.0.1:8002/v1"], []),
+    "--user-sim-model": (["user-name"], USER_SIM_SERVER),
+    "--user-sim-api-key-env": (["USER_KEY"], USER_SIM_SERVER),
+    "--user-sim-concurrency": (["3"], USER_SIM_SERVER),
     "--track": (["mlflow"], []),
 }
 

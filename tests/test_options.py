@@ -29,6 +29,7 @@ from evalpipe.run.runoptions import (
     RunnerOptions,
     RuntimeOptions,
     TrackingOptions,
+    UserSimOptions,
 )
 from evalpipe.rundir.shard import Shard
 
@@ -76,6 +77,13 @@ EVERY_RUNNER_OPTION = RunnerOptions(
         phase="judge",
         placement="side-by-side",
     ),
+    user_sim=UserSimOptions(
+        preset="smollm2_135m",
+        endpoint=EndpointOptions(
+            base_url="http://127.0.0.1:8002/v1", model="user-name", api_key_env="USER_KEY",
+            concurrency=5,
+        ),
+    ),
     tracking=TrackingOptions(track="mlflow"),
 )  # fmt: skip
 # Every job option given, none at its default, with the runner options a job takes.
@@ -108,6 +116,13 @@ EVERY_JOB_OPTION = JobOptions(
             baseline="results/baseline-run",
             phase="generate",
             placement="after",
+        ),
+        user_sim=UserSimOptions(
+            preset="smollm2_135m",
+            endpoint=EndpointOptions(
+                base_url="http://user.example:8000/v1", model="user", api_key_env="USER_KEY",
+                concurrency=2,
+            ),
         ),
         tracking=TrackingOptions(track="wandb"),
     ),

@@ -225,6 +225,9 @@ def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> 
     assert fit_context(load_preset("tiny_random"), [short], None).max_model_len == 1024
     ranked = Ask(name="mmlu", max_tokens=256, generates=False)  # nothing generated
     assert fit_context(qwen3, [ranked], None).max_model_len == 16384
+    # A prompt counted in tokens (generated for the tokenizer) is sized as it is, not by bytes.
+    counted = Ask(name="ruler", max_tokens=128, prompt_tokens=32000, prompt_bytes=150000)
+    assert fit_context(qwen3, [counted], None).max_model_len == 64 + 32000 + 128
 
 
 def test_render_shows_each_task_with_n_budget_and_the_raised_context(

@@ -36,6 +36,9 @@ class Ask:
     max_tokens: int
     n: int = DEFAULT_N
     prompt_bytes: int | None = None  # the mean the task file records, if it does
+    # The longest prompt in tokens, where the task knows it exactly (prompts generated for the
+    # model's tokenizer); it replaces the byte bound.
+    prompt_tokens: int | None = None
     template_bytes: int = 0  # the prompt template's own text (system prompt included)
     generates: bool = True  # false: options ranked by log-probability, nothing generated
     # Answers per conversation: a later turn's prompt holds the earlier answers (MT-Bench: 2).
@@ -44,6 +47,8 @@ class Ask:
     @property
     def allowance(self) -> int:
         """Tokens kept for the prompt (chat template included) when the context is sized."""
+        if self.prompt_tokens is not None:
+            return TEMPLATE_TOKENS + self.prompt_tokens
         if self.prompt_bytes is None:
             return TEMPLATE_TOKENS + max(self.template_bytes, DEFAULT_PROMPT_TOKENS)
         return TEMPLATE_TOKENS + self.prompt_bytes
@@ -51,7 +56,8 @@ class Ask:
     @property
     def least(self) -> int:
         """The shortest sequence the budget can take: whether a context must change."""
-        return TEMPLATE_TOKENS + (self.prompt_bytes or self.template_bytes) + self.answers
+        prompt = self.prompt_tokens or self.prompt_bytes or self.template_bytes
+        return TEMPLATE_TOKENS + prompt + self.answers
 
     @property
     def answers(self) -> int:

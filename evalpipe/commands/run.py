@@ -20,6 +20,7 @@ from evalpipe.run.runoptions import (
     RUNTIME,
     SHARD,
     TRACKING,
+    USER_SIM,
     RunnerOptions,
 )
 
@@ -58,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "judge (judged tasks: the kinds `evalpipe tasks list` says need a judge; docs/judge.md)"
     )
     add_options(judge, RunnerOptions, groups=(JUDGE,))
+    user_sim = parser.add_argument_group(
+        "user simulator (agent tasks: the model playing the user of each episode; docs/agents.md)"
+    )
+    add_options(user_sim, RunnerOptions, groups=(USER_SIM,))
 
 
 def runner_options(args: argparse.Namespace) -> RunnerOptions:

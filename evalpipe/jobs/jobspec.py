@@ -42,6 +42,7 @@ from evalpipe.run.runoptions import (
     LAYOUT,
     RUNTIME,
     TRACKING,
+    USER_SIM,
     LayoutOptions,
     RunnerOptions,
 )
@@ -87,7 +88,7 @@ JOB = "job"  # the option group of JobOptions' own flags
 # The runner's options a submission takes; the job sets the executor, the endpoint (a serve
 # job's own server) and each array task's shard itself. A judged run's job holds both phases:
 # the judge after generation, or side by side with it (planning/judgeplacement.py).
-JOB_RUNNER_GROUPS = (SELECTION, ENGINE, GENERATION, LAYOUT, RUNTIME, JUDGE, TRACKING)
+JOB_RUNNER_GROUPS = (SELECTION, ENGINE, GENERATION, LAYOUT, RUNTIME, JUDGE, USER_SIM, TRACKING)
 # What `evalpipe smoke --local` takes: the model and its layout, no tasks.
 SMOKE_RUNNER_GROUPS = (ENGINE, LAYOUT)
 

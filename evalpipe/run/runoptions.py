@@ -39,9 +39,11 @@ ENDPOINT = "endpoint"  # a model behind an OpenAI-compatible server
 RUNTIME = "runtime"  # the stall watchdog and the monitor
 SHARD = "shard"  # the slice of the samples: a job's array task sets it
 JUDGE = "judge"  # the model that judges answers, after generation
+USER_SIM = "user-sim"  # the model that plays the user in agent episodes
 TRACKING = "tracking"  # the experiment tracker the run logs to
 GROUPS = (
-    SELECTION, ENGINE, GENERATION, LAYOUT, EXECUTOR, ENDPOINT, RUNTIME, SHARD, JUDGE, TRACKING
+    SELECTION, ENGINE, GENERATION, LAYOUT, EXECUTOR, ENDPOINT, RUNTIME, SHARD, JUDGE, USER_SIM,
+    TRACKING,
 )  # fmt: skip
 # What --phase may name: one phase of a judged run (both when not given).
 PHASES = ("generate", "judge")
@@ -266,6 +268,46 @@ class JudgeOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UserSimOptions:
+    """The model that plays the user in agent tasks' episodes, and where it runs."""
+
+    preset: str | None = option(
+        flag="--user-sim",
+        group=USER_SIM,
+        metavar="PRESET",
+        help="play the user of agent tasks' episodes (τ²-bench) with this preset's model: in "
+        "the evaluated model's engine when it is the run's preset, else beside it",
+    )
+    # The user simulator behind a server: --user-sim-base-url and the rest.
+    endpoint: EndpointOptions = nested(EndpointOptions, prefix="user-sim-", group=USER_SIM)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        served = self.endpoint
+        for flag, value, check in (
+            ("--user-sim-base-url", served.base_url, check_base_url),
+            ("--user-sim-api-key-env", served.api_key_env, check_api_key_env),
+        ):
+            try:
+                if value is not None:
+                    check(value)
+            except ValueError as exc:
+                raise ConfigError(f"{flag}: {exc}.") from None
+        if served.base_url is None:
+            given = flags_given(served)
+            if given:
+                raise ConfigError(
+                    f"{', '.join('--user-sim-' + f.removeprefix('--') for f in given)} apply to "
+                    "a user simulator behind a server: add --user-sim-base-url URL or drop them."
+                )
+
+    @property
+    def named(self) -> bool:
+        """Whether a user simulator is named: a preset, or a server."""
+        return self.preset is not None or self.endpoint.base_url is not None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RuntimeOptions:
     """How the run watches itself, what it insists on, and which slice of the samples it
     runs."""
@@ -349,6 +391,7 @@ class RunnerOptions:
     selection: Selection = nested(Selection)
     runtime: RuntimeOptions = nested(RuntimeOptions)
     judge: JudgeOptions = nested(JudgeOptions)
+    user_sim: UserSimOptions = nested(UserSimOptions)
     tracking: TrackingOptions = nested(TrackingOptions)
 
     def __post_init__(self) -> None:
