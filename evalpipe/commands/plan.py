@@ -19,7 +19,8 @@ from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.core.options import add_options, flags_given, from_args, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
-from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
+from evalpipe.planning.helperplacement import Placement
+from evalpipe.planning.judgeplacement import choose_placement, plan_judge
 from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate

@@ -23,7 +23,8 @@ from evalpipe.estimate.judgework import (
     turns_work,
 )
 from evalpipe.estimate.workmodel import TaskWork, task_work, token_counter
-from evalpipe.planning.judgeplacement import choose_placement, side_by_side_refusal
+from evalpipe.planning.helperplacement import side_by_side_refusal
+from evalpipe.planning.judgeplacement import choose_placement
 from evalpipe.planning.planner import Plan
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.gradings import Grading

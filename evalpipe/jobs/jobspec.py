@@ -30,7 +30,8 @@ from evalpipe.core.provenance import CONTAINER_IMAGE, CONTAINER_RUNTIME
 from evalpipe.estimate.autosize import MARGIN
 from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
-from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
+from evalpipe.planning.helperplacement import Placement
+from evalpipe.planning.judgeplacement import choose_placement, plan_judge
 from evalpipe.planning.memory import max_seqs
 from evalpipe.planning.planner import Plan
 from evalpipe.run.runoptions import (

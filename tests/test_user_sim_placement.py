@@ -1,0 +1,72 @@
+"""Where an agent run's user simulator runs: the planner's choice and its refusals, what the job
+asks for and starts, `evalpipe plan`'s lines, the manifest's record and the estimate's share."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalpipe.catalog.gpus import get_gpu
+from evalpipe.catalog.preset import load_preset
+from evalpipe.core.errors import ConfigError, DoesNotFitError
+from evalpipe.planning import planner
+from evalpipe.planning.usersimplacement import plan_user_sim
+from evalpipe.run.runoptions import EndpointOptions, UserSimOptions
+
+H100 = get_gpu("h100-80gb")
+
+
+def plan(name: str, gpus_per_node: int = 8, **kw: object) -> planner.Plan:
+    return planner.plan(load_preset(name), H100, gpus_per_node=gpus_per_node, **kw)
+
+
+def place(model: str, user_sim: str | None, *, served: bool = False, gpus_per_node: int = 8,
+          **kw: object):  # fmt: skip
+    return plan_user_sim(
+        plan(model, gpus_per_node, **kw), load_preset(model), user_sim, served=served,
+        gpu=H100, gpus_per_node=gpus_per_node,
+    )  # fmt: skip
+
+
+def test_the_runs_own_preset_plays_the_user_in_the_models_engine() -> None:
+    layout, placement = place("llama3_1_8b", "llama3_1_8b")
+    assert layout is None and placement.kind == "same-engine" and placement.helper_gpus == 0
+    assert placement.gpus_per_node == plan("llama3_1_8b").gpus_per_node
+    assert "the model's engine serves both" in placement.reason
+
+
+def test_another_preset_runs_side_by_side_on_a_split_of_the_node() -> None:
+    layout, placement = place("llama3_1_8b", "qwen3_32b", replicas=1)
+    assert layout is not None and placement.kind == "side-by-side"
+    tp = layout.tensor_parallel_size * layout.pipeline_parallel_size
+    assert (placement.model_gpus, placement.helper_gpus) == (1, tp)
+    assert placement.gpus_per_node == 1 + tp
+    assert "both fit on one node at once (1 GPU(s) for the model" in placement.reason
+    # A model filling the node keeps the replicas the user simulator leaves it: there is no
+    # "after" to fall back to.
+    _, filled = place("llama3_1_8b", "qwen3_32b", replicas=None)
+    assert filled.kind == "side-by-side" and filled.model_replicas == 8 - tp
+    assert f"leaves the model {8 - tp} of its 8 replicas" in filled.reason
+
+
+def test_a_user_simulator_behind_a_server_takes_none_of_the_jobs_gpus() -> None:
+    layout, placement = place("llama3_1_8b", "qwen3_32b", served=True)
+    assert layout is None and (placement.kind, placement.helper_gpus) == ("server", 0)
+    assert placement.gpus_per_node == plan("llama3_1_8b").gpus_per_node
+
+
+def test_a_user_simulator_that_fits_nowhere_is_refused_saying_what_does_not_fit() -> None:
+    with pytest.raises(DoesNotFitError, match=r"need \d+ GPUs at once; a node has 4.*"
+                       r"--user-sim-base-url URL"):  # fmt: skip
+        place("llama3_3_70b", "qwen2_5_72b", gpus_per_node=4)
+    # Its own layout needs more than one node: refused by the helper's planner, naming it.
+    with pytest.raises(DoesNotFitError, match="The user simulator falcon_180b on one node"):
+        place("llama3_1_8b", "falcon_180b", gpus_per_node=2)
+    # A multi-node model cannot have anything beside it on one node.
+    with pytest.raises(DoesNotFitError, match="spans 2 nodes"):
+        place("falcon_180b", "llama3_1_8b", gpus_per_node=4)
+
+
+def test_endpoint_flags_without_a_url_are_refused() -> None:
+    with pytest.raises(ConfigError, match="--user-sim-model apply to a user simulator behind a "
+                       "server: add --user-sim-base-url URL"):  # fmt: skip
+        UserSimOptions(preset="tiny_random", endpoint=EndpointOptions(model="x"))
