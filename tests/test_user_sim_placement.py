@@ -3,10 +3,13 @@ asks for and starts, `evalpipe plan`'s lines, the manifest's record and the esti
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
+from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError, DoesNotFitError
 from evalpipe.planning import planner
 from evalpipe.planning.usersimplacement import plan_user_sim
@@ -70,3 +73,27 @@ def test_endpoint_flags_without_a_url_are_refused() -> None:
     with pytest.raises(ConfigError, match="--user-sim-model apply to a user simulator behind a "
                        "server: add --user-sim-base-url URL"):  # fmt: skip
         UserSimOptions(preset="tiny_random", endpoint=EndpointOptions(model="x"))
+
+
+def test_plan_says_where_the_user_simulator_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--preset", "llama3_1_8b", "--gpu", "h100-80gb", "--replicas", "1"]
+    assert main([*argv, "--user-sim", "qwen3_32b"]) == 0
+    text = capsys.readouterr().out
+    assert "user simulator: qwen3_32b (Qwen/Qwen3-32B), TP=" in text
+    assert "user-sim placement: side-by-side: both fit on one node at once" in text
+    assert main([*argv, "--user-sim", "qwen3_32b", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["user_sim"]
+    assert data["plan"]["preset"] == "qwen3_32b" and data["placement"]["kind"] == "side-by-side"
+    assert data["placement"]["helper_gpus"] == data["plan"]["total_gpus"]
+    assert main([*argv, "--user-sim", "llama3_1_8b"]) == 0
+    assert "user-sim placement: same-engine:" in capsys.readouterr().out
+    assert main([*argv, "--user-sim-base-url", "http://sim:8000/v1", "--json"]) == 0
+    served = json.loads(capsys.readouterr().out)["user_sim"]
+    assert served["plan"] is None and served["placement"]["kind"] == "server"
+    # Without a user simulator, plan says nothing of one.
+    assert main(argv) == 0
+    assert "user simulator" not in capsys.readouterr().out
+    too_big = ["plan", "--preset", "llama3_3_70b", "--gpu", "h100-80gb", "--gpus-per-node", "4",
+               "--user-sim", "qwen2_5_72b"]  # fmt: skip
+    assert main(too_big) != 0
+    assert "The user simulator qwen2_5_72b cannot run beside" in capsys.readouterr().err

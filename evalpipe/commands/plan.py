@@ -21,7 +21,8 @@ from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
 from evalpipe.planning.helperplacement import Placement
 from evalpipe.planning.judgeplacement import choose_placement, plan_judge
-from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions
+from evalpipe.planning.usersimplacement import plan_user_sim
+from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions, UserSimOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
@@ -57,6 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "generation or side by side; docs/judge.md)"
     )
     add_options(judge, JudgeOptions)
+    user_sim = parser.add_argument_group(
+        "user simulator (an agent run: the model playing the user, placed in the model's "
+        "engine, side by side on the same GPU type or behind a server; docs/planner.md)"
+    )
+    add_options(user_sim, UserSimOptions)
 
 
 def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
@@ -104,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     if judged.named:
         wanted = judged.placement or "auto"
         placement = choose_placement(result, judge, gpus_per_node=args.gpus_per_node, wanted=wanted)
+    user_sim = _user_sim(args, preset, gpu, result)
     cost = None
     if args.estimate:
         cost, phases = _estimate(args, preset, gpu, result, judged, judge)
@@ -114,11 +121,19 @@ def run(args: argparse.Namespace) -> int:
             extra["placement"] = dataclasses.asdict(placement)
         if phases is not None:
             extra["estimate"]["judging"] = phases.to_dict()
+        if user_sim is not None:
+            layout, where = user_sim
+            extra["user_sim"] = {
+                "plan": None if layout is None else layout.to_dict(),
+                "placement": dataclasses.asdict(where),
+            }
         print(json.dumps(result.to_dict() | extra, indent=2))
     else:
         text = _describe(result)
         if placement is not None:
             text += "\n\n" + _describe_judge(judge, placement, phases is None)
+        if user_sim is not None:
+            text += "\n\n" + _describe_user_sim(*user_sim)
         if cost is not None:
             text += "\n\n" + cost.describe()
         if phases is not None:
@@ -140,6 +155,32 @@ def _judge_plan(args: argparse.Namespace, judged: JudgeOptions, gpu: Gpu) -> pla
     if judged.endpoint.base_url is not None or judged.preset is None:
         return None
     return plan_judge(load_preset(judged.preset), gpu, gpus_per_node=args.gpus_per_node)
+
+
+def _user_sim(
+    args: argparse.Namespace, preset: Preset, gpu: Gpu, model: planner.Plan
+) -> tuple[planner.Plan | None, Placement] | None:
+    """The user simulator's own layout and placement (None: no user simulator named)."""
+    asked = from_args(UserSimOptions, args)
+    if not asked.named:
+        return None
+    return plan_user_sim(
+        model, preset, asked.preset, served=asked.endpoint.base_url is not None, gpu=gpu,
+        gpus_per_node=args.gpus_per_node,
+    )  # fmt: skip
+
+
+def _describe_user_sim(layout: planner.Plan | None, placement: Placement) -> str:
+    where = {
+        "same-engine": "in the model's engine: none of the job's GPUs of its own",
+        "server": "behind a server (--user-sim-base-url): none of the job's GPUs",
+    }.get(placement.kind)
+    if layout is not None:
+        where = (
+            f"{layout.preset} ({layout.model}), TP={layout.tensor_parallel_size} × "
+            f"PP={layout.pipeline_parallel_size}, {layout.gpus_per_node} GPU(s)"
+        )
+    return f"user simulator: {where}\nuser-sim placement: {placement.describe()}"
 
 
 def _describe_judge(judge: planner.Plan | None, placement: Placement, final: bool) -> str:
