@@ -4,6 +4,9 @@ asks for and starts, `evalpipe plan`'s lines, the manifest's record and the esti
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,9 +14,16 @@ from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError, DoesNotFitError
+from evalpipe.core.options import record_from
+from evalpipe.jobs.jobspec import JobOptions
+from evalpipe.jobs.prepare import Prepared, prepare
 from evalpipe.planning import planner
+from evalpipe.planning.helperplacement import USER_SIM
 from evalpipe.planning.usersimplacement import plan_user_sim
-from evalpipe.run.runoptions import EndpointOptions, UserSimOptions
+from evalpipe.run.judgeprocess import split_gpus
+from evalpipe.run.runoptions import EndpointOptions, RunnerOptions, UserSimOptions
+from evalpipe.run.vllmserver import served_name
+from tests.test_render import GOLDEN
 
 H100 = get_gpu("h100-80gb")
 
@@ -97,3 +107,50 @@ def test_plan_says_where_the_user_simulator_runs(capsys: pytest.CaptureFixture[s
                "--user-sim", "qwen2_5_72b"]  # fmt: skip
     assert main(too_big) != 0
     assert "The user simulator qwen2_5_72b cannot run beside" in capsys.readouterr().err
+
+
+def job(tmp_path: Path, name: str, **options: object) -> Prepared:
+    mode = str(options.pop("mode", "engine"))
+    run = record_from(RunnerOptions, {"backend": "fake", "limit": 5, **options})
+    return prepare("tiny_random", "local", JobOptions(run=run, mode=mode), tmp_path / name)
+
+
+def test_the_job_serves_its_user_simulator_beside_the_model(tmp_path: Path) -> None:
+    beside = job(tmp_path, "a", user_sim="smollm2_135m").script
+    assert "#SBATCH --gres=gpu:h100:2" in beside  # the model's GPU and the user simulator's
+    assert "# User simulator placement, side-by-side: both fit on one node at once" in beside
+    serve = beside[beside.index('"${python[@]}" -m evalpipe serve') :]
+    assert "--preset smollm2_135m" in serve and "--skip-gpus 1" in serve
+    model = served_name(load_preset("smollm2_135m"))
+    run = beside[beside.index('"${python[@]}" -m evalpipe run') :]
+    assert f'--user-sim-base-url "$user_sim_base_url" --user-sim-model {model}' in run
+    assert "--replicas 1" in run and "on_exit+=(stop_user_sim_server)" in beside
+    # In the model's engine, or behind a server: no server started, no GPU of its own.
+    for name, options in (("b", {"user_sim": "tiny_random"}),
+                          ("c", {"user_sim_base_url": "http://sim:8000/v1"})):  # fmt: skip
+        script = job(tmp_path, name, **options).script
+        assert "#SBATCH --gres=gpu:h100:1" in script and "evalpipe serve" not in script
+        assert "--user-sim-model" not in script
+        kind = "same-engine" if name == "b" else "server"
+        assert f"# User simulator placement, {kind}:" in script
+
+
+def test_a_job_that_cannot_hold_the_user_simulator_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(DoesNotFitError, match=r"cannot run beside tiny_random: the job's vLLM "
+                       r"server holds the model's GPUs \(--mode serve\)"):  # fmt: skip
+        job(tmp_path, "a", user_sim="smollm2_135m", backend="vllm", mode="serve")
+    with pytest.raises(ConfigError, match="the judge and the user simulator both need GPUs"):
+        job(tmp_path, "b", user_sim="smollm2_135m", tasks=("mt_bench",), judge="smollm2_135m")
+
+
+@pytest.mark.slurm
+def test_the_local_slurm_accepts_the_user_simulator_golden(local_slurm: Any) -> None:
+    answer = local_slurm.test_only(GOLDEN / "tiny_random-local-usersim.sbatch")
+    assert re.search(r"to start at .* on nodes node", answer), answer
+
+
+def test_the_user_simulators_gpus_follow_the_models() -> None:
+    assert split_gpus(["0", "1", "2"], model_gpus=1, judge_gpus=2, helper=USER_SIM) == (
+        ["0"], ["1", "2"])  # fmt: skip
+    with pytest.raises(DoesNotFitError, match="the user simulator 2, but 2 are visible"):
+        split_gpus(["0", "1"], model_gpus=1, judge_gpus=2, helper=USER_SIM)
