@@ -13,7 +13,7 @@ import pytest
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
-from evalpipe.core.errors import ConfigError, DoesNotFitError
+from evalpipe.core.errors import ConfigError, DamagedFileError, DoesNotFitError
 from evalpipe.core.options import record_from
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.prepare import Prepared, prepare
@@ -23,9 +23,13 @@ from evalpipe.planning.usersimplacement import plan_user_sim
 from evalpipe.run.judgeprocess import split_gpus
 from evalpipe.run.runoptions import EndpointOptions, RunnerOptions, UserSimOptions
 from evalpipe.run.vllmserver import served_name
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.manifest import UserSimulator, read_manifest, write_manifest
+from evalpipe.rundir.samplelog import write_json
 from tests.test_render import GOLDEN
 
 H100 = get_gpu("h100-80gb")
+FIXTURE = RunDir(Path(__file__).parent / "fixtures" / "rundir-submitted-e4af4c7")
 
 
 def plan(name: str, gpus_per_node: int = 8, **kw: object) -> planner.Plan:
@@ -154,3 +158,26 @@ def test_the_user_simulators_gpus_follow_the_models() -> None:
         ["0"], ["1", "2"])  # fmt: skip
     with pytest.raises(DoesNotFitError, match="the user simulator 2, but 2 are visible"):
         split_gpus(["0", "1"], model_gpus=1, judge_gpus=2, helper=USER_SIM)
+
+
+def test_the_manifest_records_the_user_simulator(tmp_path: Path) -> None:
+    files = RunDir(tmp_path)
+    data = json.loads(FIXTURE.manifest.read_text())
+    assert "user_sim" not in data  # a run without one: read as None, written without the key
+    write_json(files.manifest, data)
+    plain = read_manifest(files)
+    assert plain is not None and plain.user_sim is None and "user_sim" not in plain.to_dict()
+    sampling = {"temperature": 0.0, "max_tokens": 512, "seed": 300}
+    plain.user_sim = UserSimulator(model="Qwen/Qwen3-32B", preset="qwen3_32b",
+                                   placement="side-by-side", sampling=sampling)  # fmt: skip
+    write_manifest(files, plain)
+    written = json.loads(files.manifest.read_text())["user_sim"]
+    assert written == {"model": "Qwen/Qwen3-32B", "placement": "side-by-side",
+                       "preset": "qwen3_32b", "sampling": sampling}  # fmt: skip
+    again = read_manifest(files)
+    assert again is not None and again.user_sim == plain.user_sim
+    served = UserSimulator(model="m", placement="server", base_url="http://sim:8000/v1")
+    assert UserSimulator.from_dict(served.to_dict()) == served
+    write_json(files.manifest, data | {"user_sim": {"model": "m", "placement": "beside"}})
+    with pytest.raises(DamagedFileError, match="user_sim placement 'beside' is not one of"):
+        read_manifest(files)
