@@ -27,6 +27,7 @@ from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions, UserSim
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
     from evalpipe.estimate.judgework import PhasesEstimate
+    from evalpipe.estimate.usersimwork import UserSimEstimate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
         wanted = judged.placement or "auto"
         placement = choose_placement(result, judge, gpus_per_node=args.gpus_per_node, wanted=wanted)
     user_sim = _user_sim(args, preset, gpu, result)
-    cost = None
+    cost = simulated = None
     if args.estimate:
-        cost, phases = _estimate(args, preset, gpu, result, judged, judge)
+        cost, phases, simulated = _estimate(args, preset, gpu, result, judged, judge, user_sim)
     if args.json:
         extra = {} if cost is None else {"estimate": cost.to_dict()}
         if placement is not None:
@@ -127,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
                 "plan": None if layout is None else layout.to_dict(),
                 "placement": dataclasses.asdict(where),
             }
+        if simulated is not None:
+            extra["estimate"]["user_sim"] = simulated.to_dict()
         print(json.dumps(result.to_dict() | extra, indent=2))
     else:
         text = _describe(result)
@@ -138,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
             text += "\n\n" + cost.describe()
         if phases is not None:
             text += "\n" + phases.describe()
+        if simulated is not None:
+            text += "\n" + simulated.describe()
         print(text, end="\n")
     if not result.fits:
         print(
@@ -203,21 +208,34 @@ def _estimate(
     plan: planner.Plan,
     judged: JudgeOptions,
     judge: planner.Plan | None,
-) -> tuple[Estimate, PhasesEstimate | None]:
-    """The run's cost; a judged run's phases too when its judge runs on the job's GPUs."""
+    user_sim: tuple[planner.Plan | None, Placement] | None,
+) -> tuple[Estimate, PhasesEstimate | None, UserSimEstimate | None]:
+    """The run's cost; a judged run's phases too when its judge runs on the job's GPUs, and an
+    agent run's user simulator's share."""
     from evalpipe.estimate.predict import (
         DEFAULT_RESULTS,
         estimate_phases,
+        estimate_user_sim,
         judge_predictor,
         predictor,
+        user_sim_predictor,
     )
     from evalpipe.run.judgephase import JUDGE_SAMPLING
 
     selection = from_args(Selection, args)
     results = args.results or [DEFAULT_RESULTS]
-    prediction = predictor(preset, gpu, plan, selection, judge_data=judged.data, results=results)
+    prediction = predictor(preset, gpu, plan, selection, judge_data=judged.data, results=results,
+                           user_sim=user_sim is not None)  # fmt: skip
+    if user_sim is not None and prediction.agents:
+        layout, placement = user_sim
+        simulator = None
+        if placement.kind != "server":
+            other = None if layout is None else load_preset(layout.preset)
+            simulator = user_sim_predictor(prediction, other, gpu, layout, results=results)
+        cost, share = estimate_user_sim(prediction, simulator, placement, shards=args.shards)
+        return cost, None, share
     if judge is None or not prediction.judged:
-        return prediction.estimate(shards=args.shards), None
+        return prediction.estimate(shards=args.shards), None, None
     judging = judge_predictor(
         prediction,
         load_preset(judged.preset),
@@ -228,13 +246,14 @@ def _estimate(
         default_max_tokens=JUDGE_SAMPLING.max_tokens,
         results=results,
     )
-    return estimate_phases(
+    cost, phases = estimate_phases(
         prediction,
         judging,
         gpus_per_node=args.gpus_per_node,
         wanted=judged.placement or "auto",
         shards=args.shards,
     )
+    return cost, phases, None
 
 
 def _check(args: argparse.Namespace) -> None:
