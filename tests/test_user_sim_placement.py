@@ -210,6 +210,7 @@ def test_a_user_turn_per_agent_step_its_prompt_the_conversation_so_far() -> None
     # Step i holds i agent messages and i - 1 user turns: the mean over 10 steps.
     assert work.prompt_tokens.mid == pytest.approx(3000 + 100 * 5.5 + 200 * 4.5)
     assert "10 user turn(s) per episode" in work.sources[0]
+    assert user_sim_work(agent, ask).generated_tokens == Span.exact(256.0)  # the default bound
 
 
 def test_the_estimate_counts_the_user_simulators_share_where_it_runs() -> None:
