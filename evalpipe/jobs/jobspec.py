@@ -262,11 +262,16 @@ class JobSpec:
         )  # fmt: skip
 
     @property
+    def user_sim_beside(self) -> bool:
+        """The user simulator runs side by side on GPUs of the job's own."""
+        return self.user_sim is not None and self.user_sim.helper_gpus > 0
+
+    @property
     def user_sim_server(self) -> JobServer | None:
         """The vLLM server the job starts for its user simulator side by side, on the node's
         GPUs after the model's (slurm_templates/_usersim.sh.j2); None when it needs none."""
         plan, placement = self.user_sim_plan, self.user_sim
-        if plan is None or placement is None or placement.helper_gpus == 0:
+        if plan is None or placement is None or not self.user_sim_beside:
             return None
         ref = self.options.run.user_sim.preset
         layout = LayoutOptions(
@@ -312,7 +317,7 @@ class JobSpec:
     def gpus_per_node(self) -> int:
         """The model's GPUs, or what both phases of a judged job need
         (planning/judgeplacement.py), or the model's and its user simulator's side by side."""
-        if self.user_sim_server is not None and self.user_sim is not None:
+        if self.user_sim is not None and self.user_sim_beside:
             return self.user_sim.gpus_per_node
         return self.plan.gpus_per_node if self.placement is None else self.placement.gpus_per_node
 
@@ -385,7 +390,7 @@ class JobSpec:
                 judge=replace(run.judge, placement=self.placement.kind),
                 layout=replace(run.layout, replicas=replicas),
             )
-        if self.user_sim_server is not None and self.user_sim is not None:
+        if self.user_sim is not None and self.user_sim_beside:
             # The model keeps the replicas its user simulator's GPUs leave it, on the node's
             # first GPUs; the template adds the server's URL and model name.
             run = replace(run, layout=replace(run.layout, replicas=self.user_sim.model_replicas))
