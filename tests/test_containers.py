@@ -55,6 +55,7 @@ SHAPES = {
     "serve": ("tiny_random", JobOptions(mode="serve", run=limited())),
     "judged": ("tiny_random", JobOptions(run=limited(tasks=("mt_bench",), judge="tiny_random"))),
     "shards2": ("tiny_random", JobOptions(shards=2, run=limited())),
+    "usersim": ("tiny_random", JobOptions(run=limited(user_sim="smollm2_135m"))),
 }
 CASES = [(runtime, shape) for runtime in IMAGES for shape in SHAPES]
 

@@ -60,7 +60,7 @@ def test_the_planner_places_the_judge_and_says_why() -> None:
     assert timed.model_replicas == 8 - judge_plan.gpus_per_node
     # A judge behind a server takes none of the job's GPUs.
     served = choose_placement(small, None, gpus_per_node=8)
-    assert (served.kind, served.gpus_per_node, served.judge_gpus) == ("side-by-side", 1, 0)
+    assert (served.kind, served.gpus_per_node, served.helper_gpus) == ("side-by-side", 1, 0)
 
 
 def test_side_by_side_that_does_not_fit_is_refused_saying_why() -> None:

@@ -58,6 +58,12 @@ CASES = {
         JobOptions(mode="serve", run=RunnerOptions(selection=Selection(limit=5))),
     ),
     "deepseek_v2_5-local-serve": ("deepseek_v2_5", "local", JobOptions(mode="serve")),
+    # An agent job whose user simulator is served side by side on the node's next GPU.
+    "tiny_random-local-usersim": (
+        "tiny_random",
+        "local",
+        JobOptions(run=record_from(RunnerOptions, {"limit": 5, "user_sim": "smollm2_135m"})),
+    ),
 }
 
 

@@ -19,12 +19,15 @@ from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.core.options import add_options, flags_given, from_args, positive_int
 from evalpipe.core.textable import format_table
 from evalpipe.planning import planner
-from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
-from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions
+from evalpipe.planning.helperplacement import Placement
+from evalpipe.planning.judgeplacement import choose_placement, plan_judge
+from evalpipe.planning.usersimplacement import plan_user_sim
+from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions, UserSimOptions
 
 if TYPE_CHECKING:  # loads tasks: imported only with --estimate
     from evalpipe.estimate.cost import Estimate
     from evalpipe.estimate.judgework import PhasesEstimate
+    from evalpipe.estimate.usersimwork import UserSimEstimate
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "generation or side by side; docs/judge.md)"
     )
     add_options(judge, JudgeOptions)
+    user_sim = parser.add_argument_group(
+        "user simulator (an agent run: the model playing the user, placed in the model's "
+        "engine, side by side on the same GPU type or behind a server; docs/planner.md)"
+    )
+    add_options(user_sim, UserSimOptions)
 
 
 def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
@@ -103,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if judged.named:
         wanted = judged.placement or "auto"
         placement = choose_placement(result, judge, gpus_per_node=args.gpus_per_node, wanted=wanted)
-    cost = None
+    user_sim = _user_sim(args, preset, gpu, result)
+    cost = simulated = None
     if args.estimate:
-        cost, phases = _estimate(args, preset, gpu, result, judged, judge)
+        cost, phases, simulated = _estimate(args, preset, gpu, result, judged, judge, user_sim)
     if args.json:
         extra = {} if cost is None else {"estimate": cost.to_dict()}
         if placement is not None:
@@ -113,15 +122,27 @@ def run(args: argparse.Namespace) -> int:
             extra["placement"] = dataclasses.asdict(placement)
         if phases is not None:
             extra["estimate"]["judging"] = phases.to_dict()
+        if user_sim is not None:
+            layout, where = user_sim
+            extra["user_sim"] = {
+                "plan": None if layout is None else layout.to_dict(),
+                "placement": dataclasses.asdict(where),
+            }
+        if simulated is not None:
+            extra["estimate"]["user_sim"] = simulated.to_dict()
         print(json.dumps(result.to_dict() | extra, indent=2))
     else:
         text = _describe(result)
         if placement is not None:
             text += "\n\n" + _describe_judge(judge, placement, phases is None)
+        if user_sim is not None:
+            text += "\n\n" + _describe_user_sim(*user_sim)
         if cost is not None:
             text += "\n\n" + cost.describe()
         if phases is not None:
             text += "\n" + phases.describe()
+        if simulated is not None:
+            text += "\n" + simulated.describe()
         print(text, end="\n")
     if not result.fits:
         print(
@@ -139,6 +160,32 @@ def _judge_plan(args: argparse.Namespace, judged: JudgeOptions, gpu: Gpu) -> pla
     if judged.endpoint.base_url is not None or judged.preset is None:
         return None
     return plan_judge(load_preset(judged.preset), gpu, gpus_per_node=args.gpus_per_node)
+
+
+def _user_sim(
+    args: argparse.Namespace, preset: Preset, gpu: Gpu, model: planner.Plan
+) -> tuple[planner.Plan | None, Placement] | None:
+    """The user simulator's own layout and placement (None: no user simulator named)."""
+    asked = from_args(UserSimOptions, args)
+    if not asked.named:
+        return None
+    return plan_user_sim(
+        model, preset, asked.preset, served=asked.endpoint.base_url is not None, gpu=gpu,
+        gpus_per_node=args.gpus_per_node,
+    )  # fmt: skip
+
+
+def _describe_user_sim(layout: planner.Plan | None, placement: Placement) -> str:
+    where = {
+        "same-engine": "in the model's engine: none of the job's GPUs of its own",
+        "server": "behind a server (--user-sim-base-url): none of the job's GPUs",
+    }.get(placement.kind)
+    if layout is not None:
+        where = (
+            f"{layout.preset} ({layout.model}), TP={layout.tensor_parallel_size} × "
+            f"PP={layout.pipeline_parallel_size}, {layout.gpus_per_node} GPU(s)"
+        )
+    return f"user simulator: {where}\nuser-sim placement: {placement.describe()}"
 
 
 def _describe_judge(judge: planner.Plan | None, placement: Placement, final: bool) -> str:
@@ -161,21 +208,34 @@ def _estimate(
     plan: planner.Plan,
     judged: JudgeOptions,
     judge: planner.Plan | None,
-) -> tuple[Estimate, PhasesEstimate | None]:
-    """The run's cost; a judged run's phases too when its judge runs on the job's GPUs."""
+    user_sim: tuple[planner.Plan | None, Placement] | None,
+) -> tuple[Estimate, PhasesEstimate | None, UserSimEstimate | None]:
+    """The run's cost; a judged run's phases too when its judge runs on the job's GPUs, and an
+    agent run's user simulator's share."""
     from evalpipe.estimate.predict import (
         DEFAULT_RESULTS,
         estimate_phases,
+        estimate_user_sim,
         judge_predictor,
         predictor,
+        user_sim_predictor,
     )
     from evalpipe.run.judgephase import JUDGE_SAMPLING
 
     selection = from_args(Selection, args)
     results = args.results or [DEFAULT_RESULTS]
-    prediction = predictor(preset, gpu, plan, selection, judge_data=judged.data, results=results)
+    prediction = predictor(preset, gpu, plan, selection, judge_data=judged.data, results=results,
+                           user_sim=user_sim is not None)  # fmt: skip
+    if user_sim is not None and prediction.agents:
+        layout, placement = user_sim
+        simulator = None
+        if placement.kind != "server":
+            other = None if layout is None else load_preset(layout.preset)
+            simulator = user_sim_predictor(prediction, other, gpu, layout, results=results)
+        cost, share = estimate_user_sim(prediction, simulator, placement, shards=args.shards)
+        return cost, None, share
     if judge is None or not prediction.judged:
-        return prediction.estimate(shards=args.shards), None
+        return prediction.estimate(shards=args.shards), None, None
     judging = judge_predictor(
         prediction,
         load_preset(judged.preset),
@@ -186,13 +246,14 @@ def _estimate(
         default_max_tokens=JUDGE_SAMPLING.max_tokens,
         results=results,
     )
-    return estimate_phases(
+    cost, phases = estimate_phases(
         prediction,
         judging,
         gpus_per_node=args.gpus_per_node,
         wanted=judged.placement or "auto",
         shards=args.shards,
     )
+    return cost, phases, None
 
 
 def _check(args: argparse.Namespace) -> None:

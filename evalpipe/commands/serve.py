@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from evalpipe.core.options import add_options, positive_int
+from evalpipe.planning.helperplacement import USER_SIM
 from evalpipe.run.runoptions import LayoutOptions
 
 
@@ -18,6 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
     )
     add_options(parser, LayoutOptions, help_values={"layout": "planned"})
+    parser.add_argument(
+        "--skip-gpus",
+        type=positive_int,
+        metavar="N",
+        help="serve on the visible GPUs after the first N, which another model uses (a job's "
+        "user simulator beside its model; docs/planner.md)",
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the server command; start nothing"
     )
@@ -30,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.run.vllmserver import VLLM_SERVER, served_name, server_argv, server_kwargs
 
     preset = load_preset(args.preset)
+    if args.skip_gpus is not None:
+        _skip_gpus(args.skip_gpus, gpus=(args.tp or 1) * (args.pp or 1))
     layout = plan_local(
         preset, tp=args.tp, pp=args.pp, replicas=args.replicas, max_model_len=args.max_model_len
     )
@@ -50,3 +60,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # The server takes this process's place: signals sent to it reach vLLM directly.
     os.execv(sys.executable, argv)
+
+
+def _skip_gpus(skipped: int, *, gpus: int) -> None:
+    """Narrow CUDA_VISIBLE_DEVICES to the `gpus` after the first `skipped` visible ones, before
+    anything plans or loads (no GPU visible: the CPU engine, nothing to narrow)."""
+    from evalpipe.run.judgeprocess import split_gpus
+    from evalpipe.run.localplan import visible_gpus
+
+    visible = [g.entry for g in visible_gpus()]
+    if visible:
+        _, mine = split_gpus(visible, model_gpus=skipped, judge_gpus=gpus, helper=USER_SIM)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(mine)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.gpus import Gpu, load_gpus
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.selection import Selection
@@ -22,8 +23,10 @@ from evalpipe.estimate.judgework import (
     placement_walls,
     turns_work,
 )
+from evalpipe.estimate.usersimwork import UserSimEstimate, user_sim_work
 from evalpipe.estimate.workmodel import TaskWork, task_work, token_counter
-from evalpipe.planning.judgeplacement import choose_placement, side_by_side_refusal
+from evalpipe.planning.helperplacement import Placement, side_by_side_refusal
+from evalpipe.planning.judgeplacement import choose_placement
 from evalpipe.planning.planner import Plan
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.gradings import Grading
@@ -40,6 +43,8 @@ class Prediction:
     work: tuple[TaskWork, ...]
     basis: Basis
     judged: tuple[tuple[Task, Grading], ...] = ()  # the judged tasks among the work's
+    # Agent tasks whose episodes have a simulated user: what each asks (turns: steps per episode)
+    agents: tuple[Ask, ...] = ()
 
     def estimate(self, shards: int = 1, replicas: int | None = None) -> Estimate:
         return estimate(self.preset, self.plan, self.work, self.basis, shards=shards,
@@ -90,9 +95,11 @@ def predictor(
     results: Sequence[Path] = (DEFAULT_RESULTS,),
     calibration_dirs: Sequence[Path] = (),
     calibrate_on_runs: bool = True,
+    user_sim: bool = False,
 ) -> Prediction:
     """Load the tasks (their data only where it is local) and what `results` and
-    `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible."""
+    `calibration_dirs` hold about this preset; EstimateError if nothing makes rates possible.
+    `user_sim`: a user simulator is named, so the agent tasks among them are found."""
     from evalpipe.tasks.kindbase import LoadOptions
     from evalpipe.tasks.kinds import load_selection
 
@@ -133,7 +140,10 @@ def predictor(
         for t, w in zip(tasks, work, strict=True)
     )
     pairs = tuple((t, chosen.gradings[t.name]) for t in tasks if t.name in chosen.gradings)
-    return Prediction(preset=preset, plan=plan, work=work, basis=how, judged=pairs)
+    agents = ()
+    if user_sim:  # asks are measured only where a user simulator's share is wanted
+        agents = tuple(a for a in map(chosen.ask, tasks) if a.simulated_user)
+    return Prediction(preset=preset, plan=plan, work=work, basis=how, judged=pairs, agents=agents)
 
 
 def judge_predictor(
@@ -174,6 +184,51 @@ def judge_predictor(
         jobs=load_history([p for p in results if p.is_dir()], load_gpus()),
     )
     return Prediction(preset=judge, plan=plan, work=work, basis=how)
+
+
+def user_sim_predictor(
+    model: Prediction,
+    user_sim: Preset | None,
+    gpu: Gpu,
+    plan: Plan | None,
+    *,
+    results: Sequence[Path] = (DEFAULT_RESULTS,),
+    calibration_dirs: Sequence[Path] = (),
+) -> Prediction:
+    """The user simulator's requests for the agent tasks `model` predicts; at the model's
+    rates in its engine (`user_sim` None), else at the user simulator's on its own `plan`."""
+    asks = {a.name: a for a in model.agents}
+    work = tuple(user_sim_work(w, asks[w.task]) for w in model.work if w.task in asks)
+    if user_sim is None or plan is None:
+        return Prediction(preset=model.preset, plan=model.plan, work=work, basis=model.basis)
+    how = basis(
+        user_sim,
+        gpu,
+        plan,
+        calibrations=calibrations([*results, *calibration_dirs]),
+        jobs=load_history([p for p in results if p.is_dir()], load_gpus()),
+    )
+    return Prediction(preset=user_sim, plan=plan, work=work, basis=how)
+
+
+def estimate_user_sim(
+    model: Prediction, user_sim: Prediction | None, placement: Placement, *, shards: int = 1
+) -> tuple[Estimate, UserSimEstimate]:
+    """The agent run's wall with its user simulator where `placement` puts it (`user_sim`
+    None: behind a server, not estimated): (the generation as placed, the user simulator's
+    share)."""
+    generation = model.estimate(shards=shards, replicas=placement.model_replicas)
+    share = None if user_sim is None else user_sim.estimate(shards=shards)
+    wall = generation.wall_s
+    if share is not None and placement.kind == "same-engine":  # one engine does both works
+        both = estimate(model.preset, model.plan, (*model.work, *user_sim.work), model.basis,
+                        shards=shards)  # fmt: skip
+        wall = both.wall_s
+    elif share is not None:  # turns interleave on two engines: the longer of the two
+        wall = generation.wall_s.combine(share.wall_s, max)
+    return generation, UserSimEstimate(
+        placement=placement.kind, generation=generation, share=share, wall_s=wall
+    )
 
 
 def _judgment_tokens(grading: Grading, given: int | None, default: int) -> int:

@@ -30,9 +30,11 @@ from evalpipe.core.provenance import CONTAINER_IMAGE, CONTAINER_RUNTIME
 from evalpipe.estimate.autosize import MARGIN
 from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
-from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
+from evalpipe.planning.helperplacement import Placement
+from evalpipe.planning.judgeplacement import choose_placement, plan_judge
 from evalpipe.planning.memory import max_seqs
 from evalpipe.planning.planner import Plan
+from evalpipe.planning.usersimplacement import plan_user_sim
 from evalpipe.run.runoptions import (
     ENGINE,
     EXECUTOR,
@@ -221,6 +223,10 @@ class JobSpec:
     options: JobOptions
     # Where a judged job's judge runs, and what that asks of each node; None: no judging phase.
     placement: Placement | None = None
+    # Where an agent job's user simulator runs (planning/usersimplacement.py), and its own
+    # layout when the job serves it beside the model; None: no user simulator named.
+    user_sim: Placement | None = None
+    user_sim_plan: Plan | None = None
 
     @property
     def serve(self) -> bool:
@@ -248,6 +254,45 @@ class JobSpec:
         return [("--preset", self.preset_ref), *to_argv(self._layout, groups=(LAYOUT, EXECUTOR))]
 
     @property
+    def model_server(self) -> JobServer:
+        """A server-mode job's vLLM server for the model (slurm_templates/_serve.sh.j2)."""
+        return JobServer(
+            var="", label="vLLM server", log="server", options=self.server_options,
+            model=self.served_model,
+        )  # fmt: skip
+
+    @property
+    def user_sim_beside(self) -> bool:
+        """The user simulator runs side by side on GPUs of the job's own."""
+        return self.user_sim is not None and self.user_sim.helper_gpus > 0
+
+    @property
+    def user_sim_server(self) -> JobServer | None:
+        """The vLLM server the job starts for its user simulator side by side, on the node's
+        GPUs after the model's (slurm_templates/_usersim.sh.j2); None when it needs none."""
+        plan, placement = self.user_sim_plan, self.user_sim
+        if plan is None or placement is None or not self.user_sim_beside:
+            return None
+        ref = self.options.run.user_sim.preset
+        layout = LayoutOptions(
+            tp=plan.tensor_parallel_size,
+            pp=plan.pipeline_parallel_size,
+            replicas=1,
+            max_model_len=plan.max_model_len,
+        )
+        return JobServer(
+            var="user_sim_",
+            label="the user simulator's vLLM server",
+            log="user-sim-server",
+            options=[
+                ("--preset", str(ref)),
+                *to_argv(layout, groups=(LAYOUT,)),
+                ("--skip-gpus", str(placement.model_gpus)),
+            ],
+            model=served_name(load_preset(str(ref))),
+        )
+
+    @property
     def _layout(self) -> LayoutOptions:
         """The plan's layout, as the runner or the job's server is told it."""
         plan = self.plan
@@ -271,7 +316,9 @@ class JobSpec:
     @property
     def gpus_per_node(self) -> int:
         """The model's GPUs, or what both phases of a judged job need
-        (planning/judgeplacement.py)."""
+        (planning/judgeplacement.py), or the model's and its user simulator's side by side."""
+        if self.user_sim is not None and self.user_sim_beside:
+            return self.user_sim.gpus_per_node
         return self.plan.gpus_per_node if self.placement is None else self.placement.gpus_per_node
 
     @property
@@ -343,6 +390,10 @@ class JobSpec:
                 judge=replace(run.judge, placement=self.placement.kind),
                 layout=replace(run.layout, replicas=replicas),
             )
+        if self.user_sim is not None and self.user_sim_beside:
+            # The model keeps the replicas its user simulator's GPUs leave it, on the node's
+            # first GPUs; the template adds the server's URL and model name.
+            run = replace(run, layout=replace(run.layout, replicas=self.user_sim.model_replicas))
         return run
 
     @property
@@ -414,6 +465,17 @@ class JobSpec:
         # SLURMD_NODENAME too: it names the node's files (metrics-<node>.csv) and the host.
         fixed = ["SLURMD?_.*", "CUDA_VISIBLE_DEVICES", "HF_HOME", "RAY_ADDRESS"]
         return "^(" + "|".join(dict.fromkeys(fixed + self.container_env)) + ")$"
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobServer:
+    """A vLLM server the job starts on its node (slurm_templates/_vllm_server.sh.j2)."""
+
+    var: str  # the prefix of its shell variables ("" for the model's own server)
+    label: str  # how the job's log names it
+    log: str  # its log file's name in logs/, before the job id
+    options: list[tuple[str, str]]  # `evalpipe serve`'s, not --port
+    model: str  # the name it serves the model under
 
 
 def make_jobspec(
@@ -495,12 +557,22 @@ def make_jobspec(
             f"job starts: the time limit is {time_limit}. Lower --signal-seconds or raise --time."
         )
     max_restarts = cluster.max_restarts if options.max_restarts is None else options.max_restarts
+    judged = judge_placement(plan, cluster, gpu, options)
+    user_sim_plan, user_sim = user_sim_placement(preset, plan, cluster, gpu, options)
+    if judged is not None and judged.helper_gpus and user_sim is not None and user_sim.helper_gpus:
+        raise ConfigError(
+            "A job holds one helper model beside its own: the judge and the user simulator both "
+            "need GPUs here. Submit the judged and the agent tasks as separate jobs, or serve "
+            "one of them elsewhere (--judge-base-url or --user-sim-base-url)."
+        )
     return JobSpec(
         preset=preset,
         preset_ref=preset_ref,
         cluster=cluster,
         plan=plan,
-        placement=judge_placement(plan, cluster, gpu, options),
+        placement=judged,
+        user_sim=user_sim,
+        user_sim_plan=user_sim_plan,
         run_dir=run_dir,
         options=replace(
             options,
@@ -567,5 +639,28 @@ def judge_placement(
         judge,
         gpus_per_node=cluster.gpus_per_node,
         wanted=asked.placement or "auto",
+        apart=apart,
+    )
+
+
+def user_sim_placement(
+    preset: Preset, model: Plan, cluster: Cluster, gpu: Gpu, options: JobOptions
+) -> tuple[Plan | None, Placement | None]:
+    """Where the job's user simulator runs, and its own layout when the job serves it (None,
+    None: no user simulator named). Refused, saying why, when it fits nowhere."""
+    asked = options.run.user_sim
+    if not asked.named:
+        return None, None
+    apart = None
+    if options.mode == "serve":
+        apart = "the job's vLLM server holds the model's GPUs (--mode serve)"
+    return plan_user_sim(
+        model,
+        preset,
+        asked.preset,
+        served=asked.endpoint.base_url is not None,
+        gpu=gpu,
+        gpus_per_node=cluster.gpus_per_node,
+        overhead_correction_gib=cluster.overhead_correction_gib,
         apart=apart,
     )

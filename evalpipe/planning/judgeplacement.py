@@ -10,13 +10,20 @@ layouts at once, on one node (the judge follows the run directory, which its nod
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal, get_args
 
 from evalpipe.catalog.gpus import Gpu
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import ConfigError, DoesNotFitError
-from evalpipe.planning import planner
+from evalpipe.planning.helperplacement import (
+    JUDGE,
+    Placement,
+    per_replica,
+    plan_helper,
+    side_by_side,
+    side_by_side_refusal,
+)
 from evalpipe.planning.planner import Plan
 
 JudgePlacement = Literal["auto", "after", "side-by-side"]
@@ -34,66 +41,14 @@ def check_placement(value: str) -> None:
         )
 
 
-@dataclass(frozen=True, kw_only=True)
-class Placement:
-    """The chosen placement, why, and what the job asks for on each node."""
-
-    kind: Literal["after", "side-by-side"]
-    reason: str
-    nodes: int
-    gpus_per_node: int  # the job's request: the larger phase's, or both side by side
-    model_replicas: int  # the model's replicas in this placement (side by side may leave fewer)
-    model_gpus: int  # per node, every replica's
-    judge_gpus: int  # per node; 0 for a judge behind a server
-
-    def describe(self) -> str:
-        return f"{self.kind}: {self.reason}"
-
-
-def _per_replica(plan: Plan) -> int:
-    return plan.tensor_parallel_size * plan.pipeline_parallel_size
-
-
 def plan_judge(
     judge: Preset, gpu: Gpu, *, gpus_per_node: int, overhead_correction_gib: float = 0.0
 ) -> Plan:
-    """The judge preset's smallest layout on one node of `gpu`: a judge runs on one node, the
-    job's first (DoesNotFitError, saying so, when it needs more)."""
-    where = (
-        f"The judge {judge.name} on one node of {gpus_per_node} × {gpu.name} (a job's judge "
-        "runs on one node: judge with a server instead, --judge-base-url)"
-    )
-    try:
-        plan = planner.plan(
-            judge,
-            gpu,
-            gpus_per_node=gpus_per_node,
-            max_nodes=1,
-            overhead_correction_gib=overhead_correction_gib,
-        )
-    except DoesNotFitError as exc:
-        raise DoesNotFitError(f"{where}: {exc}") from None
-    if not plan.fits:
-        raise DoesNotFitError(f"{where}: " + "; ".join(plan.notes))
-    return plan
-
-
-def side_by_side_refusal(model: Plan, judge: Plan | None, gpus_per_node: int) -> str | None:
-    """Why both layouts cannot run at once on one node, or None when they can."""
-    if model.nodes > 1:
-        return f"the model's layout spans {model.nodes} nodes; side by side needs one node"
-    if judge is None:
-        return None
-    if judge.nodes > 1:
-        return f"the judge's layout spans {judge.nodes} nodes; side by side needs one node"
-    need = _per_replica(model) + _per_replica(judge)
-    if need > gpus_per_node:
-        return (
-            f"the model's TP={model.tensor_parallel_size} × PP={model.pipeline_parallel_size} "
-            f"and the judge's TP={judge.tensor_parallel_size} × PP="
-            f"{judge.pipeline_parallel_size} need {need} GPUs at once; a node has {gpus_per_node}"
-        )
-    return None
+    """The judge preset's smallest layout on one node of `gpu` (helperplacement.plan_helper)."""
+    return plan_helper(
+        JUDGE, judge, gpu, gpus_per_node=gpus_per_node,
+        overhead_correction_gib=overhead_correction_gib,
+    )  # fmt: skip
 
 
 def choose_placement(
@@ -118,18 +73,7 @@ def choose_placement(
         raise DoesNotFitError(
             f"--judge-placement side-by-side: {refusal}. Use --judge-placement after (or auto)."
         )
-    judge_gpus = 0 if judge is None else _per_replica(judge)
-    one = _per_replica(model)
-    beside = min(model.replicas, (gpus_per_node - judge_gpus) // one) if refusal is None else 0
-    side = Placement(
-        kind=SIDE_BY_SIDE,
-        reason="",
-        nodes=1,
-        gpus_per_node=beside * one + judge_gpus,
-        model_replicas=beside,
-        model_gpus=beside * one,
-        judge_gpus=judge_gpus,
-    )
+    judge_gpus = 0 if judge is None else per_replica(judge)
     after = Placement(
         kind=AFTER,
         reason="",
@@ -137,7 +81,7 @@ def choose_placement(
         gpus_per_node=max(model.gpus_per_node, 0 if judge is None else judge.gpus_per_node),
         model_replicas=model.replicas,
         model_gpus=model.gpus_per_node,
-        judge_gpus=judge_gpus,
+        helper_gpus=judge_gpus,
     )
     larger = (
         "the judge's"
@@ -150,20 +94,22 @@ def choose_placement(
     )
     if wanted == AFTER:
         return _with(after, f"asked for; {after_why}")
-    if wanted == SIDE_BY_SIDE:
-        return _with(side, f"asked for; {_side_why(side)}")
     if refusal is not None:
         return _with(after, f"side by side does not fit ({refusal}); {after_why}")
+    side = side_by_side(model, judge, gpus_per_node)
+    if wanted == SIDE_BY_SIDE:
+        return _with(side, f"asked for; {_side_why(side)}")
     if walls_s is not None:
         a, s = walls_s[AFTER], walls_s[SIDE_BY_SIDE]
         if s < a:
             why = f"predicted wall {s:.0f} s against {a:.0f} s after; {_side_why(side)}"
             return _with(side, why)
         return _with(after, f"predicted wall {a:.0f} s against {s:.0f} s side by side; {after_why}")
-    if beside < model.replicas:
+    if side.model_replicas < model.replicas:
         return _with(
             after,
-            f"side by side the judge's {judge_gpus} GPU(s) would leave the model {beside} of its "
+            f"side by side the judge's {judge_gpus} GPU(s) would leave the model "
+            f"{side.model_replicas} of its "
             f"{model.replicas} replicas (plan --estimate compares the walls); {after_why}",
         )
     return _with(side, _side_why(side))
@@ -172,9 +118,9 @@ def choose_placement(
 def _side_why(side: Placement) -> str:
     judge = (
         "a judge behind a server uses none of the job's GPUs"
-        if side.judge_gpus == 0
+        if side.helper_gpus == 0
         else f"both fit on one node at once ({side.model_gpus} GPU(s) for the model, "
-        f"{side.judge_gpus} for the judge)"
+        f"{side.helper_gpus} for the judge)"
     )
     return (
         f"{judge}; the judge judges answers as they are written, so its load and all but the "

@@ -22,22 +22,25 @@ from collections.abc import Callable, Sequence
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.errors import DoesNotFitError
+from evalpipe.planning.helperplacement import JUDGE, Helper
 from evalpipe.run.localplan import LocalGpu, plan_local
 
 POLL_S = 0.2
 
 
 def split_gpus(
-    visible: Sequence[str], *, model_gpus: int | None, judge_gpus: int
+    visible: Sequence[str], *, model_gpus: int | None, judge_gpus: int, helper: Helper = JUDGE
 ) -> tuple[list[str], list[str]]:
     """(the model's CUDA_VISIBLE_DEVICES entries, the judge's) from the job's visible GPUs: the
-    model's first (`model_gpus`, or all the judge leaves), the judge's `judge_gpus` after."""
+    model's first (`model_gpus`, or all the judge leaves), the judge's `judge_gpus` after (or
+    another helper model's: `helper`)."""
     model = len(visible) - judge_gpus if model_gpus is None else model_gpus
     if model < 1 or model + judge_gpus > len(visible):
+        fix = "Use --judge-placement after, or" if helper == JUDGE else "Use"
         raise DoesNotFitError(
-            f"Side by side, the model needs {model_gpus or 'at least 1'} GPU(s) and the judge "
-            f"{judge_gpus}, but {len(visible)} are visible ({','.join(visible) or 'none'}). "
-            "Use --judge-placement after, or a node with more GPUs."
+            f"Side by side, the model needs {model_gpus or 'at least 1'} GPU(s) and the "
+            f"{helper.name} {judge_gpus}, but {len(visible)} are visible "
+            f"({','.join(visible) or 'none'}). {fix} a node with more GPUs."
         )
     return list(visible[:model]), list(visible[model : model + judge_gpus])
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, get_args
 
 from evalpipe.core.errors import DamagedFileError
 from evalpipe.monitor.devicesummary import DeviceSummary
+from evalpipe.planning.helperplacement import PlacementKind
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.occupancy import Occupancy
@@ -130,11 +131,43 @@ class TrackedRun:
         return cls(backend=str(data["backend"]), run_id=str(data["run_id"]))
 
 
+@dataclass(frozen=True, kw_only=True)
+class UserSimulator:
+    """The model that played the user of an agent run's episodes, as the latest attempt used
+    it: a preset's, or an endpoint's (its base URL; the key's variable and the key never here),
+    where it ran (planning/usersimplacement.py: same-engine, side-by-side or server) and the
+    sampling of its turns (SamplingSettings.to_dict())."""
+
+    model: str
+    placement: PlacementKind
+    preset: str | None = None
+    base_url: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        served = {"preset": self.preset, "base_url": self.base_url}
+        return (
+            {"model": self.model, "placement": self.placement}
+            | {k: v for k, v in served.items() if v is not None}
+            | {"sampling": dict(self.sampling)}
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UserSimulator:
+        return cls(
+            model=str(data["model"]),
+            placement=_status(data["placement"], PlacementKind, "user_sim placement"),
+            preset=None if data.get("preset") is None else str(data["preset"]),
+            base_url=None if data.get("base_url") is None else str(data["base_url"]),
+            sampling=dict(data.get("sampling") or {}),
+        )
+
+
 _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
     "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
-    "tracking", "occupancy", "admission", "sandbox",
+    "tracking", "occupancy", "admission", "sandbox", "user_sim",
 )  # fmt: skip
 
 
@@ -172,6 +205,8 @@ class Manifest:
     # The code sandbox's isolation level ("full" or "weak", docs/sandbox.md) where the latest
     # attempt scored code; None where it scored none.
     sandbox: str | None = None
+    # An agent run's user simulator (None: the run has none).
+    user_sim: UserSimulator | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
@@ -254,6 +289,8 @@ class Manifest:
             out["admission"] = self.admission
         if self.sandbox is not None:
             out["sandbox"] = self.sandbox
+        if self.user_sim is not None:
+            out["user_sim"] = self.user_sim.to_dict()
         return self.extra | out
 
     @classmethod
@@ -299,6 +336,9 @@ class Manifest:
                 occupancy=Occupancy.from_dict(data.get("occupancy")),
                 admission=data.get("admission"),
                 sandbox=None if data.get("sandbox") is None else str(data["sandbox"]),
+                user_sim=None
+                if data.get("user_sim") is None
+                else UserSimulator.from_dict(data["user_sim"]),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

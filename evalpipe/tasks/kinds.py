@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.budgets import Context, fit_context
+from evalpipe.catalog.budgets import Ask, Context, fit_context
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import FILE, KINDS, TaskRef, expand_refs
@@ -70,6 +70,11 @@ class FittedTasks:
     published: str | None = None  # the judged benchmark's published judge
     context: Context
     notes: tuple[str, ...] = ()
+    origin: Mapping[str, str] = field(default_factory=dict)  # task → the kind it came from
+
+    def ask(self, task: Task) -> Ask:
+        """What the task asks of the context and the engines, as its kind says."""
+        return get_kind(self.origin[task.name]).ask(task)
 
 
 def load_refs(tasks: Sequence[str] | None, options: LoadOptions) -> tuple[Loaded, dict[str, str]]:
@@ -156,4 +161,5 @@ def load_selection(
         published=loaded.published,
         context=context,
         notes=(*generation_notes, *kind_notes, *context.notes),
+        origin=origin,
     )

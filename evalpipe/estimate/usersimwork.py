@@ -1,0 +1,101 @@
+"""The user simulator's share of an agent run's cost (pure, given the work and the estimates).
+
+An agent task's episode is `turns` agent steps (its kind's Ask), each answered by a user turn:
+the user simulator makes one request per step, its prompt the conversation so far. Its opening
+(the user's instructions) is counted as the agent's first prompt, an upper bound, and at step i
+the conversation adds i agent messages of the model's predicted length and i - 1 user turns; a
+user turn is predicted at the user simulator's max_tokens (an upper bound, as a judgment is).
+
+Where it runs decides what it costs (planning/usersimplacement.py): in the model's engine its
+requests join the model's work; side by side its turns interleave with the agent's on engines
+of their own, so the wall is the longer of the two; behind a server it costs the job nothing
+this estimate can see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from evalpipe.catalog.budgets import Ask
+from evalpipe.core.span import Span, fmt_span
+from evalpipe.core.textable import format_table
+from evalpipe.estimate.cost import Estimate
+from evalpipe.estimate.workmodel import SCORE_S, TaskWork
+
+# A user turn's budget when nothing says otherwise: τ²'s simulated users write a sentence or two;
+# an upper bound, as the judge's max_tokens is.
+USER_TURN_TOKENS = 256
+
+
+def user_sim_work(agent: TaskWork, ask: Ask, *, max_tokens: int = USER_TURN_TOKENS) -> TaskWork:
+    """The user simulator's requests for one agent task whose agent steps `agent` predicts."""
+    steps = ask.turns
+    history = (
+        agent.prompt_tokens
+        + agent.generated_tokens.scale((steps + 1) / 2)
+        + Span.exact(float(max_tokens)).scale((steps - 1) / 2)
+    )
+    return TaskWork(
+        task=agent.task,
+        category=agent.category,
+        samples=agent.samples * steps,
+        completions=1,
+        prompt_tokens=history,
+        generated_tokens=Span.exact(float(max_tokens)),
+        max_tokens=max_tokens,
+        score_s=SCORE_S,
+        sources=(
+            f"{steps} user turn(s) per episode, one per agent step, each prompt the "
+            "conversation so far (the agent's first prompt standing for the user's instructions)",
+            f"user turn max_tokens {max_tokens} as an upper bound",
+        ),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserSimEstimate:
+    """The user simulator's work and the run's wall with it, where it runs (`placement`): in
+    the model's engine both works on one engine, side by side the longer of the two; `share`
+    None: behind a server, not estimated."""
+
+    placement: str
+    generation: Estimate  # the model's own work, as placed
+    share: Estimate | None  # the user simulator's work (in the model's engine, or its own)
+    wall_s: Span  # the run's, the user simulator's share included
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "placement": self.placement,
+            "user_sim": None if self.share is None else self.share.to_dict(),
+            "wall_s": self.wall_s.to_dict(1),
+        }
+
+    def describe(self) -> str:
+        """The user simulator's table and the wall with it (`plan --estimate`)."""
+        if self.share is None:
+            return (
+                "user simulator: behind a server; its share of the work is not estimated "
+                f"(run wall without it: {fmt_span(self.wall_s)})\n"
+            )
+        s = self.share
+        rows = [
+            ("user turns", fmt_span(s.generate_s)),
+            ("generation (agent steps)", fmt_span(self.generation.wall_s)),
+            (f"total, user simulator {self.placement}", fmt_span(self.wall_s)),
+        ]
+        work = format_table(
+            ("agent task", "user turns", "prompt tok", "turn tok", "source"),
+            [
+                (t.task, t.samples, f"{t.prompt_tokens.mid:.0f}",
+                 f"{t.generated_tokens.mid:.0f}", "; ".join(t.sources))
+                for t in s.tasks
+            ],
+        )  # fmt: skip
+        lines = [
+            f"user simulator: {s.preset} on {s.gpu}, TP={s.tensor_parallel_size} × "
+            f"PP={s.pipeline_parallel_size} ({self.placement})",
+            format_table(("figure", "expected (low - high)"), rows),
+            work,
+        ]
+        return "\n".join(lines) + "\n"
