@@ -7,8 +7,9 @@ max_model_len. When a budget and the least its prompt can take (the chat templat
 the prompt bytes the task file records for estimates, else its template's text) do not fit the
 preset's max_model_len, the run's max_model_len is raised to the budget plus a prompt
 allowance (the recorded bytes, at least one byte per token, so a generous bound for typical
-prompts; else DEFAULT_PROMPT_TOKENS), up to the model's max_position_embeddings; only a budget
-beyond that (or beyond a --max-model-len the user gave) is capped, with a note. Short budgets
+prompts; else DEFAULT_PROMPT_TOKENS), up to the model's context ceiling (max_position_embeddings,
+or the rope-scaled length where the preset configures rope scaling); only a budget beyond that
+(or beyond a --max-model-len the user gave) is capped, with a note. Short budgets
 never move the context. Everything comes from the task file, so `render` on a login node
 (without the data) and the runner in the job reach the same numbers.
 """
@@ -80,7 +81,7 @@ class Context:
 
 def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Context:
     """The context for `asks` on `preset`; `given` is --max-model-len (None: choose)."""
-    ceiling = preset.architecture.max_position_embeddings
+    ceiling = preset.architecture.context_ceiling
     long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
     wanted = max((a.allowance + a.answers for a in long), default=0)
     length = given or min(max(preset.max_model_len, wanted), ceiling)
@@ -88,9 +89,10 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
     if length > preset.max_model_len and given is None:
         notes.append(
             f"max_model_len {length} (preset: {preset.max_model_len}) for the longest budget "
-            f"({wanted} tokens with its prompt; the model's max_position_embeddings: {ceiling})"
+            f"({wanted} tokens with its prompt; the model's ceiling: "
+            f"{preset.architecture.ceiling_text()})"
         )
-    limit = "--max-model-len" if given else "the model's max_position_embeddings"
+    limit = "--max-model-len" if given else "the model's ceiling"
     budgets = {a.name: a.max_tokens for a in asks if a.generates}
     for ask in long:
         room = ask.room(length)

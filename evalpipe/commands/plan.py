@@ -18,6 +18,7 @@ from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.core.options import add_options, flags_given, from_args, positive_int
 from evalpipe.core.textable import format_table
+from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
 from evalpipe.planning.judgeplacement import Placement, choose_placement, plan_judge
 from evalpipe.run.runoptions import LAYOUT, JudgeOptions, LayoutOptions
@@ -58,13 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_options(judge, JudgeOptions)
 
 
-def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
-    """--max-model-len; with --estimate and named tasks, the context their budgets need, as
-    `submit` plans it (evalpipe/jobs/taskbudgets.py)."""
-    if not args.estimate:
-        return args.max_model_len
-    from evalpipe.jobs.taskbudgets import task_model_len
+# Selection flags that size the context from the task files (evalpipe/jobs/taskbudgets.py): a
+# plain `plan` takes them too, to lay out a long-context run; the others need --estimate.
+CONTEXT_FLAGS = ("--tasks", "--max-tokens", "--mc-method")
 
+
+def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
+    """--max-model-len; else, with named tasks, the context their budgets and prompts need, as
+    `submit` plans it (evalpipe/jobs/taskbudgets.py)."""
     return task_model_len(preset, from_args(Selection, args), args.max_model_len)
 
 
@@ -196,7 +198,8 @@ def _estimate(
 
 
 def _check(args: argparse.Namespace) -> None:
-    chosen = flags_given(from_args(Selection, args))
+    given = flags_given(from_args(Selection, args))
+    chosen = [flag for flag in given if flag not in CONTEXT_FLAGS]
     chosen += [flag for flag, value in (("--results", args.results), ("--shards", args.shards != 1))
                if value]  # fmt: skip
     if chosen and not args.estimate:
