@@ -98,9 +98,26 @@ def test_long_budgets_reach_the_scaled_ceiling_only_with_rope_scaling() -> None:
     assert "ceiling: 131072 with rope scaling (yarn factor 4 over 32768" in context.notes[0]
     beyond = fit_context(load_preset("qwen3_32b"), [Ask(name="x", max_tokens=200_000)], None)
     assert beyond.max_model_len == 131072 and beyond.budgets["x"] == 131072 - 64 - 1024
-    plain = fit_context(load_preset("smollm2_135m"), [ruler], None)
+    long_answer = Ask(name="ruler", max_tokens=4000, prompt_tokens=6000)
+    plain = fit_context(load_preset("smollm2_135m"), [long_answer], None)
     assert plain.max_model_len == 8192  # max_position_embeddings: no scaling configured
     assert "ceiling: max_position_embeddings 8192" in plain.notes[0]
+
+
+def test_prompts_counted_in_tokens_beyond_the_ceiling_are_refused_with_the_fix() -> None:
+    fits = Ask(name="ruler", max_tokens=128, prompt_tokens=130_000)
+    assert fit_context(load_preset("qwen3_32b"), [fits], None).max_model_len == 130_192
+    with pytest.raises(ConfigError) as scaled:
+        fit_context(load_preset("qwen3_32b"), [Ask(name="ruler", max_tokens=128,
+                                                   prompt_tokens=131072)], None)  # fmt: skip
+    assert "ruler: its longest prompt has 131072 tokens" in str(scaled.value)
+    assert "131072 with rope scaling (yarn factor 4" in str(scaled.value)
+    assert "Ask for lengths below 131072." in str(scaled.value)
+    with pytest.raises(ConfigError) as plain:  # --max-model-len does not lift the model's limit
+        fit_context(load_preset("smollm2_135m"), [Ask(name="ruler", max_tokens=128,
+                                                      prompt_tokens=16000)], 8192)  # fmt: skip
+    assert "the most smollm2_135m can hold (max_position_embeddings 8192)" in str(plain.value)
+    assert "add it to the preset's architecture.rope_scaling" in str(plain.value)
 
 
 def test_qwen3_32b_at_128k_takes_two_h100s_with_two_full_length_sequences() -> None:

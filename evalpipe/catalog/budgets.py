@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evalpipe.catalog.preset import Preset
+from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import DEFAULT_N
 
 # Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt).
@@ -80,7 +81,9 @@ class Context:
 
 
 def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Context:
-    """The context for `asks` on `preset`; `given` is --max-model-len (None: choose)."""
+    """The context for `asks` on `preset`; `given` is --max-model-len (None: choose).
+    ConfigError for a prompt counted in tokens that the model cannot hold at all."""
+    check_ceiling(preset, asks)
     ceiling = preset.architecture.context_ceiling
     long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
     wanted = max((a.allowance + a.answers for a in long), default=0)
@@ -110,6 +113,27 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
             f"max_model_len {length}, {limit}"
         )
     return Context(max_model_len=length, budgets=budgets, notes=tuple(notes))
+
+
+def check_ceiling(preset: Preset, asks: Sequence[Ask]) -> None:
+    """ConfigError for an ask whose prompt, counted exactly in tokens (RULER's, generated at a
+    length), leaves no room for one answer token within the model's ceiling: no context can run
+    it, so it is refused instead of recorded as context_overflow sample by sample."""
+    arch = preset.architecture
+    for ask in asks:
+        if ask.prompt_tokens is None or ask.prompt_tokens < arch.context_ceiling:
+            continue
+        scaling = (
+            ""
+            if arch.rope_scaling is not None
+            else ", or, where the model card documents rope scaling (YaRN) for longer contexts, "
+            'add it to the preset\'s architecture.rope_scaling (docs/planner.md, "Long contexts")'
+        )
+        raise ConfigError(
+            f"{ask.name}: its longest prompt has {ask.prompt_tokens} tokens, which leaves no "
+            f"room for an answer in the most {preset.name} can hold ({arch.ceiling_text()}). "
+            f"Ask for lengths below {arch.context_ceiling}{scaling}."
+        )
 
 
 def template_bytes(*texts: str | None) -> int:
