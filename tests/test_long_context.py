@@ -4,6 +4,7 @@ refusal at 128k, and the engine arguments that carry the scaling to vLLM."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,10 @@ def test_plan_prints_the_128k_layout_and_refuses_an_unscaled_preset(
     argv = ["plan", "--preset", "smollm2_135m", "--gpu", "h100-80gb", "--max-model-len", "16384"]
     assert main(argv) == exitcodes.ERROR
     assert "configures no rope scaling" in capsys.readouterr().err
+    # Named tasks size the context without --estimate, as `submit` sizes it.
+    argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks", "aime2024", "--json"]
+    assert main(argv) == exitcodes.OK
+    assert json.loads(capsys.readouterr().out)["max_model_len"] == 32768 + 64 + 1024
 
 
 # -- the engine's arguments -------------------------------------------------------------------
