@@ -172,6 +172,8 @@ def test_plan_prints_the_128k_layout_and_refuses_an_unscaled_preset(
     argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks", "aime2024", "--json"]
     assert main(argv) == exitcodes.OK
     assert json.loads(capsys.readouterr().out)["max_model_len"] == 32768 + 64 + 1024
+    assert main([*argv[:3], "--all-gpus", *argv[5:7]]) == exitcodes.OK
+    assert "qwen3_32b (Qwen/Qwen3-32B), max_model_len 33856" in capsys.readouterr().out
 
 
 # -- the engine's arguments -------------------------------------------------------------------

@@ -272,7 +272,7 @@ def _all_gpus(args: argparse.Namespace, preset: Preset, gpus: Mapping[str, Gpu])
                 ("tight" if tight else "yes") if r["fits"] else "no",
             )
         )
-    length = args.max_model_len or preset.max_model_len
+    length = _model_len(args, preset) or preset.max_model_len
     print(f"{preset.name} ({preset.model}), max_model_len {length}")
     print(format_table(header, rows))
     return exitcodes.OK
