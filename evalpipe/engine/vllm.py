@@ -135,7 +135,7 @@ def llm_kwargs(preset: Preset, settings: EngineSettings, model_path: str) -> dic
     kwargs = {**kwargs, **preset.engine_kwargs}
     rope = rope_overrides(preset, kwargs["max_model_len"])
     if rope:
-        kwargs["hf_overrides"] = {**preset.engine_kwargs.get("hf_overrides", {}), **rope}
+        kwargs["hf_overrides"] = {**(preset.engine_kwargs.get("hf_overrides") or {}), **rope}
     return kwargs
 
 
