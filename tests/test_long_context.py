@@ -17,6 +17,7 @@ from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import build
 from evalpipe.core.errors import ConfigError
+from evalpipe.engine.fallback import Context, Ladder
 from evalpipe.engine.protocol import EngineSettings
 from evalpipe.engine.vllm import llm_kwargs
 from evalpipe.planning import planner
@@ -195,6 +196,28 @@ def test_vllm_gets_the_scaling_only_past_the_native_context() -> None:
     merged = llm_kwargs(other, EngineSettings(max_model_len=4096), "m")["hf_overrides"]
     assert merged["sliding_window"] is None and merged["max_position_embeddings"] == 8192
     assert "hf_overrides" not in llm_kwargs(load_preset("smollm2_135m"), EngineSettings(), "m")
+
+
+def test_a_context_the_oom_ladder_shortens_to_the_native_length_drops_the_scaling() -> None:
+    kwargs = llm_kwargs(load_preset("qwen3_32b"), EngineSettings(max_model_len=131072), "m")
+    kwargs["hf_overrides"]["sliding_window"] = None  # a preset's own override stays
+    context = Context(min_model_len=30000, kv_budget_fixed=False, fp8_weights=False,
+                      fp8_kv=False, native_context=40960)  # fmt: skip
+    steps = Ladder(kwargs, context=context, subject="preset qwen3_32b")
+    kv_short = ValueError(
+        "To serve at least one request with the model's max seq len (131072), (32.00 GiB KV "
+        "cache is needed, which is larger than the available KV cache memory (20.00 GiB). "
+        "Based on the available memory, the estimated maximum model length is 81920."
+    )
+    while steps.kwargs["max_model_len"] == 131072:
+        steps.recover(kv_short, "build")
+    assert steps.kwargs["max_model_len"] == 81920  # still past the native length: YaRN stays
+    assert "rope_scaling" in steps.kwargs["hf_overrides"]
+    native = Ladder(dict(kwargs), context=context, subject="preset qwen3_32b")
+    while native.kwargs["max_model_len"] == 131072:
+        native.recover(ValueError(str(kv_short).replace("81920", "40000")), "build")
+    assert native.kwargs["max_model_len"] == 40000
+    assert native.kwargs["hf_overrides"] == {"sliding_window": None}
 
 
 @pytest.mark.vllm

@@ -349,6 +349,7 @@ class VllmEngine(Engine):
             fp8_weights=fp8_weights_supported(),
             bnb_4bit=bitsandbytes_supported(),
             fp8_kv=fp8_kv_cache_supported(),
+            native_context=preset.architecture.native_context,
         )
         ladder = Ladder(
             kwargs, context=context, enabled=settings.oom_fallback, subject=f"preset {preset.name}"
