@@ -122,6 +122,24 @@ def test_prompts_counted_in_tokens_beyond_the_ceiling_are_refused_with_the_fix()
     assert "add it to the preset's architecture.rope_scaling" in str(plain.value)
 
 
+def test_the_long_prompt_warning_counts_the_scaled_positions() -> None:
+    """`check` and `plan --estimate` name the fix against the ceiling, not the native length."""
+    from types import SimpleNamespace
+
+    from evalpipe.estimate.workmodel import long_prompt
+    from evalpipe.tasks.base import Sample
+
+    def task(words: int) -> SimpleNamespace:
+        sample = Sample(id="1", prompt="word " * words, target="a")
+        return SimpleNamespace(name="long", samples=lambda limit: [sample])
+
+    scaled = _preset(YARN)  # 2,048 positions natively, 8,192 with its YaRN
+    fits = long_prompt(task(3000), scaled, None, 1024, None)  # 15,000 bytes: about 3,760 tokens
+    assert fits is not None and "fits it (the model has 8,192 positions)" in fits.line()
+    beyond = long_prompt(task(8000), scaled, None, 1024, None)
+    assert beyond is not None and "the model's 8,192 positions cannot hold it" in beyond.line()
+
+
 def test_qwen3_32b_at_128k_takes_two_h100s_with_two_full_length_sequences() -> None:
     p = _plan(load_preset("qwen3_32b"), 131072)
     assert (p.tensor_parallel_size, p.pipeline_parallel_size, p.fits) == (2, 1, True)
