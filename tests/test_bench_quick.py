@@ -160,6 +160,13 @@ def test_estimate_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_pa
 
 @pytest.mark.bench
 @pytest.mark.vllm
+def test_prefill_context_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("prefill_context.py")
+    figures(out, "| 128 |", "| 256 |", "| 512 |", "attention share at 512 tokens: fitted")
+
+
+@pytest.mark.bench
+@pytest.mark.vllm
 def test_stream_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("stream.py")
     figures(out, "evalpipe generation phase / raw:", "SIGUSR1 → exit 75:", "kill -9 after")

@@ -77,8 +77,8 @@ def test_plan_estimate_json_carries_every_figure(tmp_path: Path) -> None:
     for key in ("wall_s", "gpu_hours", "energy_kwh"):
         assert est[key]["low"] <= est[key]["mid"] <= est[key]["high"]
     assert est["tasks"][0]["samples"] == 1319 and est["calibrated"] is False
-    refused = evalpipe(*args, cwd=tmp_path)
-    assert refused.returncode == 1 and "--tasks only matter with --estimate" in refused.stderr
+    refused = evalpipe(*args, "--limit", "5", cwd=tmp_path)
+    assert refused.returncode == 1 and "--limit only matter with --estimate" in refused.stderr
 
 
 def test_submission_records_the_estimate_and_the_choice(tmp_path: Path) -> None:

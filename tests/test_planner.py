@@ -234,7 +234,9 @@ def test_max_model_len_beyond_trained_context_is_refused() -> None:
     with pytest.raises(ConfigError) as err:
         plan("llama2_70b", "a100-80gb", max_model_len=8192)
     assert "max_model_len 8192 is outside 1..4096" in str(err.value)
-    assert "Use at most 4096" in str(err.value)
+    assert "configures no rope scaling, so vLLM refuses longer lengths. Plan at most 4096" in str(
+        err.value
+    )
 
 
 def test_nothing_fits_says_what_would() -> None:

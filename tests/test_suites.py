@@ -206,17 +206,17 @@ def test_an_unknown_suite_gets_the_closest_name() -> None:
 
 
 def test_a_long_budget_raises_max_model_len_up_to_the_model_then_is_capped() -> None:
-    qwen3 = load_preset("qwen3_32b")  # max_model_len 16384, max_position_embeddings 40960
+    qwen3 = load_preset("qwen3_32b")  # max_model_len 16384; 131,072 positions with its YaRN
     # No recorded prompt size: 64 tokens of chat template + 1,024 for the prompt.
     aime = Ask(name="aime2024", max_tokens=32768, template_bytes=90)
     context = fit_context(qwen3, [aime], None)
     assert context.max_model_len == 32768 + 1088 and context.budgets == {"aime2024": 32768}
     assert context.notes[0].startswith("max_model_len 33856 (preset: 16384)")
-    longer = Ask(name="long", max_tokens=60000, prompt_bytes=500)
+    longer = Ask(name="long", max_tokens=160000, prompt_bytes=500)
     context = fit_context(qwen3, [aime, longer], None)
-    assert context.max_model_len == 40960  # the model's limit
-    assert context.budgets == {"aime2024": 32768, "long": 40960 - 564}
-    assert "long: budget capped at 40396 tokens (asked: 60000)" in context.notes[1]
+    assert context.max_model_len == 131072  # the model's limit, with its rope scaling
+    assert context.budgets == {"aime2024": 32768, "long": 131072 - 564}
+    assert "long: budget capped at 130508 tokens (asked: 160000)" in context.notes[1]
     given = fit_context(qwen3, [aime], 16384)  # --max-model-len wins, the budget is capped
     assert given.budgets == {"aime2024": 16384 - 1088}
     assert "to fit max_model_len 16384, --max-model-len" in given.notes[0]
@@ -245,7 +245,10 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
         n = load_tasks(tasks=[task.task])[0].sampling.n
         assert rows[task.task] == [str(n), "32768"]
     assert rows["aime2024"] == ["16", "32768"] and rows["gsm8k"] == ["1", "384"]
-    context = f"max_model_len {length} (preset: 16384; the model's max_position_embeddings: 40960)"
+    context = (
+        f"max_model_len {length} (preset: 16384; the model's ceiling: 131072 with rope scaling "
+        "(yarn factor 4 over 32768 tokens))"
+    )
     assert context in done.err
 
 

@@ -7,8 +7,9 @@ max_model_len. When a budget and the least its prompt can take (the chat templat
 the prompt bytes the task file records for estimates, else its template's text) do not fit the
 preset's max_model_len, the run's max_model_len is raised to the budget plus a prompt
 allowance (the recorded bytes, at least one byte per token, so a generous bound for typical
-prompts; else DEFAULT_PROMPT_TOKENS), up to the model's max_position_embeddings; only a budget
-beyond that (or beyond a --max-model-len the user gave) is capped, with a note. Short budgets
+prompts; else DEFAULT_PROMPT_TOKENS), up to the model's context ceiling (max_position_embeddings,
+or the rope-scaled length where the preset configures rope scaling); only a budget beyond that
+(or beyond a --max-model-len the user gave) is capped, with a note. Short budgets
 never move the context. Everything comes from the task file, so `render` on a login node
 (without the data) and the runner in the job reach the same numbers.
 """
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evalpipe.catalog.preset import Preset
+from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import DEFAULT_N
 
 # Tokens a chat template may add around a prompt (role markers, BOS, a default system prompt).
@@ -83,8 +85,10 @@ class Context:
 
 
 def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Context:
-    """The context for `asks` on `preset`; `given` is --max-model-len (None: choose)."""
-    ceiling = preset.architecture.max_position_embeddings
+    """The context for `asks` on `preset`; `given` is --max-model-len (None: choose).
+    ConfigError for a prompt counted in tokens that the model cannot hold at all."""
+    check_ceiling(preset, asks)
+    ceiling = preset.architecture.context_ceiling
     long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
     wanted = max((a.allowance + a.answers for a in long), default=0)
     length = given or min(max(preset.max_model_len, wanted), ceiling)
@@ -92,9 +96,10 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
     if length > preset.max_model_len and given is None:
         notes.append(
             f"max_model_len {length} (preset: {preset.max_model_len}) for the longest budget "
-            f"({wanted} tokens with its prompt; the model's max_position_embeddings: {ceiling})"
+            f"({wanted} tokens with its prompt; the model's ceiling: "
+            f"{preset.architecture.ceiling_text()})"
         )
-    limit = "--max-model-len" if given else "the model's max_position_embeddings"
+    limit = "--max-model-len" if given else "the model's ceiling"
     budgets = {a.name: a.max_tokens for a in asks if a.generates}
     for ask in long:
         room = ask.room(length)
@@ -112,6 +117,27 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
             f"max_model_len {length}, {limit}"
         )
     return Context(max_model_len=length, budgets=budgets, notes=tuple(notes))
+
+
+def check_ceiling(preset: Preset, asks: Sequence[Ask]) -> None:
+    """ConfigError for an ask whose prompt, counted exactly in tokens (RULER's, generated at a
+    length), leaves no room for one answer token within the model's ceiling: no context can run
+    it, so it is refused instead of recorded as context_overflow sample by sample."""
+    arch = preset.architecture
+    for ask in asks:
+        if ask.prompt_tokens is None or ask.prompt_tokens < arch.context_ceiling:
+            continue
+        scaling = (
+            ""
+            if arch.rope_scaling is not None
+            else ", or, where the model card documents rope scaling (YaRN) for longer contexts, "
+            'add it to the preset\'s architecture.rope_scaling (docs/planner.md, "Long contexts")'
+        )
+        raise ConfigError(
+            f"{ask.name}: its longest prompt has {ask.prompt_tokens} tokens, which leaves no "
+            f"room for an answer in the most {preset.name} can hold ({arch.ceiling_text()}). "
+            f"Ask for lengths below {arch.context_ceiling}{scaling}."
+        )
 
 
 def template_bytes(*texts: str | None) -> int:

@@ -44,6 +44,66 @@ class Moe:
             )
 
 
+# Rope scaling kinds a preset may configure: vLLM reads YaRN's factor and original length as the
+# model cards state them (Qwen3, Qwen2.5). Kinds already in a model's config.json (Llama 3.1's
+# "llama3") need no preset block.
+RopeType = Literal["yarn"]
+ROPE_TYPES: tuple[str, ...] = get_args(RopeType)
+# The model-config keys the engine overrides to apply rope scaling (rope_scaling is the name
+# before Transformers 5).
+ROPE_OVERRIDES = frozenset({"rope_parameters", "rope_scaling", "max_position_embeddings"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeScaling:
+    """The rope scaling a model card documents for contexts past the trained one.
+
+    It is not in config.json: the card asks to add it only for long contexts, because static
+    scaling degrades short texts, so vLLM gets it (evalpipe/engine/vllm.py) only for a run whose
+    max_model_len exceeds max_position_embeddings."""
+
+    rope_type: RopeType = "yarn"  # one of ROPE_TYPES
+    factor: float  # the context is stretched this many times
+    original_max_position_embeddings: int  # the length the scaling stretches
+    # config.json's rope_theta: vLLM replaces the model's rope parameters with this block
+    # whole, so the base frequency must be in it (else vLLM's default base, 10000, applies).
+    rope_theta: float
+
+    def __post_init__(self) -> None:
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(
+                f"rope_type {self.rope_type!r} is not one of {', '.join(ROPE_TYPES)} (scaling "
+                "already in the model's config.json needs no rope_scaling block)"
+            )
+        check_positive(
+            "architecture.rope_scaling",
+            original_max_position_embeddings=self.original_max_position_embeddings,
+        )
+        for key in ("factor", "rope_theta"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(
+                    f"{key} must be a positive number, got {value!r} (architecture.rope_scaling; "
+                    "the model card's value)"
+                )
+        if self.factor <= 1:
+            raise ValueError(
+                f"factor must exceed 1 to lengthen the context, got {self.factor!r} "
+                "(architecture.rope_scaling; the model card's value, e.g. 4.0)"
+            )
+
+    @property
+    def max_length(self) -> int:
+        """The longest context the scaling reaches: factor × the original length."""
+        return int(self.factor * self.original_max_position_embeddings)
+
+    def describe(self) -> str:
+        return (
+            f"{self.rope_type} factor {self.factor:g} over "
+            f"{self.original_max_position_embeddings} tokens"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Architecture:
     """Facts needed for sizing, as in the model's config.json (sources cited in the YAML)."""
@@ -67,6 +127,9 @@ class Architecture:
     sliding_window: int | None = None
     sliding_window_layers: int | None = None
     moe: Moe | None = None
+    # The model card's rope scaling (YaRN) past max_position_embeddings; None: the model runs at
+    # most max_position_embeddings tokens.
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self) -> None:
         check_positive(
@@ -100,6 +163,42 @@ class Architecture:
                 f"sliding_window_layers ({self.sliding_window_layers}) exceeds "
                 f"layers ({self.layers})"
             )
+        scaling = self.rope_scaling
+        if scaling is not None and scaling.original_max_position_embeddings > (
+            self.max_position_embeddings
+        ):
+            raise ValueError(
+                f"rope_scaling.original_max_position_embeddings "
+                f"({scaling.original_max_position_embeddings}) exceeds max_position_embeddings "
+                f"({self.max_position_embeddings}): the scaling stretches the trained length, "
+                "which config.json states; check both against the model card"
+            )
+        if scaling is not None and scaling.max_length <= self.max_position_embeddings:
+            raise ValueError(
+                f"rope_scaling reaches {scaling.max_length} tokens (factor {scaling.factor:g} × "
+                f"{scaling.original_max_position_embeddings}), no more than "
+                f"max_position_embeddings ({self.max_position_embeddings}): it would never be "
+                "used; drop the block or take the card's factor"
+            )
+
+    @property
+    def native_context(self) -> int:
+        """The longest context without rope scaling: what the model runs as config.json has it."""
+        return self.max_position_embeddings
+
+    @property
+    def context_ceiling(self) -> int:
+        """The longest context the model can have: the rope-scaled length where the preset
+        configures scaling, else max_position_embeddings."""
+        if self.rope_scaling is None:
+            return self.max_position_embeddings
+        return self.rope_scaling.max_length
+
+    def ceiling_text(self) -> str:
+        """The ceiling and where it comes from, for notes and refusals."""
+        if self.rope_scaling is None:
+            return f"max_position_embeddings {self.max_position_embeddings}"
+        return f"{self.context_ceiling} with rope scaling ({self.rope_scaling.describe()})"
 
 
 EndpointApi = Literal["chat", "completions"]
@@ -267,6 +366,14 @@ class Preset:
             if value != "auto" and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{key} must be 'auto' or a positive integer, got {value!r}")
         check_positive("preset", max_model_len=self.max_model_len)
+        overrides = self.engine_kwargs.get("hf_overrides")
+        clash = ROPE_OVERRIDES & set(overrides) if isinstance(overrides, dict) else set()
+        if self.architecture.rope_scaling is not None and clash:
+            raise ValueError(
+                f"engine_kwargs.hf_overrides sets {', '.join(sorted(clash))} and "
+                "architecture.rope_scaling is given: evalpipe passes the scaling to vLLM itself "
+                "(only for runs past max_position_embeddings); drop those keys"
+            )
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"

@@ -18,6 +18,7 @@ from evalpipe.core.configio import unknown_name
 from evalpipe.core.errors import ConfigError, EvalpipeError
 from evalpipe.core.options import add_options, flags_given, from_args, positive_int
 from evalpipe.core.textable import format_table
+from evalpipe.jobs.taskbudgets import task_model_len
 from evalpipe.planning import planner
 from evalpipe.planning.helperplacement import Placement
 from evalpipe.planning.judgeplacement import choose_placement, plan_judge
@@ -66,13 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_options(user_sim, UserSimOptions)
 
 
-def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
-    """--max-model-len; with --estimate and named tasks, the context their budgets need, as
-    `submit` plans it (evalpipe/jobs/taskbudgets.py)."""
-    if not args.estimate:
-        return args.max_model_len
-    from evalpipe.jobs.taskbudgets import task_model_len
+# Selection flags that size the context from the task files (evalpipe/jobs/taskbudgets.py): a
+# plain `plan` takes them too, to lay out a long-context run; the others need --estimate.
+CONTEXT_FLAGS = ("--tasks", "--max-tokens", "--mc-method")
 
+
+def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:
+    """--max-model-len; else, with named tasks, the context their budgets and prompts need, as
+    `submit` plans it (evalpipe/jobs/taskbudgets.py)."""
     return task_model_len(preset, from_args(Selection, args), args.max_model_len)
 
 
@@ -257,7 +259,8 @@ def _estimate(
 
 
 def _check(args: argparse.Namespace) -> None:
-    chosen = flags_given(from_args(Selection, args))
+    given = flags_given(from_args(Selection, args))
+    chosen = [flag for flag in given if flag not in CONTEXT_FLAGS]
     chosen += [flag for flag, value in (("--results", args.results), ("--shards", args.shards != 1))
                if value]  # fmt: skip
     if chosen and not args.estimate:
@@ -330,7 +333,7 @@ def _all_gpus(args: argparse.Namespace, preset: Preset, gpus: Mapping[str, Gpu])
                 ("tight" if tight else "yes") if r["fits"] else "no",
             )
         )
-    length = args.max_model_len or preset.max_model_len
+    length = _model_len(args, preset) or preset.max_model_len
     print(f"{preset.name} ({preset.model}), max_model_len {length}")
     print(format_table(header, rows))
     return exitcodes.OK

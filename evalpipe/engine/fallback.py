@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evalpipe.catalog.preset import ROPE_OVERRIDES
 from evalpipe.core.errors import EngineError
 from evalpipe.planning.ladderlog import undone, weight_step
 from evalpipe.planning.memory import WEIGHT_QUANT_STEPS, WeightQuantStep
@@ -113,6 +114,9 @@ class Context:
     # The preset's own `quantization` (the Ladder fills it in from its first kwargs): the ladder
     # never replaces it, while its own 8-bit step may give way to 4 bits.
     preset_quantization: str | None = None
+    # The model's native context where its rope scaling is passed past it (hf_overrides): a
+    # context shortened to it or below runs without the scaling, as the model cards advise.
+    native_context: int | None = None
 
 
 # A step looks at the current kwargs and the failure and returns the changed keys with a short
@@ -185,10 +189,11 @@ def shorter_context(kw: dict[str, Any], failure: MemoryFailure, ctx: Context) ->
     new = min(target, current - 1)
     if new < ctx.min_model_len:
         return None
-    return (
-        {"max_model_len": new},
-        f"max_model_len {current} → {new} (the tasks need {ctx.min_model_len})",
-    )
+    change: dict[str, Any] = {"max_model_len": new}
+    overrides = kw.get("hf_overrides")
+    if ctx.native_context is not None and new <= ctx.native_context and overrides:
+        change["hf_overrides"] = {k: v for k, v in overrides.items() if k not in ROPE_OVERRIDES}
+    return change, f"max_model_len {current} → {new} (the tasks need {ctx.min_model_len})"
 
 
 def _weight_step(step: WeightQuantStep) -> StepFn:

@@ -132,7 +132,37 @@ def llm_kwargs(preset: Preset, settings: EngineSettings, model_path: str) -> dic
         # A request's json_schema then constrains the answer after the reasoning only: without
         # the parser the grammar applies from the first token and suppresses the thinking.
         kwargs["structured_outputs_config"] = {"reasoning_parser": preset.reasoning_parser}
-    return {**kwargs, **preset.engine_kwargs}
+    kwargs = {**kwargs, **preset.engine_kwargs}
+    rope = rope_overrides(preset, kwargs["max_model_len"])
+    if rope:
+        kwargs["hf_overrides"] = {**(preset.engine_kwargs.get("hf_overrides") or {}), **rope}
+    return kwargs
+
+
+def rope_overrides(preset: Preset, max_model_len: int) -> dict[str, Any]:
+    """The model-config overrides that give vLLM the preset's rope scaling, for a run longer
+    than the model's native context; {} otherwise (the model cards add YaRN only for long
+    contexts: it is static in vLLM and may lower scores on short texts).
+
+    vLLM 0.32 has no rope-scaling engine argument: it is hf_overrides. A dict there replaces
+    config.json's rope parameters whole after vLLM has filled in rope_theta, hence rope_theta
+    in the block. vLLM also takes a YaRN config's max_position_embeddings as already scaled
+    (_get_and_verify_max_len multiplies by `factor` for other rope types only) and refuses a
+    longer max_model_len, so the scaled length is set there too.
+    """
+    scaling = preset.architecture.rope_scaling
+    if scaling is None or max_model_len <= preset.architecture.native_context:
+        return {}
+    return {
+        # Transformers 5 reads rope_scaling into rope_parameters; before 5 it is the name.
+        "rope_scaling": {
+            "rope_type": scaling.rope_type,
+            "factor": float(scaling.factor),
+            "original_max_position_embeddings": scaling.original_max_position_embeddings,
+            "rope_theta": float(scaling.rope_theta),
+        },
+        "max_position_embeddings": scaling.max_length,
+    }
 
 
 def env_defaults(
@@ -319,6 +349,7 @@ class VllmEngine(Engine):
             fp8_weights=fp8_weights_supported(),
             bnb_4bit=bitsandbytes_supported(),
             fp8_kv=fp8_kv_cache_supported(),
+            native_context=preset.architecture.native_context,
         )
         ladder = Ladder(
             kwargs, context=context, enabled=settings.oom_fallback, subject=f"preset {preset.name}"

@@ -67,8 +67,10 @@ def _end(span: Span, end: str) -> float:
 
 def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str) -> float:
     """One replica's generation time for its share of `tasks`, at span end `end`: the prefill
-    of every prompt, then the decode with the batch kept full across tasks (the streaming
-    runner never drains it), then the longest sequence finishing alone."""
+    of every prompt (at the task's mean prompt length: its attention share, which grows with the
+    square, is then a lower bound where lengths spread), then the decode with the batch kept
+    full across tasks (the streaming runner never drains it), then the longest sequence
+    finishing alone."""
     prefill = decode = streams = weighted_ctx = 0.0
     seq_peak = tail = 0.0
     for t in tasks:
@@ -76,7 +78,7 @@ def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str)
         length = _end(t.generated_tokens, end)
         sequences = t.samples * max(1, t.completions)
         tokens = sequences * length
-        prefill += t.samples * prompt
+        prefill += t.samples * rates.prompt_s(prompt)  # the mean prompt's (see Rates.prompt_s)
         decode += tokens
         streams += sequences
         weighted_ctx += tokens * (prompt + length / 2)
@@ -88,7 +90,7 @@ def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str)
         return 0.0
     share = 1.0 / replicas
     ctx = weighted_ctx / decode if decode else 0.0
-    seconds = prefill * share * rates.prefill_s
+    seconds = prefill * share
     seconds += rates.decode_s(decode * share, streams * share, ctx, seq_peak)
     seconds += tail * rates.step_s(1.0, ctx)
     return seconds

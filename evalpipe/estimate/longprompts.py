@@ -27,7 +27,7 @@ class LongPrompt:
     sample_id: str
     tokens: int
     limit: int
-    ceiling: int  # the model's max_position_embeddings: the longest context it can have
+    ceiling: int  # the longest context the model can have (Architecture.context_ceiling)
     counted: bool  # tokenised with the preset's tokenizer; False: estimated from its bytes
     cut: bool  # lm-eval's rendered prompt: cut from the left, not refused
 

@@ -10,11 +10,42 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evalpipe.catalog.gpus import Gpu
-from evalpipe.catalog.preset import Preset
+from evalpipe.catalog.preset import Architecture, Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.estimate.calibration import Calibration
 from evalpipe.planning.memory import GIB, max_seqs, vllm_batch_defaults
 from evalpipe.planning.planner import Plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attention:
+    """Attention's FLOPs over one prompt beyond the weights' matmuls: each token's query against
+    every earlier key (QKᵀ) and the weighted sum of their values, 2 FLOPs per multiply-add, so
+    4 × heads × head_dim per (token, earlier token) pair and layer. Over a prompt of L tokens
+    that is 2 × layers × heads × head_dim × L², the count of Kaplan et al. 2020 (Table 1,
+    2·n_layer·n_ctx·d_attn per token); it grows with L² where the weights' 2 × params per token
+    grow with L (docs/planner.md, "Long contexts")."""
+
+    pair_flops: float  # per pair, summed over the full-attention layers
+    window_pair_flops: float = 0.0  # per pair, over the sliding-window layers
+    window: int | None = None  # their window: a token pairs with at most that many
+
+    @classmethod
+    def of(cls, arch: Architecture) -> Attention:
+        per_layer = 4.0 * arch.attention_heads * arch.head_dim
+        windowed = arch.sliding_window_layers or 0
+        return cls(
+            pair_flops=per_layer * (arch.layers - windowed),
+            window_pair_flops=per_layer * windowed,
+            window=arch.sliding_window,
+        )
+
+    def flops(self, tokens: float) -> float:
+        """Over one prompt of `tokens` tokens (causal: about tokens² / 2 pairs)."""
+        pairs = tokens * tokens / 2
+        w = self.window
+        windowed = pairs if w is None or tokens <= w else w * tokens - w * w / 2
+        return self.pair_flops * pairs + self.window_pair_flops * windowed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,7 +56,9 @@ class Rates:
     (`fixed_s`) and every sequence's KV cache (`ctx_s` per token) and computes `seq_s` per
     sequence. The roofline lets memory traffic and compute overlap (the step takes the larger);
     a fit to measurements adds them, as the measured line does. Prefill costs `prefill_s` per
-    prompt token. At most `max_seqs` sequences run at once, and `kv_tokens` bound them too.
+    prompt token, plus `attention_flop_s` per FLOP of attention over the prompt (`attention`):
+    the share that grows with the prompt's square. At most `max_seqs` sequences run at once,
+    and `kv_tokens` bound them too.
     """
 
     fixed_s: float
@@ -36,6 +69,12 @@ class Rates:
     kv_tokens: float
     overlap: bool
     basis: str  # what the figures come from, for the estimate's "calibrated on" line
+    attention: Attention
+    attention_flop_s: float
+
+    def prompt_s(self, tokens: float) -> float:
+        """The prefill of one prompt of `tokens` tokens."""
+        return tokens * self.prefill_s + self.attention.flops(tokens) * self.attention_flop_s
 
     def batch(self, streams: float, seq_tokens: float) -> float:
         """Sequences decoding together: the scheduler's limit, the KV cache's, the work's."""
@@ -66,6 +105,12 @@ def _kv(plan: Plan) -> tuple[float, float]:
 def _active_params(preset: Preset) -> float:
     moe = preset.architecture.moe
     return (moe.active_params_b if moe else preset.architecture.params_b) * 1e9
+
+
+def attention_flop_s(preset: Preset, token_s: float) -> float:
+    """Seconds per attention FLOP where a prompt token's weight matmuls (2 × active params
+    FLOPs) take `token_s`: attention is taken to run at the same FLOP rate as the matmuls."""
+    return token_s / (2 * _active_params(preset))
 
 
 def peak_tflops(preset: Preset, gpu: Gpu) -> float:
@@ -101,6 +146,8 @@ def roofline(preset: Preset, gpu: Gpu, plan: Plan) -> Rates:
         prefill_s=max(per_token_flops, fixed / batched),
         max_seqs=max_seqs(preset, gpu),
         kv_tokens=kv_tokens,
+        attention=Attention.of(preset.architecture),
+        attention_flop_s=attention_flop_s(preset, per_token_flops),
         overlap=True,
         basis=f"roofline of {gpu.name} ({gpu.bandwidth_gbs:g} GB/s, "
         f"{flops / 1e12:g} dense TFLOPS): an optimistic bound",
@@ -159,6 +206,9 @@ def from_smoke(cal: Calibration, preset: Preset, gpu: Gpu, plan: Plan) -> Rates:
         seq_s=per_seq,
         ctx_s=ctx_s,
         prefill_s=1.0 / prefill,
+        # The probe's prompts are short: its rate is the matmuls'; attention runs at their rate.
+        attention=Attention.of(preset.architecture),
+        attention_flop_s=attention_flop_s(preset, 1.0 / prefill),
         max_seqs=max_seqs(preset, gpu),
         # The engine's own capacity where it said (the CPU build sizes it from an environment
         # variable, not from the device's memory).

@@ -181,7 +181,7 @@ def long_prompt(
         task.samples(limit),
         prompt_counter(preset, counter),
         context,
-        ceiling=preset.architecture.max_position_embeddings,
+        ceiling=preset.architecture.context_ceiling,
         counted=counter is not None,
     )
 

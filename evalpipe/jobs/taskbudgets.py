@@ -36,8 +36,7 @@ def budget_table(preset: Preset, selection: Selection, max_model_len: int) -> st
     rows = [(a.name, a.n, context.budgets.get(a.name, "-")) for a in asks]
     table = format_table(("task", "n", "max_tokens"), rows)
     notes = "".join(f"\nnote: {n}" for n in context.notes)
-    ceiling = preset.architecture.max_position_embeddings
     return (
         f"{table}\nmax_model_len {max_model_len} (preset: {preset.max_model_len}; the model's "
-        f"max_position_embeddings: {ceiling}){notes}\n"
+        f"ceiling: {preset.architecture.ceiling_text()}){notes}\n"
     )

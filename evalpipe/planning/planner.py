@@ -162,6 +162,10 @@ def _what_would_fit(
             ideas.append(f"a larger GPU: {other.name} ({other.memory_gib:g} GiB) with {found}")
         if len(ideas) == MAX_GPU_IDEAS:
             break
+    if tp is not None or pp is not None:
+        found, _ = _search(work, None, None, gpus_per_node, max_nodes)
+        if found and (found.tp, found.pp) != (tp, pp):
+            ideas.append(f"a wider layout: --tp {found.tp} --pp {found.pp} gives {found}")
     if max_nodes is not None:
         found, _ = _search(work, tp, pp, gpus_per_node, None)
         if found and found.nodes > max_nodes:
@@ -266,6 +270,7 @@ def _notes(work: Workload, layout: Layout, size: Sizing, gpus_per_node: int) -> 
             f"tight: less than {HEADROOM_FRACTION:.0%} of usable memory is left beyond one "
             "full-length sequence; vLLM may refuse to start if the estimate is low"
         )
+    notes += _long_context_notes(work, size)
     if size.seqs > work.max_num_seqs:
         notes.append(
             f"the KV cache holds {size.seqs} full-length sequences; the scheduler runs at most "
@@ -277,6 +282,30 @@ def _notes(work: Workload, layout: Layout, size: Sizing, gpus_per_node: int) -> 
             f"gpu_memory_utilization {work.preset.gpu_memory_utilization:g} leaves "
             f"{margin:.2f} GiB outside vLLM's budget for the CUDA context and NCCL (about "
             "0.5-1 GiB); vLLM refuses to start when free memory is below its budget"
+        )
+    return notes
+
+
+def _long_context_notes(work: Workload, size: Sizing) -> list[str]:
+    """What a run past the model's native context gets: rope scaling, and full-length
+    sequences that are few beside the scheduler's max_num_seqs."""
+    arch = work.arch
+    if work.max_model_len <= arch.native_context:
+        return []
+    notes = []
+    if arch.rope_scaling is not None:
+        notes.append(
+            f"max_model_len {work.max_model_len} exceeds the native {arch.native_context} "
+            f"positions: vLLM gets the card's rope scaling ({arch.rope_scaling.describe()}) "
+            "for this run; it is static, and the model card warns it may lower scores on short "
+            "texts: run short tasks in a job of their own, at most "
+            f"{arch.native_context} tokens"
+        )
+    if 0 < size.seqs < work.max_num_seqs:
+        notes.append(
+            f"at {work.max_model_len} tokens the KV cache holds {size.seqs} full-length "
+            f"sequence(s): vLLM admits requests by free KV blocks, so that many of the longest "
+            f"run at once (max_num_seqs={work.max_num_seqs} bounds the shorter ones)"
         )
     return notes
 
@@ -312,13 +341,7 @@ def plan(
         raise LayoutError(f"The node limit must be a positive integer, got {max_nodes}.")
     arch = preset.architecture
     length = max_model_len or preset.max_model_len
-    if length <= 0 or length > arch.max_position_embeddings:
-        raise ConfigError(
-            f"max_model_len {length} is outside 1..{arch.max_position_embeddings}, the "
-            f"context {preset.name} was trained for (max_position_embeddings); vLLM refuses "
-            "longer lengths unless the model's rope scaling extends them. Use at most "
-            f"{arch.max_position_embeddings}."
-        )
+    check_length(preset, length)
     tp = tp if tp is not None else _int_or_none(preset.tensor_parallel)
     pp = pp if pp is not None else _int_or_none(preset.pipeline_parallel)
     work = Workload(
@@ -383,6 +406,32 @@ def plan(
         notes=tuple(notes),
         load_peak_per_gpu_gib=_gib(size.load_peak),
     )
+
+
+def check_length(preset: Preset, length: int) -> None:
+    """ConfigError unless the model can hold `length` tokens: its max_position_embeddings, or
+    the rope-scaled length where the preset configures the card's rope scaling."""
+    arch = preset.architecture
+    if 0 < length <= arch.context_ceiling:
+        return
+    native = arch.max_position_embeddings
+    if length <= 0:
+        why = "a context must hold at least one token"
+    elif arch.rope_scaling is None:
+        why = (
+            f"{preset.name} was trained for {native} positions (max_position_embeddings) and "
+            "its preset configures no rope scaling, so vLLM refuses longer lengths. Plan at "
+            f"most {native} (--max-model-len, or shorter task lengths), or, where the model "
+            "card documents rope scaling (YaRN) for longer contexts, add it to the preset's "
+            'architecture.rope_scaling (docs/planner.md, "Long contexts")'
+        )
+    else:
+        why = (
+            f"{preset.name} reaches {arch.context_ceiling} positions with its rope scaling "
+            f"({arch.rope_scaling.describe()}), {native} without. Plan at most "
+            f"{arch.context_ceiling} (--max-model-len, or shorter task lengths)"
+        )
+    raise ConfigError(f"max_model_len {length} is outside 1..{arch.context_ceiling}: {why}.")
 
 
 def _int_or_none(value: int | str) -> int | None:
