@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tau2_scripted import UNKNOWN_TOOL, orchestrated, run, subset
+from tau2_scripted import UNKNOWN_TOOL, ScriptedModel, orchestrated, run, subset
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.selection import Selection
@@ -30,6 +30,7 @@ from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.records.tools import ToolCall, ToolCalls
 from evalpipe.run.episodes import USER_SIM_ID
+from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.runoptions import RunnerOptions, UserSimOptions
 from evalpipe.run.usersim import Routed, check_user_sim
 from evalpipe.rundir.layout import RunDir
@@ -245,3 +246,45 @@ def test_bad_input_is_refused_with_one_clear_message(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(install.ENV, "/nonexistent/tau2")
     with pytest.raises(MissingDependencyError, match=r"bash scripts/tau2\.sh"):
         KIND.load(expand_refs(["tau2:mock"]), LoadOptions(backend="fake"))
+
+
+def test_the_report_has_a_tau2_table(
+    runs: dict[str, tuple[Tau2Task, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalpipe.cli import main
+
+    assert main(["report", str(runs["mock"][1]), str(runs["airline"][1])]) == 0
+    table = capsys.readouterr().out.split("## τ²-bench")[1]
+    rows = [line for line in table.splitlines() if line.startswith("| ")]
+    assert rows[0].startswith("| run | airline reward % (pass^k) | mock reward % (pass^k) |")
+    # Best overall first: airline's one task, ground truth; mock's two of four.
+    assert rows[-2].startswith("| airline0 | 100.0 (100.0) |  | 100.0 |")
+    assert rows[-1].startswith("| mock0 |  | 50.0 (50.0) | 50.0 |")
+    assert "not comparable" in table
+
+
+def test_trials_limits_and_left_out_tasks(tmp_path: Path) -> None:
+    options = LoadOptions(backend="fake", tau2_trials=3)
+    (task,) = KIND.load(expand_refs(["tau2:mock"]), options).tasks
+    assert isinstance(task, Tau2Task)
+    assert task.definition()["left_out"] == 2  # the two that start from a recorded history
+    samples = task.samples(2)
+    first = ("create_task_1", "create_task_1_with_env_assertions")
+    assert [s.id for s in samples] == [f"{t}#{k}" for k in range(3) for t in first]
+    seeds = {task.seed_of(s) for s in samples}
+    assert len(seeds) == 3  # one per trial, as τ²'s run_tasks draws them from seed 300
+    preset = load_preset("tiny_random")
+    assert LoadOptions.selected(Selection(tau2_trials=3), preset).tau2_trials == 3
+
+
+def test_a_step_that_outgrows_the_context_ends_its_episode_only(tmp_path: Path) -> None:
+    task = subset("mock", ["create_task_1"])
+    model = ScriptedModel(task.domain.tasks, {})
+    model.settings = EngineSettings(max_model_len=50)  # words: the user's first prompt has more
+    result = run_evaluation(lambda settings: model, [task], tmp_path / "run",
+                            preset=load_preset("tiny_random"),
+                            options=RunOptions(backend="fake"))  # fmt: skip
+    assert result.status == "complete"
+    (record,) = records(tmp_path / "run").values()
+    assert record["refusal"]["reason"] == "context_overflow"
+    assert record["scores"]["reward"] == 0.0  # as τ² scores a failed generation
