@@ -3,8 +3,9 @@ evalpipe's runner (ScriptedModel, the fake engine answering both sides from the 
 sent) and through τ²'s own Orchestrator (ScriptedAgent, ScriptedUser), so the two runs'
 messages, final databases and rewards can be compared.
 
-The user names its task in its first message and stops (###STOP###) at the agent's first
-words. The agent, by its task's mode: "gt" performs the task's ground-truth actions
+The user first performs its task's ground-truth user actions (telecom's phone: actions whose
+requestor is the user), one call per step, then names its task and stops (###STOP###) at the
+agent's first words. The agent, by its task's mode: "gt" performs the task's ground-truth actions
 (evaluation_criteria.actions) one call per step, then says its communicate_info; "idle" does
 nothing and says so; "wrong_tool" calls a tool the domain lacks first; "wrong_args" performs
 the first action with an argument changed; "loop" repeats the first action for ever (for the
@@ -36,6 +37,14 @@ STOP = "###STOP###"
 IDLE = "I cannot help with that."
 UNKNOWN_TOOL = "no_such_tool"
 _TASK = re.compile(r"Hello, my task is (.+?)\.")
+
+
+def user_reply(task: Any, results: int, spoke: bool) -> dict[str, Any] | str:
+    """The scripted user's next message after `results` results of its own calls."""
+    actions = [a for a in (task.evaluation_criteria.actions or []) if a.requestor == "user"]
+    if results < len(actions):
+        return {"name": actions[results].name, "arguments": actions[results].arguments}
+    return STOP if spoke else HELLO.format(task.id)
 
 
 def agent_reply(task: Any, mode: str, results: int) -> dict[str, Any] | str:
@@ -73,12 +82,14 @@ class ScriptedModel(FakeEngine):
 
     def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:
         if "<scenario>" in text:  # the user simulator's request
-            task = next(t for s, t in self.by_scenario.items() if s in text)
-            return HELLO.format(task.id) if "\nassistant: " not in text else STOP
-        found = _TASK.search(text)
-        assert found is not None, "the agent is asked before the user named its task"
-        task = self.by_id[found.group(1)]
-        reply = agent_reply(task, self.modes.get(task.id, "gt"), text.count("\ntool: "))
+            # The longest scenario the prompt holds: one task's may open with another's.
+            task = self.by_scenario[max((s for s in self.by_scenario if s in text), key=len)]
+            reply = user_reply(task, text.count("\ntool: "), HELLO.format(task.id) in text)
+        else:
+            found = _TASK.search(text)
+            assert found is not None, "the agent is asked before the user named its task"
+            task = self.by_id[found.group(1)]
+            reply = agent_reply(task, self.modes.get(task.id, "gt"), text.count("\ntool: "))
         if isinstance(reply, str):
             return reply
         return f"<tool_call>{json.dumps(reply)}</tool_call>"
@@ -136,9 +147,17 @@ def orchestrated(domain: str, task: Any, mode: str, limits: Limits) -> tuple[Any
             return UserState(system_messages=[], messages=list(message_history or []))
 
         def generate_next_message(self, message: Any, state: Any) -> Any:
-            spoke = any(isinstance(m, UserMessage) for m in state.messages)
-            answer = UserMessage(role="user", content=STOP if spoke else HELLO.format(task.id))
-            state.messages += [message, answer]
+            state.messages += message.tool_messages if hasattr(message, "tool_messages") else [
+                message]  # fmt: skip
+            results = sum(isinstance(m, ToolMessage) for m in state.messages)
+            spoke = any(isinstance(m, UserMessage) and not m.tool_calls for m in state.messages)
+            reply = user_reply(task, results, spoke)
+            if isinstance(reply, str):
+                answer = UserMessage(role="user", content=reply)
+            else:
+                call = ToolCall(id=f"user_{len(state.messages)}", requestor="user", **reply)
+                answer = UserMessage(role="user", content=None, tool_calls=[call])
+            state.messages.append(answer)
             return answer, state
 
         @classmethod
