@@ -288,3 +288,14 @@ def test_a_step_that_outgrows_the_context_ends_its_episode_only(tmp_path: Path) 
     (record,) = records(tmp_path / "run").values()
     assert record["refusal"]["reason"] == "context_overflow"
     assert record["scores"]["reward"] == 0.0  # as τ² scores a failed generation
+
+
+def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode() -> None:
+    task = subset("mock", ["create_task_1"])
+    prompts = task.request_prompts(1)
+    # The user's first request, the agent's after its words and after its one action's result,
+    # the user's after the agent's answer.
+    assert [p[0]["content"].startswith("<instructions>") for p in prompts] == [
+        False, True, True, False]  # fmt: skip
+    assert len(json.dumps(prompts[2])) > len(json.dumps(prompts[1]))
+    assert prompts[2][-1]["role"] == "tool"

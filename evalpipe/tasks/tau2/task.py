@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.records.episode import Ended, Step, StepRequest
+from evalpipe.records.prompt import Prompt
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.packages import Source
@@ -83,6 +84,13 @@ class Tau2Task:
                    target={"task_id": t.id, "trial": trial}, tools=self.domain.agent_tools)
             for trial in range(self.trials) for t in tasks
         ]  # fmt: skip
+
+    def request_prompts(self, limit: int | None) -> list[Prompt]:
+        """The requests the first `limit` τ² tasks' episodes make, for `plan --estimate`
+        (requests.py)."""
+        from evalpipe.tasks.tau2.requests import episode_requests
+
+        return [p for s in self.samples(limit) for p in episode_requests(self, s)]
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
