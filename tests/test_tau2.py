@@ -299,3 +299,26 @@ def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode() -> None:
         False, True, True, False]  # fmt: skip
     assert len(json.dumps(prompts[2])) > len(json.dumps(prompts[1]))
     assert prompts[2][-1]["role"] == "tool"
+
+
+def test_a_user_simulator_behind_a_server_answers_the_users_steps(tmp_path: Path) -> None:
+    from endpoint_support import FaultServer
+
+    from evalpipe.cli import main
+
+    # The agent is the fake engine ("The answer is N."); the server's user says hello, then
+    # stops at the agent's first words.
+    script = {"The answer is": "###STOP###", "How can I help": "Hello, I need a task created."}
+    out = tmp_path / "run"
+    with FaultServer(model="user-model", script=script) as server:
+        argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "tau2:mock",
+                "--limit", "1", "--user-sim-base-url", server.base_url,
+                "--user-sim-model", "user-model", "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0
+        asked = [m["content"] for b in server.bodies for m in b["messages"]]
+    steps = [json.loads(x) for x in RunDir(out).steps.read_text().splitlines()]
+    assert [s.get("by", "model") for s in steps] == ["user_sim", "model", "user_sim"]
+    assert [steps[0]["text"], steps[2]["text"]] == list(reversed(script.values()))
+    assert len(server.bodies) == 2 and any("<scenario>" in (c or "") for c in asked)
+    (record,) = records(out).values()
+    assert record["extracted"] == ["user_stop"] and "reward" in record["scores"]
