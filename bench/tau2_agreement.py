@@ -3,6 +3,7 @@
     python bench/tau2_agreement.py                      # every airline and retail task
     python bench/tau2_agreement.py --domains mock       # (mock's tasks with their own scenario)
     python bench/tau2_agreement.py --quick              # the first QUICK tasks of each domain
+    python bench/tau2_agreement.py --domains telecom --modes gt   # telecom's user acts too
 
 No model: tests/tau2_scripted.py's scripted agent and user, the agent in two modes — "gt"
 performs each task's ground-truth actions and says its communicate_info, "idle" does nothing
@@ -108,13 +109,14 @@ def check(domain: str, ids: list[str], mode: str, folder: Path) -> tuple[int, in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", default="airline,retail")
+    parser.add_argument("--modes", default=",".join(MODES), help="the agent's modes to run")
     parser.add_argument("--quick", action="store_true", help=f"the first {QUICK} tasks each")
     args = parser.parse_args()
     failed = False
     print(f"{'domain':8} {'mode':5} {'tasks':>5} {'evalpipe 1.0':>12} {'τ² 1.0':>7}  seconds")
     for domain in args.domains.split(","):
         ids = distinct(domain)[: QUICK if args.quick else None]
-        for mode in MODES:
+        for mode in args.modes.split(","):
             t0 = time.monotonic()
             with tempfile.TemporaryDirectory() as tmp:
                 n, ours, theirs, wrong = check(domain, ids, mode, Path(tmp) / "run")

