@@ -322,3 +322,23 @@ def test_a_user_simulator_behind_a_server_answers_the_users_steps(tmp_path: Path
     assert len(server.bodies) == 2 and any("<scenario>" in (c or "") for c in asked)
     (record,) = records(out).values()
     assert record["extracted"] == ["user_stop"] and "reward" in record["scores"]
+
+
+def test_a_server_user_simulator_never_holds_up_the_models_steps() -> None:
+    preset = load_preset("tiny_random")
+    model = FakeEngine(preset, EngineSettings(), delay_s=0.0)
+
+    class Waiting(FakeEngine):
+        """A user simulator whose answers are not in yet (a server's, mid-request)."""
+
+        def ready(self) -> bool:
+            return False
+
+        def step(self) -> list[Any]:
+            raise AssertionError("stepped while the model had work and no answer was waiting")
+
+    routed = Routed(model, Waiting(preset, EngineSettings(), delay_s=0.0))
+    sampling = SamplingSettings(max_tokens=4)
+    routed.add([Request(id="1", prompt="a", sampling=sampling),
+                Request(id=USER_SIM_ID + "2", prompt="b", sampling=sampling)])  # fmt: skip
+    assert [c.id for c in routed.step()] == ["1"]

@@ -86,10 +86,15 @@ class Routed(Engine):
             self.user_sim.add(users)
 
     def step(self) -> list[Completion]:
+        """A step of the model's engine, and of the user simulator's where it has answers
+        waiting (or the model has nothing in flight): a server's step waits for an answer,
+        which would hold up the model's batch."""
         done: list[Completion] = []
-        for engine in (self.model, self.user_sim):
-            if engine.in_flight():
-                done += engine.step()
+        busy = bool(self.model.in_flight())
+        if busy:
+            done += self.model.step()
+        if self.user_sim.in_flight() and (not busy or self.user_sim.ready()):
+            done += self.user_sim.step()
         return done
 
     def in_flight(self) -> int:
