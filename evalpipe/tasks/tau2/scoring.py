@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 REWARD = "reward"
 # The ends τ² scores; any other is an early stop, reward 0 (evaluate_simulation's rule).
 STOPPED = ("agent_stop", "user_stop")
-# The reward's components (τ²'s RewardType values, lowercased), each 1.0 or 0.0 where the
-# task's basis has it.
-BREAKDOWN = ("db", "env_assertion", "action", "communicate")
 # τ²'s is_successful: a reward within 1e-6 of 1.
 SUCCESS_TOLERANCE = 1e-6
 START = datetime(2025, 1, 1)
@@ -120,7 +117,8 @@ def reward_info(task: Tau2Task, sample: Sample, steps: Sequence[Step], ended: En
 
 
 def score_episode(task: Tau2Task, sample: Sample, steps: Sequence[Step], ended: Ended) -> Scored:
-    """The episode's reward and its breakdown (the components its task's basis checks)."""
+    """The episode's reward and its breakdown: each component its task's basis checks (τ²'s
+    RewardType lowercased: db, env_assertion, action, communicate), 1.0 or 0.0."""
     info = reward_info(task, sample, steps, ended)
     scores = {REWARD: float(info.reward)}
     for kind, value in (info.reward_breakdown or {}).items():

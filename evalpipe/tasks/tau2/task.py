@@ -21,6 +21,8 @@ from evalpipe.records.prompt import Prompt
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.tau2.domain import Domain
+from evalpipe.tasks.tau2.requests import episode_requests
+from evalpipe.tasks.tau2.scoring import score_episode
 from evalpipe.tasks.tau2.trajectory import Limits, agent_view, message_of, replay, user_view
 
 log = logging.getLogger(__name__)
@@ -83,8 +85,6 @@ class Tau2Task:
     def request_prompts(self, limit: int | None) -> list[Prompt]:
         """The requests the first `limit` τ² tasks' episodes make, for `plan --estimate`
         (requests.py)."""
-        from evalpipe.tasks.tau2.requests import episode_requests
-
         return [p for s in self.samples(limit) for p in episode_requests(self, s)]
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
@@ -149,8 +149,6 @@ class Tau2Task:
         return env
 
     def score_episodes(self, items: Sequence[tuple[Sample, Sequence[Step], Ended]]) -> list[Scored]:
-        from evalpipe.tasks.tau2.scoring import score_episode
-
         out = []
         for sample, steps, ended in items:
             with self._lock:
