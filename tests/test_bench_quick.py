@@ -287,3 +287,11 @@ def test_judge_placement_quick(local_slurm: object) -> None:
     assert "judgments equal in both placements: yes" in out
     # After generation, the generation's process is gone before the judge's starts.
     assert re.search(r"^after .*\| yes$", out, re.M), out
+
+
+@pytest.mark.bench
+def test_tau2_agreement_quick() -> None:
+    out = quick("tau2_agreement.py", "--domains", "mock,airline")
+    rows = [line.split() for line in out.splitlines() if line.startswith(("mock ", "airline "))]
+    # domain, mode, tasks, evalpipe's 1.0 count, τ²'s, seconds, verdict
+    assert len(rows) == 4 and all(r[-1] == "agree" and r[3] == r[4] for r in rows), out

@@ -184,7 +184,9 @@ def test_a_crafted_call_writes_its_file_in_the_sandbox_only(
     marker = Path("/tmp") / f"ep-bfcl-step-{uuid.uuid4().hex}"
     task = tasks["multi_turn_base"]
     sample = task.samples(1)[0]
-    (outcome,) = task.resolve([(sample, [], f"[open(file='{marker}', mode='w')]")])
+    text = f"[open(file='{marker}', mode='w')]"
+    new = Step(index=0, text=text, prompt_tokens=1, completion_tokens=1)
+    (outcome,) = task.resolve([(sample, [], new)])
     assert outcome["calls"] == [f"open(file='{marker}', mode='w')"]
     assert "TextIOWrapper" in outcome["results"][0]  # BFCL's executor evaluated it
     assert not marker.exists()

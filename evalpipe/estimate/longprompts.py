@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from evalpipe.records.prompt import Prompt, Rendered, messages
+from evalpipe.records.prompt import Prompt, Rendered, message_text, messages
 from evalpipe.records.refusal import overflow
 from evalpipe.tasks.base import Sample
 
@@ -52,7 +52,7 @@ class LongPrompt:
 
 
 def prompt_bytes(prompt: Prompt) -> int:
-    return sum(len(m["content"].encode()) for m in messages(prompt))
+    return sum(len(message_text(m).encode()) for m in messages(prompt))
 
 
 def counted_prompt(sample: Sample) -> Prompt:

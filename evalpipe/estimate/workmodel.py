@@ -21,7 +21,7 @@ from evalpipe.core.errors import EstimateError
 from evalpipe.core.span import Span
 from evalpipe.estimate.history import PastJob, TaskRecord, family, task_lengths
 from evalpipe.estimate.longprompts import LongPrompt, counted_prompt, longest_prompt, prompt_bytes
-from evalpipe.records.prompt import Prompt, messages
+from evalpipe.records.prompt import Prompt, message_text, messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.configured import ConfiguredTask
 
@@ -92,7 +92,7 @@ class TokenCounter:
 
     def count(self, prompt: Prompt, chat: bool) -> int:
         parts = messages(prompt)
-        text = sum(self.encode(m["content"]) for m in parts)
+        text = sum(self.encode(message_text(m)) for m in parts)
         return text + (self.chat_tokens * len(parts) if chat else 0)
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
 # Plain text, or chat messages ({"role": ..., "content": ...}). A plain-text prompt sent to a
 # chat model becomes one user message (`messages`).
 Prompt = str | list[dict[str, str]]
@@ -19,3 +23,10 @@ class Rendered(str):
 def messages(prompt: Prompt) -> list[dict[str, str]]:
     """Chat messages for a prompt: plain text becomes one user message."""
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """What a chat message sends as text: its content (None beside tool calls: none) and its
+    tool calls as JSON (an agent's step of an episode)."""
+    calls = message.get("tool_calls")
+    return (message.get("content") or "") + (json.dumps(calls, ensure_ascii=False) if calls else "")

@@ -111,6 +111,11 @@ def forced_name(tool_choice: ToolChoice) -> str | None:
     return name
 
 
+# Schemas found valid, as JSON text: an episode's every step offers the same tools, and checking
+# a schema against its meta-schema costs milliseconds each time.
+_VALID: set[str] = set()
+
+
 def check_schema(schema: Any, *, where: str) -> None:
     """Refuse a value that is not a valid JSON schema (by its meta-schema) with the reason."""
     # Imported here: only requests with a schema pay for jsonschema's import.
@@ -119,8 +124,11 @@ def check_schema(schema: Any, *, where: str) -> None:
     if not isinstance(schema, Mapping):
         raise ValueError(f"{where}: a JSON schema must be an object, got {schema!r}")
     try:
-        json.dumps(schema)
+        text = json.dumps(schema, sort_keys=True)
+        if text in _VALID:
+            return
         jsonschema.validators.validator_for(schema).check_schema(schema)
+        _VALID.add(text)
     except (TypeError, ValueError, jsonschema.SchemaError) as exc:
         message = getattr(exc, "message", str(exc))
         raise ValueError(

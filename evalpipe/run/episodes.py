@@ -7,6 +7,10 @@ to steps.jsonl, and the task says, from the recorded steps alone, what the next 
 that the episode ended (with its reason). The next request is admitted ahead of new samples,
 beside other episodes' steps, as a multi-turn chat's next turn is. A resumed run starts each
 episode from its recorded steps, so nothing resolved before a kill is asked again.
+
+A step's request (StepRequest) carries its own tools and says who answers it: the evaluated
+model, or an agent task's user simulator, whose requests go to the user simulator's engine
+(run/usersim.py) under ids that start with USER_SIM_ID.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evalpipe.core.errors import EngineError
 from evalpipe.records.completion import Completion, Generation
-from evalpipe.records.episode import Ended, Step
+from evalpipe.records.episode import Ended, Step, StepRequest
 from evalpipe.records.prompt import Prompt
 from evalpipe.rundir.steps import StepRecord
 from evalpipe.tasks.base import Sample, Scored
@@ -30,20 +34,24 @@ if TYPE_CHECKING:
 # Batches of steps resolving at once: each is a worker thread waiting on its task's environment
 # (BFCL: a sandboxed process), while the loop keeps the engine busy.
 RESOLVERS = 2
+# The request ids of steps the user simulator answers start with this (the loop numbers the rest).
+USER_SIM_ID = "user-sim:"
 
 
 @runtime_checkable
 class Episodic(Protocol):
     """A task whose samples are episodes."""
 
-    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | Ended:
-        """The prompt of the step after `steps` (the history as recorded), or the episode's end
-        and why. Pure: it runs on the loop's thread and again on resume, from the record."""
+    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | StepRequest | Ended:
+        """The request of the step after `steps` (the history as recorded; a bare prompt: the
+        model answers it with the sample's tools), or the episode's end and why. Pure: it runs
+        on the loop's thread and again on resume, from the record."""
         ...
 
-    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], str]]) -> list[dict[str, Any]]:
-        """Per item (a sample, its recorded steps, the text of its new step): the environment's
-        outcome of the new step, JSON, recorded with it. Called on a worker thread."""
+    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
+        """Per item (a sample, its recorded steps, its new step: the answer's text, who gave it
+        and its parsed calls, no outcome yet): the environment's outcome of the new step, JSON,
+        recorded with it. Called on a worker thread."""
         ...
 
     def score_episodes(self, items: Sequence[tuple[Sample, Sequence[Step], Ended]]) -> list[Scored]:
@@ -57,12 +65,15 @@ def is_episode(item: Item) -> bool:
 
 
 def open_step(item: Item) -> Item:
-    """The item with its next request's prompt, or with `ended` set when there is none."""
+    """The item with its next request, or with `ended` set when there is none."""
     assert isinstance(item.task, Episodic)  # the loop asks is_episode first
     found = item.task.next_request(item.sample, item.steps)
     if isinstance(found, Ended):
         return dataclasses.replace(item, ended=found)
-    return dataclasses.replace(item, prompt=found)
+    if not isinstance(found, StepRequest):
+        found = StepRequest(prompt=found, tools=item.sample.tools,
+                            tool_choice=item.sample.tool_choice)  # fmt: skip
+    return dataclasses.replace(item, ask=found)
 
 
 def ended_completion(item: Item) -> Completion:
@@ -155,20 +166,28 @@ def _resolve(batch: Sequence[tuple[Item, Completion]]) -> list[Item]:
     """On a worker thread: each step's outcome from its task, the step appended to its item."""
     task = batch[0][0].task
     assert isinstance(task, Episodic)
-    generations = [_generation(item, c) for item, c in batch]
+    new = [_step(item, c) for item, c in batch]
     outcomes = task.resolve(
-        [
-            (item.sample, item.steps, g.texts[0])
-            for (item, _), g in zip(batch, generations, strict=True)
-        ]
+        [(item.sample, item.steps, step) for (item, _), step in zip(batch, new, strict=True)]
     )
     out = []
-    for (item, _), generation, outcome in zip(batch, generations, outcomes, strict=True):
-        step = Step(index=len(item.steps), text=generation.texts[0],
-                    prompt_tokens=generation.prompt_tokens,
-                    completion_tokens=generation.completion_tokens[0], outcome=outcome)  # fmt: skip
-        out.append(dataclasses.replace(item, steps=(*item.steps, step), prompt=None))
+    for (item, _), step, outcome in zip(batch, new, outcomes, strict=True):
+        step = dataclasses.replace(step, outcome=outcome)
+        out.append(dataclasses.replace(item, steps=(*item.steps, step), ask=None))
     return out
+
+
+def _step(item: Item, completion: Completion) -> Step:
+    """The new step of an answered request: its text, tokens, who answered, its parsed calls."""
+    generation = _generation(item, completion)
+    return Step(
+        index=len(item.steps),
+        text=generation.texts[0],
+        prompt_tokens=generation.prompt_tokens,
+        completion_tokens=generation.completion_tokens[0],
+        by=item.ask.by if item.ask is not None else "model",
+        calls=generation.tool_calls[0] if generation.tool_calls else None,
+    )
 
 
 def _generation(item: Item, completion: Completion) -> Generation:

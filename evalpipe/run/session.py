@@ -50,6 +50,7 @@ from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.run.trackdir import end_judging, track_judging
 from evalpipe.run.trackers import BACKENDS
 from evalpipe.run.tracking import Tracking, exit_wait_s
+from evalpipe.run.usersim import check_user_sim, open_user_sim, with_user_sim
 from evalpipe.run.watchdog import Watchdog, stall_limits
 from evalpipe.rundir.checkpoint import StopOnSignal
 from evalpipe.rundir.judgments import JudgeDir, judge_dirs
@@ -242,6 +243,7 @@ class _Session:
         placement = self._placement(names_judged(given.selection.tasks or ()))
         if placement == "after":  # this process loads no task: each phase's process does
             return self._phases_apart(out)
+        check_user_sim(given, self.preset)
         fitted = load_run_tasks(self.preset, given)
         tasks = list(fitted.tasks)
         judge_gpus = None
@@ -323,8 +325,10 @@ class _Session:
 
         def start(settings: EngineSettings):
             if not layout.envs:  # one replica: the engine runs in this process
-                return open_engine(given.engine.backend, preset, settings)
-            return ReplicaPool.start(given.engine.backend, preset, settings, layout.envs)
+                engine = open_engine(given.engine.backend, preset, settings)
+            else:
+                engine = ReplicaPool.start(given.engine.backend, preset, settings, layout.envs)
+            return with_user_sim(engine, open_user_sim(given, preset))
 
         # Past runs in results/ and beside this one (not the whole working directory) predict
         # its completion lengths.

@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.protocol import Engine, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
-from evalpipe.records.episode import Ended, Step
-from evalpipe.records.prompt import Prompt
+from evalpipe.records.episode import Ended, Step, StepRequest
 from evalpipe.records.request import Request
 from evalpipe.run import episodes
 from evalpipe.rundir.samplelog import SampleRecord
@@ -65,9 +64,9 @@ class Item:
     # A multi-turn sample's answers to its first turns (stored, or just generated): this item
     # generates the turn after them.
     answers: tuple[str, ...] = ()
-    # An episode's recorded steps, its next request's prompt once its task gave it, or its end.
+    # An episode's recorded steps, its next request once its task gave it, or its end.
     steps: tuple[Step, ...] = ()
-    prompt: Prompt | None = None
+    ask: StepRequest | None = None
     ended: Ended | None = None
 
     def __post_init__(self) -> None:
@@ -90,9 +89,18 @@ class Item:
                 prompt=self.sample.prompt,
                 continuations=tuple(o.continuation for o in self.sample.options),
             )
+        if self.ask is not None:
+            return Request(
+                id=request_id,
+                prompt=self.ask.prompt,
+                sampling=self.ask.sampling or self.task.sampling,
+                json_schema=output_schema(self.task),
+                tools=self.ask.tools,
+                tool_choice=self.ask.tool_choice,
+            )
         return Request(
             id=request_id,
-            prompt=conversation(self.sample, self.answers) if self.prompt is None else self.prompt,
+            prompt=conversation(self.sample, self.answers),
             sampling=self.task.sampling,
             json_schema=output_schema(self.task),
             tools=self.sample.tools,
@@ -218,12 +226,14 @@ def run_stream(
                 if isinstance(item, Wait):
                     waiting = True
                     break
-                if episodes.is_episode(item) and item.prompt is None:
+                if episodes.is_episode(item) and item.ask is None:
                     item = episodes.open_step(item)
                     if item.ended is not None:  # no next step: it goes to scoring
                         unscored.append((item, episodes.ended_completion(item)))
                         continue
                 request_id = str(counter)
+                if item.ask is not None and item.ask.by == "user_sim":
+                    request_id = episodes.USER_SIM_ID + request_id
                 counter += 1
                 in_flight[request_id] = item
                 batch.append(item.request(request_id))

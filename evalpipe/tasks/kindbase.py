@@ -43,6 +43,7 @@ class LoadOptions:
     judge_data: Path | None = None  # --judge-data
     baseline: Baseline | None = None  # --judge-baseline, read
     allow_unsafe_code: bool = False  # lm-eval tasks that execute the model's code, sandboxed
+    tau2_trials: int = 1  # episodes per τ² task (--tau2-trials)
 
     @classmethod
     def selected(cls, selection: Selection, preset: Preset, **given: object) -> LoadOptions:
@@ -56,6 +57,7 @@ class LoadOptions:
             since=selection.since,
             until=selection.until,
             allow_unsafe_code=selection.allow_unsafe_code,
+            tau2_trials=selection.tau2_trials or 1,
             **given,  # type: ignore[arg-type]
         )
 

