@@ -7,6 +7,7 @@ clear message for each bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -237,10 +238,13 @@ def test_bad_input_is_refused_with_one_clear_message(monkeypatch: pytest.MonkeyP
     agents = RunnerOptions(selection=Selection(tasks=("tau2:mock",)))
     with pytest.raises(ConfigError, match=r"need a user simulator.*--user-sim tiny_random"):
         check_user_sim(agents, preset)
-    other = RunnerOptions(selection=Selection(tasks=("tau2:mock",)),
-                          user_sim=UserSimOptions(preset="smollm2_135m"))  # fmt: skip
-    with pytest.raises(ConfigError, match=r"--user-sim smollm2_135m: .*--user-sim-base-url"):
-        check_user_sim(other, preset)
+    unknown = RunnerOptions(selection=Selection(tasks=("tau2:mock",)),
+                            user_sim=UserSimOptions(preset="no_such_preset"))  # fmt: skip
+    with pytest.raises(ConfigError, match="no_such_preset"):
+        check_user_sim(unknown, preset)
+    # Another preset is served beside the model (run/usersimserver.py): accepted here.
+    other = dataclasses.replace(unknown, user_sim=UserSimOptions(preset="smollm2_135m"))
+    check_user_sim(other, preset)
     check_user_sim(RunnerOptions(), preset)  # no agent task: no user simulator needed
     with pytest.raises(ConfigError, match="names no tool_parser"):
         KIND.load(expand_refs(["tau2:mock"]), LoadOptions(preset=preset, backend="vllm"))
@@ -324,6 +328,44 @@ def test_a_user_simulator_behind_a_server_answers_the_users_steps(tmp_path: Path
     assert len(server.bodies) == 2 and any("<scenario>" in (c or "") for c in asked)
     (record,) = records(out).values()
     assert record["extracted"] == ["user_stop"] and "reward" in record["scores"]
+    manifest = json.loads(RunDir(out).manifest.read_text())
+    simulated = manifest["user_sim"]
+    assert (simulated["placement"], simulated["base_url"]) == ("server", server.base_url)
+    assert simulated["model"] == "user-model" and simulated["sampling"]["temperature"] == 0
+    # The user simulator shapes the episodes: its model is part of the run's fingerprint.
+    assert manifest["config"]["user_sim"]["model"] == "user-model"
+
+
+def test_another_preset_as_user_simulator_is_served_beside_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--user-sim PRESET` (not the run's) with no URL: the run starts a server for it
+    (usersimserver.user_sim_server, stood in for by the test server) and talks to it."""
+    from contextlib import contextmanager
+
+    from endpoint_support import FaultServer
+
+    from evalpipe.cli import main
+    from evalpipe.run import usersim
+    from evalpipe.run.usersimserver import UserSimEndpoint
+
+    started = []
+    script = {"The answer is": "###STOP###", "How can I help": "Hello."}
+    with FaultServer(model="SmolLM2", script=script) as server:
+
+        @contextmanager
+        def serve(ref: str, *, log: Path):
+            started.append((ref, log.name))
+            yield UserSimEndpoint(base_url=server.base_url, model="SmolLM2")
+
+        monkeypatch.setattr(usersim, "user_sim_server", serve)
+        out = tmp_path / "run"
+        argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--tasks", "tau2:mock",
+                "--limit", "1", "--user-sim", "smollm2_135m", "--out", str(out)]  # fmt: skip
+        assert main(argv) == 0
+    assert started == [("smollm2_135m", "user-sim-server.log")] and len(server.bodies) == 2
+    simulated = json.loads(RunDir(out).manifest.read_text())["user_sim"]
+    assert (simulated["placement"], simulated["preset"]) == ("side-by-side", "smollm2_135m")
 
 
 def test_a_server_user_simulator_never_holds_up_the_models_steps() -> None:
@@ -344,3 +386,17 @@ def test_a_server_user_simulator_never_holds_up_the_models_steps() -> None:
     routed.add([Request(id="1", prompt="a", sampling=sampling),
                 Request(id=USER_SIM_ID + "2", prompt="b", sampling=sampling)])  # fmt: skip
     assert [c.id for c in routed.step()] == ["1"]
+
+
+def test_plan_estimates_the_user_simulators_share_of_a_tau2_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from evalpipe.cli import main
+
+    argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks", "tau2:mock",
+            "--user-sim", "qwen3_32b", "--estimate", "--json"]  # fmt: skip
+    assert main(argv) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert planned["user_sim"]["placement"]["kind"] == "same-engine"
+    share = planned["estimate"]["user_sim"]
+    assert "tau2_mock" in json.dumps(share) and planned["estimate"]["wall_s"]

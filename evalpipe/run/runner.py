@@ -45,6 +45,7 @@ from evalpipe.rundir.manifest import (
     PlannedTask,
     RunStatus,
     TrackedRun,
+    UserSimulator,
     read_manifest,
     write_manifest,
 )
@@ -97,6 +98,9 @@ class RunOptions:
     # The weakest sandbox isolation code tasks may be scored under (--sandbox). Not
     # fingerprinted: it allows a run, it does not change it.
     sandbox: IsolationLevel = "full"
+    # The user simulator of agent tasks' episodes (None: none): its model and sampling are
+    # fingerprinted (they shape the episodes), where it ran is not.
+    user_sim: UserSimulator | None = None
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
@@ -180,6 +184,9 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> Ru
     if preset.tool_parser is not None and any(gives_tools(t) for t in tasks):
         # Absent otherwise: it reads the calls of requests with tools only.
         config["model"]["tool_parser"] = preset.tool_parser
+    if options.user_sim is not None:  # absent otherwise: runs without agents keep their print
+        simulated = options.user_sim
+        config["user_sim"] = {"model": simulated.model, "sampling": simulated.sampling}
     if options.deterministic:  # absent otherwise: runs made before the mode existed resume
         config["deterministic"] = True
     if packages:  # absent otherwise: runs of tasks that read no package keep their fingerprint
@@ -441,6 +448,7 @@ def _evaluate(
     manifest.preset = json.loads(json.dumps(dataclasses.asdict(preset)))
     manifest.samples_planned = planned
     manifest.sandbox = isolation
+    manifest.user_sim = options.user_sim
     done = {r.key for r in records}
     pending = [(t, [s for s in samples if (t.name, s.id) not in done]) for t, samples in work]
     run = _Run(out_dir, manifest, tasks)

@@ -50,7 +50,13 @@ from evalpipe.run.runoptions import RunnerOptions
 from evalpipe.run.trackdir import end_judging, track_judging
 from evalpipe.run.trackers import BACKENDS
 from evalpipe.run.tracking import Tracking, exit_wait_s
-from evalpipe.run.usersim import check_user_sim, open_user_sim, with_user_sim
+from evalpipe.run.usersim import (
+    check_user_sim,
+    open_user_sim,
+    served_user_sim,
+    user_sim_record,
+    with_user_sim,
+)
 from evalpipe.run.watchdog import Watchdog, stall_limits
 from evalpipe.rundir.checkpoint import StopOnSignal
 from evalpipe.rundir.judgments import JudgeDir, judge_dirs
@@ -259,7 +265,11 @@ class _Session:
             # Neither the fake engine nor a remote server uses this machine's GPUs.
             gpus=[] if given.engine.backend in ("fake", "openai") else None,
         )
-        options = self._run_options(layout, fitted.context.max_model_len)
+        agents = [t for t in tasks if fitted.ask(t).simulated_user]
+        options = dataclasses.replace(
+            self._run_options(layout, fitted.context.max_model_len),
+            user_sim=user_sim_record(given, self.preset, agents),
+        )
         _log_to_stderr()
         _say(f"run directory {out}")
         _say(self._where(layout))
@@ -272,7 +282,9 @@ class _Session:
             _say("judging answers side by side as they are written")
             judging = JudgeBeside(self._phase_command(out, "judge"), gpus=judge_gpus)
         try:
-            result = self._generate(layout, tasks, options, out)
+            server_log = RunDir(out).logs / "user-sim-server.log"
+            with served_user_sim(given, self.preset, server_log) as served:
+                result = self._generate(layout, tasks, options, out, served)
         except BaseException:
             if judging is not None:  # the judge checkpoints what it has
                 judging.finish(lambda: "SIGTERM")
@@ -319,9 +331,15 @@ class _Session:
         )
 
     def _generate(
-        self, layout: LocalLayout, tasks: list[Task], options: RunOptions, out: Path
+        self,
+        layout: LocalLayout,
+        tasks: list[Task],
+        options: RunOptions,
+        out: Path,
+        given: RunnerOptions,
     ) -> GenerationResult:
-        given, preset = self.given, self.preset
+        """The generation, `given` with the user simulator's server where one was started."""
+        preset = self.preset
 
         def start(settings: EngineSettings):
             if not layout.envs:  # one replica: the engine runs in this process

@@ -69,7 +69,8 @@ class Tau2Kind(TaskKind):
         assert isinstance(task, Tau2Task)  # this kind loads only these
         domain = task.domain
         fixed = len(domain.agent_system.encode()) + len(str(domain.agent_tools).encode())
-        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=fixed)
+        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, prompt_bytes=fixed,
+                   simulated_user=True)  # fmt: skip
 
     def notes(self, tasks: Sequence[Task]) -> list[str]:
         return [PUBLISHED_NOTE] if any(isinstance(t, Tau2Task) for t in tasks) else []
