@@ -17,6 +17,8 @@ single-turn text is
 - native: the JSON of BFCL's FC result, as its OpenAI FC handler records a response (the calls
   as [{name: arguments JSON}], or the answer's text when it made none), decoded by the checker
   model's registered FC handler.
+A format_sensitivity text is decoded in the return format its id names (and its tool-call
+tag), as `bfcl evaluate`'s format_sensitivity_runner decodes it.
 stdout's last line: per item, per text, {"valid": bool, "error_type": str or null}.
 """
 
@@ -65,14 +67,25 @@ def main():
         _evaluate_single_multi_turn_entry,
         _evaluate_single_relevance_entry,
     )
-    from bfcl_eval.utils import is_java, is_js, is_multi_turn, is_relevance_or_irrelevance
+    from bfcl_eval.model_handler.utils import parse_prompt_variation_params
+    from bfcl_eval.utils import (
+        is_format_sensitivity,
+        is_java,
+        is_js,
+        is_multi_turn,
+        is_relevance_or_irrelevance,
+    )
 
     model = given["model"]
     handler, result = handler_for(given["mode"], model)
     out = []
     for item in given["items"]:
         category, entry = item["category"], {"id": item["id"], "function": item.get("function")}
-        if is_java(category):
+        tagged = False
+        if is_format_sensitivity(category):  # the id names the format asked for
+            form, tagged = parse_prompt_variation_params(item["id"].split(":")[1])[:2]
+            language, form = Language.PYTHON, ReturnFormat(form)
+        elif is_java(category):
             language, form = Language.JAVA, ReturnFormat.JAVA
         elif is_js(category):
             language, form = Language.JAVASCRIPT, ReturnFormat.JAVASCRIPT
@@ -100,7 +113,7 @@ def main():
                     category,
                     language=language,
                     return_format=form,
-                    has_tool_call_tag=False,
+                    has_tool_call_tag=tagged,
                 )
             # The multi-turn evaluation keeps its error type inside "error".
             error = found.get("error_type") or (found.get("error") or {}).get("error_type")

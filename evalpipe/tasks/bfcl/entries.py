@@ -6,6 +6,7 @@ native mode), the checker's function docs and the possible answers) and multi-tu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +19,24 @@ PROGRAM = Path(__file__).with_name("entries_program.py")
 EPISODES = Path(__file__).with_name("episode_entries_program.py")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Entries:
+    """What entries_program.py read: the handler's class name, each category's entries in the
+    package's order, and the categories it left out (format_sensitivity for FC handlers)."""
+
+    handler: str
+    entries: Mapping[str, list[dict[str, Any]]]
+    skipped: tuple[str, ...] = ()
+
+
 def read_entries(
     categories: Sequence[str], mode: BfclMode = "prompting", model: str | None = None
-) -> tuple[str, Mapping[str, list[dict[str, Any]]]]:
-    """The handler's class name and each single-turn category's entries for `mode`, in the
-    package's order (`model`: the registered model of the handler mode). ConfigError when BFCL
-    does not register `model` or serves it by a handler evalpipe cannot use; DatasetError when
-    the package does not know a category or its loading fails (its output's end quoted)."""
+) -> Entries:
+    """The single-turn categories' entries for `mode` (`model`: the registered model of the
+    handler mode), format_sensitivity left out for an FC handler or native mode. ConfigError
+    when BFCL does not register `model` or serves it by a handler evalpipe cannot use;
+    DatasetError when the package does not know a category or its loading fails (its output's
+    end quoted)."""
     found = run_program(PROGRAM, categories, "entries", mode=mode, model=model)
     if "refused" in found:
         raise ConfigError(
@@ -32,7 +44,9 @@ def read_entries(
             "(bfcl_eval/constants/model_config.py's local_inference_model_map, e.g. "
             "Qwen/Qwen3-8B-FC or Qwen/Qwen3-8B), or set bfcl_mode prompting or native."
         )
-    return found["handler"], _known(found, categories)
+    skipped = tuple(found["skipped"])
+    kept = [c for c in categories if c not in skipped]
+    return Entries(handler=found["handler"], entries=_known(found, kept), skipped=skipped)
 
 
 def read_episodes(categories: Sequence[str]) -> Mapping[str, list[dict[str, Any]]]:

@@ -6,8 +6,11 @@ text), so a plain child process, not the sandbox.
 stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler" |
 "native", "model": the registered model (handler mode)}. stdout's last line: {"known": the
 package's single-turn categories, "handler": the handler's class name, "entries": {category:
-[{id, prompt, tools, function, ground_truth}]}}, or {"refused": why} for a model BFCL does not
-register or whose handler is not a local one. Per mode, from the entry as `bfcl generate` loads
+[{id, prompt, tools, function, ground_truth}]}, "skipped": the categories left out}, or
+{"refused": why} for a model BFCL does not register or whose handler is not a local one.
+`format_sensitivity` (BFCL's 26 prompt formats over 200 entries, each format named in the
+entry's id, which the handler's pre-processing reads) is left out for an FC handler or native
+mode, as `bfcl generate` skips it for FC models. Per mode, from the entry as `bfcl generate` loads
 it (language hints in the function docs):
 - prompting: `prompt` the chat BFCL's generic OSS handler (QuickTestingOSSHandler) formats with
   the model's chat template;
@@ -80,10 +83,19 @@ def prompt_of(handler, mode, entry):
     return handler._format_prompt(data["message"], data["function"]), []
 
 
+def skipped_for(handler, mode, categories):
+    """The categories left out: format_sensitivity for an FC handler or native mode, as
+    `bfcl generate` skips it for FC models."""
+    from bfcl_eval.constants.category_mapping import NON_SCORING_CATEGORY
+
+    fc = mode == "native" or handler.is_fc_model
+    return [c for c in categories if c in NON_SCORING_CATEGORY and fc]
+
+
 def main():
     given = json.load(sys.stdin)
     sys.path.append(given["path"])
-    from bfcl_eval.constants.category_mapping import SINGLE_TURN_CATEGORY
+    from bfcl_eval.constants.category_mapping import NON_SCORING_CATEGORY, SINGLE_TURN_CATEGORY
     from bfcl_eval.utils import (
         is_relevance_or_irrelevance,
         load_dataset_entry,
@@ -95,12 +107,16 @@ def main():
     if isinstance(handler, str):
         sys.stdout.write("\n" + json.dumps({"refused": handler}) + "\n")
         return
+    known = SINGLE_TURN_CATEGORY + NON_SCORING_CATEGORY
+    skipped = skipped_for(handler, mode, given["categories"])
     out = {}
     for category in given["categories"]:
-        if category not in SINGLE_TURN_CATEGORY:
-            continue  # the caller names it as unknown
+        if category not in known or category in skipped:
+            continue  # the caller names it as unknown, or as left out
         truths = {}
         if not is_relevance_or_irrelevance(category):
+            # A format_sensitivity id is "format_sensitivity_N:FORMAT:ORIGINAL_ID"; its ground
+            # truth is the original entry's.
             truths = {e["id"]: e["ground_truth"] for e in load_ground_truth_entry(category)}
         checked = load_dataset_entry(
             category, include_prereq=False, include_language_specific_hint=False
@@ -115,11 +131,12 @@ def main():
                     "prompt": prompt,
                     "tools": tools,
                     "function": functions[entry["id"]],
-                    "ground_truth": truths.get(entry["id"]),
+                    "ground_truth": truths.get(entry["id"].rpartition(":")[2]),
                 }
             )
         out[category] = rows
-    found = {"known": SINGLE_TURN_CATEGORY, "handler": type(handler).__name__, "entries": out}
+    found = {"known": known, "handler": type(handler).__name__, "entries": out,
+             "skipped": skipped}  # fmt: skip
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 

@@ -15,7 +15,7 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MULTI_TURN, TaskRef
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.bfcl.entries import read_entries, read_episodes
+from evalpipe.tasks.bfcl.entries import Entries, read_entries, read_episodes
 from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
 from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
@@ -53,9 +53,12 @@ class BfclKind(TaskKind):
             check_multi_turn(multi, named, wanted)
             multi = []
         single = [c for c in chosen if c not in BFCL_MULTI_TURN]
-        handler, entries = read_entries(single, wanted, model) if single else ("", {})
+        read = read_entries(single, wanted, model) if single else Entries(handler="", entries={})
+        check_prompting_only(read.skipped, named, wanted)
+        single = [c for c in single if c not in read.skipped]
+        entries = read.entries
         if wanted == "handler":
-            mode = registered(str(model), handler)
+            mode = registered(str(model), read.handler)
         else:
             mode = NATIVE if wanted == "native" else PROMPTING
         episodes = read_episodes(multi) if multi else {}
@@ -111,6 +114,19 @@ def check_multi_turn(multi: Sequence[str], named: Sequence[str], mode: str) -> N
         raise ConfigError(
             f"BFCL's {', '.join(asked)} run in prompting mode only, and this preset asks for "
             f"bfcl_mode {mode}: leave them out, or run them with bfcl_mode prompting."
+        )
+
+
+def check_prompting_only(skipped: Sequence[str], named: Sequence[str], mode: str) -> None:
+    """format_sensitivity is for prompting models (`bfcl generate` skips it for FC models):
+    named with an FC handler or in native mode it is refused; plain `bfcl` leaves it out."""
+    asked = [c for c in skipped if c in named]
+    if asked:
+        raise ConfigError(
+            f"BFCL's {', '.join(asked)} is run for prompting models only (bfcl generate skips "
+            f"it for FC models), and this preset's bfcl_mode {mode} calls functions the FC way: "
+            "leave it out, or run it with bfcl_mode prompting (or handler with a prompting "
+            "model such as Qwen/Qwen3-8B)."
         )
 
 
