@@ -239,7 +239,7 @@ KINDS: dict[str, KindSpec] = {
                  needs="--judge-data DIR (a copy of arena-hard-auto); a judge",
                  loader="evalpipe.tasks.arenahard", asks=_arena_hard_asks),
         KindSpec(name="bfcl", written="bfcl or bfcl:CATEGORY,...", prefixed=True,
-                 summary="BFCL v4 function calling, prompting mode: single- and multi-turn",
+                 summary="BFCL v4 function calling: single- and multi-turn, per preset mode",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
                  values=BFCL_CATEGORIES, refused=BFCL_NEEDS),
         KindSpec(name="hle", written="hle or hle:all", prefixed=True, judged=True,

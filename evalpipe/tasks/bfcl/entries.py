@@ -6,7 +6,7 @@ native mode), the checker's function docs and the possible answers) and multi-tu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ class Entries:
     handler: str
     entries: Mapping[str, list[dict[str, Any]]]
     skipped: tuple[str, ...] = ()
+    spec: Mapping[str, Any] = field(default_factory=dict)  # how a program builds the handler
 
 
 def read_entries(
@@ -37,22 +38,33 @@ def read_entries(
     when BFCL does not register `model` or serves it by a handler evalpipe cannot use;
     DatasetError when the package does not know a category or its loading fails (its output's
     end quoted)."""
-    found = run_program(PROGRAM, categories, "entries", mode=mode, model=model)
+    found = _accepted(run_program(PROGRAM, categories, "entries", mode=mode, model=model), model)
+    skipped = tuple(found["skipped"])
+    kept = [c for c in categories if c not in skipped]
+    return Entries(handler=found["handler"], entries=_known(found, kept), skipped=skipped,
+                   spec=found["spec"])  # fmt: skip
+
+
+def read_episodes(
+    categories: Sequence[str], mode: BfclMode = "prompting", model: str | None = None
+) -> Entries:
+    """The multi-turn categories' entries for `mode` (prompting or handler;
+    episode_entries_program.py); ConfigError and DatasetError as read_entries."""
+    found = run_program(EPISODES, categories, "multi-turn entries", mode=mode, model=model)
+    found = _accepted(found, model)
+    return Entries(handler=found["handler"], entries=_known(found, categories),
+                   spec=found.get("spec", {}))  # fmt: skip
+
+
+def _accepted(found: Mapping[str, Any], model: str | None) -> Mapping[str, Any]:
+    """`found`, or ConfigError when the program refused the handler mode's `model`."""
     if "refused" in found:
         raise ConfigError(
             f"bfcl_model {model!r}: {found['refused']}. Name a local model BFCL registers "
             "(bfcl_eval/constants/model_config.py's local_inference_model_map, e.g. "
             "Qwen/Qwen3-8B-FC or Qwen/Qwen3-8B), or set bfcl_mode prompting or native."
         )
-    skipped = tuple(found["skipped"])
-    kept = [c for c in categories if c not in skipped]
-    return Entries(handler=found["handler"], entries=_known(found, kept), skipped=skipped)
-
-
-def read_episodes(categories: Sequence[str]) -> Mapping[str, list[dict[str, Any]]]:
-    """Each multi-turn category's entries (episode_entries_program.py), in the package's order;
-    DatasetError as read_entries."""
-    return _known(run_program(EPISODES, categories, "multi-turn entries"), categories)
+    return found
 
 
 def _known(found: Mapping[str, Any], categories: Sequence[str]) -> Mapping[str, Any]:

@@ -6,7 +6,8 @@ text), so a plain child process, not the sandbox.
 stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler" |
 "native", "model": the registered model (handler mode)}. stdout's last line: {"known": the
 package's single-turn categories, "handler": the handler's class name, "entries": {category:
-[{id, prompt, tools, function, ground_truth}]}, "skipped": the categories left out}, or
+[{id, prompt, tools, function, ground_truth}]}, "spec": how to build the handler (spec_of),
+"skipped": the categories left out}, or
 {"refused": why} for a model BFCL does not register or whose handler is not a local one.
 `format_sensitivity` (BFCL's 26 prompt formats over 200 entries, each format named in the
 entry's id, which the handler's pre-processing reads) is left out for an FC handler or native
@@ -65,6 +66,14 @@ def handler_for(mode, model):
             f"the model's tokenizer, which evalpipe does not give it yet ({exc})"
         )
     return handler
+
+
+def spec_of(handler):
+    """How a sandboxed program builds the same handler without importing every model's
+    handler (bfcl_eval.constants.model_config imports them all): its class and arguments."""
+    cls = type(handler)
+    return {"module": cls.__module__, "name": cls.__name__, "model_name": handler.model_name,
+            "is_fc_model": handler.is_fc_model}  # fmt: skip
 
 
 def prompt_of(handler, mode, entry):
@@ -135,8 +144,8 @@ def main():
                 }
             )
         out[category] = rows
-    found = {"known": known, "handler": type(handler).__name__, "entries": out,
-             "skipped": skipped}  # fmt: skip
+    found = {"known": known, "handler": type(handler).__name__, "spec": spec_of(handler),
+             "entries": out, "skipped": skipped}  # fmt: skip
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 

@@ -4,7 +4,8 @@ the model, so every task definition and bfcl_results.json carries it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.catalog.preset import BfclMode
@@ -31,6 +32,9 @@ class Mode:
     handler: str  # the BFCL handler class whose format and decoder are used
     checker_model: str
     bfcl_model: str | None = None  # handler mode: the registered model named by the preset
+    # Handler mode: how a sandboxed program builds the handler by importing its module alone
+    # (entries_program.spec_of); not recorded, the class's name is.
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def comparable(self) -> bool:
@@ -48,6 +52,7 @@ PROMPTING = Mode(name="prompting", handler=PROMPTING_HANDLER, checker_model=PROM
 NATIVE = Mode(name="native", handler=NATIVE_HANDLER, checker_model=NATIVE_CHECKER)
 
 
-def registered(model: str, handler: str) -> Mode:
-    """Handler mode for BFCL's registered `model`, served by its `handler` class."""
-    return Mode(name="handler", handler=handler, checker_model=model, bfcl_model=model)
+def registered(model: str, handler: str, spec: Mapping[str, Any]) -> Mode:
+    """Handler mode for BFCL's registered `model`, served by its `handler` class (built as
+    `spec` says)."""
+    return Mode(name="handler", handler=handler, checker_model=model, bfcl_model=model, spec=spec)
