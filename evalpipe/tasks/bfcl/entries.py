@@ -14,6 +14,7 @@ from evalpipe.catalog.preset import BfclMode
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.tasks.bfcl.child import run_program
 from evalpipe.tasks.bfcl.install import bfcl_dir
+from evalpipe.tasks.bfcl.modes import checker_model
 
 PROGRAM = Path(__file__).with_name("entries_program.py")
 EPISODES = Path(__file__).with_name("episode_entries_program.py")
@@ -27,7 +28,8 @@ class Entries:
     handler: str
     entries: Mapping[str, list[dict[str, Any]]]
     skipped: tuple[str, ...] = ()
-    spec: Mapping[str, Any] = field(default_factory=dict)  # how a program builds the handler
+    # The checker model's settings (entries_program.config_of), for the sandboxed programs.
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read_entries(
@@ -38,11 +40,13 @@ def read_entries(
     when BFCL does not register `model` or serves it by a handler evalpipe cannot use;
     DatasetError when the package does not know a category or its loading fails (its output's
     end quoted)."""
-    found = _accepted(run_program(PROGRAM, categories, "entries", mode=mode, model=model), model)
+    found = run_program(PROGRAM, categories, "entries", mode=mode, model=model,
+                        checker=checker_model(mode, model))  # fmt: skip
+    found = _accepted(found, model)
     skipped = tuple(found["skipped"])
     kept = [c for c in categories if c not in skipped]
     return Entries(handler=found["handler"], entries=_known(found, kept), skipped=skipped,
-                   spec=found["spec"])  # fmt: skip
+                   config=found["config"])  # fmt: skip
 
 
 def read_episodes(
@@ -50,10 +54,11 @@ def read_episodes(
 ) -> Entries:
     """The multi-turn categories' entries for `mode` (prompting or handler;
     episode_entries_program.py); ConfigError and DatasetError as read_entries."""
-    found = run_program(EPISODES, categories, "multi-turn entries", mode=mode, model=model)
+    found = run_program(EPISODES, categories, "multi-turn entries", mode=mode, model=model,
+                        checker=checker_model(mode, model))  # fmt: skip
     found = _accepted(found, model)
     return Entries(handler=found["handler"], entries=_known(found, categories),
-                   spec=found.get("spec", {}))  # fmt: skip
+                   config=found["config"])  # fmt: skip
 
 
 def _accepted(found: Mapping[str, Any], model: str | None) -> Mapping[str, Any]:

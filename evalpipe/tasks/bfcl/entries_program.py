@@ -4,10 +4,11 @@ handlers' own pre-processing and prompt formatting, over the package's data alon
 text), so a plain child process, not the sandbox.
 
 stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler" |
-"native", "model": the registered model (handler mode)}. stdout's last line: {"known": the
+"native", "model": the registered model (handler mode), "checker": the registered model
+the checker is told}. stdout's last line: {"known": the
 package's single-turn categories, "handler": the handler's class name, "entries": {category:
-[{id, prompt, tools, function, ground_truth}]}, "spec": how to build the handler (spec_of),
-"skipped": the categories left out}, or
+[{id, prompt, tools, function, ground_truth}]}, "config": the settings of the model the
+checker is told, `checker` (config_of), "skipped": the categories left out}, or
 {"refused": why} for a model BFCL does not register or whose handler is not a local one.
 `format_sensitivity` (BFCL's 26 prompt formats over 200 entries, each format named in the
 entry's id, which the handler's pre-processing reads) is left out for an FC handler or native
@@ -68,12 +69,18 @@ def handler_for(mode, model):
     return handler
 
 
-def spec_of(handler):
-    """How a sandboxed program builds the same handler without importing every model's
-    handler (bfcl_eval.constants.model_config imports them all): its class and arguments."""
-    cls = type(handler)
-    return {"module": cls.__module__, "name": cls.__name__, "model_name": handler.model_name,
-            "is_fc_model": handler.is_fc_model}  # fmt: skip
+def config_of(model):
+    """The registered `model`'s settings, for the sandboxed programs: its handler's class (by
+    module and name) and the settings BFCL's checker reads. With them those programs stand in
+    for bfcl_eval.constants.model_config, which imports every model's handler (seconds in
+    each process; here, once per run)."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    config = MODEL_CONFIG_MAPPING[model]
+    cls = config.model_handler
+    return {"model": model, "module": cls.__module__, "name": cls.__name__,
+            "model_name": config.model_name, "is_fc_model": config.is_fc_model,
+            "underscore_to_dot": config.underscore_to_dot}  # fmt: skip
 
 
 def prompt_of(handler, mode, entry):
@@ -144,8 +151,8 @@ def main():
                 }
             )
         out[category] = rows
-    found = {"known": known, "handler": type(handler).__name__, "spec": spec_of(handler),
-             "entries": out, "skipped": skipped}  # fmt: skip
+    found = {"known": known, "handler": type(handler).__name__,
+             "config": config_of(given["checker"]), "entries": out, "skipped": skipped}  # fmt: skip
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 

@@ -4,18 +4,19 @@ handler's own pre-processing, over the package's data alone (no model text), so 
 process, not the sandbox.
 
 stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler",
-"model": the registered model (handler mode)}. stdout's last line: {"known": the package's
-multi-turn categories, "handler": the handler's class name (and in handler mode "spec", how to
-build it: entries_program.spec_of), "entries": {category: [{id, turns,
-initial_config, involved_classes, ground_truth, step_limit}]}} (or {"refused": why}, as
-entries_program.py refuses a model):
-`turns` the user messages of each turn as `inference_multi_turn_prompting` adds them: turn 0
-after the handler's pre-processing (the generic OSS handler's system prompt listing the
-functions, in prompting mode), a held-out turn (miss_func) as the message offering the held-out
-functions; `step_limit` the steps per turn after which the handler forces the entry to quit
-(MAXIMUM_STEP_LIMIT). In handler mode each entry also has `functions` (the functions the
-handler formats into every prompt), `chat` (the handler's messages after turn 0) and `prompt`
-(the text its `_format_prompt` makes of them: the first request, as `bfcl generate` sends it).
+"model": the registered model (handler mode), "checker": the model the checker is told}.
+stdout's last line: {"known": the package's multi-turn categories, "handler": the handler's
+class name, "config": the settings of the model the checker is told, `checker`
+(entries_program.config_of), "entries": {category: [{id, turns, initial_config,
+involved_classes, ground_truth, step_limit}]}} (or {"refused": why}, as entries_program.py
+refuses a model): `turns` the user messages of each turn as `inference_multi_turn_prompting`
+adds them: turn 0 after the handler's pre-processing (the generic OSS handler's system prompt
+listing the functions, in prompting mode), a held-out turn (miss_func) as the message offering
+the held-out functions; `step_limit` the steps per turn after which the handler forces the
+entry to quit (MAXIMUM_STEP_LIMIT). In handler mode each entry also has `functions` (the
+functions the handler formats into every prompt), `chat` (the handler's messages after turn 0)
+and `prompt` (the text its `_format_prompt` makes of them: the first request, as `bfcl
+generate` sends it).
 """
 
 import json
@@ -32,12 +33,12 @@ def main():
     )
     from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
     from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
+    from entries_program import config_of  # this program's folder is first on its path
 
     mode = given.get("mode", "prompting")
     if mode == "handler":
-        # The single-turn program's choice and refusals of a registered model's handler (this
-        # program's folder is first on its path).
-        from entries_program import handler_for, spec_of
+        # The single-turn program's choice and refusals of a registered model's handler.
+        from entries_program import handler_for
 
         handler = handler_for(mode, given["model"])
         if isinstance(handler, str):
@@ -76,8 +77,7 @@ def main():
             rows.append(row)
         out[category] = rows
     found = {"known": MULTI_TURN_CATEGORY, "handler": type(handler).__name__, "entries": out}
-    if mode == "handler":
-        found["spec"] = spec_of(handler)
+    found["config"] = config_of(given["checker"])
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 

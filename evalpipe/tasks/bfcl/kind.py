@@ -5,6 +5,7 @@ accuracy, its groups, its overall and the mode as its results document (results.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -58,11 +59,12 @@ class BfclKind(TaskKind):
         check_prompting_only(read.skipped, named, wanted)
         single = [c for c in single if c not in read.skipped]
         episodes = read_episodes(multi, wanted, model) if multi else none
+        built = read if single else episodes
         if wanted == "handler":
-            built = read if single else episodes
-            mode = registered(str(model), built.handler, built.spec)
+            mode = registered(str(model), built.handler)
         else:
             mode = NATIVE if wanted == "native" else PROMPTING
+        mode = dataclasses.replace(mode, config=built.config)
         return Loaded(tasks=(
             *(BfclTask(bfcl_category=c, version=version, entries=read.entries[c], mode=mode)
               for c in single),

@@ -32,9 +32,9 @@ class Mode:
     handler: str  # the BFCL handler class whose format and decoder are used
     checker_model: str
     bfcl_model: str | None = None  # handler mode: the registered model named by the preset
-    # Handler mode: how a sandboxed program builds the handler by importing its module alone
-    # (entries_program.spec_of); not recorded, the class's name is.
-    spec: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    # The checker model's settings (entries_program.config_of): the sandboxed programs build
+    # the handler from them, importing its module alone; not recorded (the names are).
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def comparable(self) -> bool:
@@ -52,7 +52,13 @@ PROMPTING = Mode(name="prompting", handler=PROMPTING_HANDLER, checker_model=PROM
 NATIVE = Mode(name="native", handler=NATIVE_HANDLER, checker_model=NATIVE_CHECKER)
 
 
-def registered(model: str, handler: str, spec: Mapping[str, Any]) -> Mode:
-    """Handler mode for BFCL's registered `model`, served by its `handler` class (built as
-    `spec` says)."""
-    return Mode(name="handler", handler=handler, checker_model=model, bfcl_model=model, spec=spec)
+def registered(model: str, handler: str) -> Mode:
+    """Handler mode for BFCL's registered `model`, served by its `handler` class."""
+    return Mode(name="handler", handler=handler, checker_model=model, bfcl_model=model)
+
+
+def checker_model(mode: BfclMode, model: str | None) -> str:
+    """The registered model BFCL's checker is told in `mode` (`model`: handler mode's)."""
+    if mode == "handler":
+        return str(model)
+    return NATIVE_CHECKER if mode == "native" else PROMPTING_CHECKER

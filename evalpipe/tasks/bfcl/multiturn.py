@@ -171,7 +171,7 @@ class BfclMultiTurnTask:
         """steps_program.py's answer for `items` (None when it did not end cleanly), and how
         its sandboxed process ended."""
         data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
-                            spec=dict(self.mode.spec), items=list(items))  # fmt: skip
+                            config=dict(self.mode.config), items=list(items))  # fmt: skip
         return run_exchange(PROGRAM.read_text(), data,
                             timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
 

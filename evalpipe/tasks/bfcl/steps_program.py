@@ -17,8 +17,8 @@ calls are compared with the recorded ones: `replay_equal`).
 
 stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
 "handler", "model": the registered model (handler mode; in prompting mode the name BFCL keys
-instances by), "spec": how to build the handler (handler mode: its module, class and
-arguments), "items": [{category, id, initial_config, involved_classes, replay: [{calls,
+instances by), "config": the model's settings (entries_program.config_of: its handler's module,
+class and arguments), "items": [{category, id, initial_config, involved_classes, replay: [{calls,
 results}], text}]}; in handler mode each item also has `functions`, `chat` (the handler's
 messages before the step) and `next_turn` (the user messages of the turn after the step's, or
 null after the last), and an item whose `text` is null only asks for the prompt of `chat`.
@@ -49,10 +49,12 @@ def main():
 
     handler = None
     if given["mode"] == "handler":  # its module alone: importing every handler takes seconds
-        spec = given["spec"]
-        built = getattr(importlib.import_module(spec["module"]), spec["name"])
-        handler = built(model_name=spec["model_name"], temperature=0.001,
-                        registry_name=given["model"], is_fc_model=spec["is_fc_model"])  # fmt: skip
+        config = given["config"]
+        built = getattr(importlib.import_module(config["module"]), config["name"])
+        handler = built(
+            model_name=config["model_name"], temperature=0.001,
+            registry_name=given["model"], is_fc_model=config["is_fc_model"],
+        )  # fmt: skip
         decode = handler.decode_execute
     else:
         from bfcl_eval.model_handler.utils import default_decode_execute_prompting as decode
