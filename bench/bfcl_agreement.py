@@ -20,8 +20,9 @@ written as the mode's handler asks (prompting: `[f(a=1)]`; handler mode with Qwe
 `<tool_call>` JSON lines, every seventh with a call's JSON broken), scored by evalpipe's tasks
 in that mode and by BFCL. Exit 1 on any disagreement.
 
-Multi-turn categories (prompting mode only, as evalpipe runs them): each entry's trajectory is
-written as `bfcl generate` writes it (per turn, per step, the model's text, from steps.jsonl;
+Multi-turn categories (a run's in its mode; scripted ones in prompting mode): each entry's
+trajectory is written as `bfcl generate` writes it (per turn, per step, the model's text, or in
+handler mode the handler's reading of it, from steps.jsonl;
 an entry whose inference failed, e.g. a step that outgrew the context, as its error string)
 and scored by the same code path; accuracy and each entry's verdict are compared. --scripted
 adds multi_turn_base's first MT_ENTRIES entries (--quick: six) run on the fake engine by
@@ -133,7 +134,8 @@ def trajectory(record: dict[str, Any], steps: Sequence[Step]) -> list[list[str]]
     turns: list[list[str]] = []
     for step in steps:
         turns += [[] for _ in range(step.outcome["turn"] + 1 - len(turns))]
-        turns[step.outcome["turn"]].append(step.text)
+        # Handler mode: the handler's reading of the text, which BFCL's result keeps.
+        turns[step.outcome["turn"]].append(step.outcome.get("response", step.text))
     return turns
 
 
@@ -271,13 +273,13 @@ def main() -> int:
     model = args.model if handler else PROMPTING_CHECKER
     print(f"mode {args.mode}, checker model {model}")
     results, ours = from_run(args.run) if args.run else scripted(limit, model if handler else None)
-    # Multi-turn runs BFCL's generic prompting handler only, whatever the mode.
+    # Scripted multi-turn entries: prompting mode; a run's, in its mode.
     mt_results, verdicts = (multi_turn_from_run(args.run) if args.run else ({}, {}) if handler
                             else multi_turn_scripted(len(PERTURBATIONS) + 1 if args.quick
                                                      else MT_ENTRIES))  # fmt: skip
     theirs = bfcl_scores(results, model) if results else {}
     if mt_results:
-        theirs |= bfcl_scores(mt_results, PROMPTING_CHECKER)
+        theirs |= bfcl_scores(mt_results, model)
     for category, found in verdicts.items():
         ours.setdefault(category, sum(found.values()) / len(found))
     failed = 0

@@ -1,12 +1,15 @@
 """A scripted model for BFCL multi-turn entries on the fake engine: at each user turn it issues
 the turn's ground-truth calls (one step), and after their results it answers in words (no
 call, so BFCL ends the turn); for the entries named chatty it answers every user turn with
-CHATTY_WORDS words, which the next step's prompt cannot hold. Run as a program, it evaluates
-those entries of multi_turn_base into a run directory, in this process (the kill -9 test's
-subject): python bfcl_scripted.py OUT CHATTY_ID ID...."""
+CHATTY_WORDS words, which the next step's prompt cannot hold. QwenGroundTruthModel does the
+same for BFCL's handler mode with Qwen's FC handler (`<tool_call>` JSON in its own prompt
+format). Run as a program, it evaluates those entries of multi_turn_base into a run directory,
+in this process (the kill -9 test's subject): python bfcl_scripted.py OUT CHATTY_ID ID...."""
 
 from __future__ import annotations
 
+import ast
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,11 +65,41 @@ class GroundTruthModel(FakeEngine):
         return f"[{', '.join(calls)}]" if calls else "None of the functions fits the request."
 
 
+# Qwen's FC prompt (its BFCL handler's `_format_prompt`): a user turn, and the tools' answers.
+QWEN_USER = "<|im_start|>user\n"
+QWEN_RESULTS = "</tool_response><|im_end|>\n<|im_start|>assistant\n"
+
+
+def qwen_tool_calls(calls: Sequence[str]) -> str:
+    """BFCL's ground-truth calls (`f(a=1)`, keywords only) as Qwen writes calls."""
+    out = []
+    for call in calls:
+        node = ast.parse(call, mode="eval").body
+        assert isinstance(node, ast.Call) and not node.args, call
+        arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+        call = json.dumps({"name": ast.unparse(node.func), "arguments": arguments})
+        out.append(f"<tool_call>\n{call}\n</tool_call>")
+    return "\n".join(out)
+
+
+class QwenGroundTruthModel(GroundTruthModel):
+    """The ground-truth model for BFCL's handler mode with Qwen's FC handler: the prompt is the
+    handler's text, the calls are `<tool_call>` JSON."""
+
+    def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:
+        entry = next(e for question, e in self.entries.items() if question in text)
+        if text.endswith(QWEN_RESULTS):
+            return DONE
+        turn = text.count(QWEN_USER) - text.count(QWEN_USER + "<tool_response>") - 1
+        calls = entry["ground_truth"][turn]
+        return qwen_tool_calls(calls) if calls else "None of the functions fits the request."
+
+
 def subset(task: BfclMultiTurnTask, ids: Sequence[str]) -> BfclMultiTurnTask:
     """The task over the entries named (in that order)."""
     by_id = {e["id"]: e for e in task.entries}
     return BfclMultiTurnTask(bfcl_category=task.bfcl_category, version=task.version,
-                             entries=[by_id[i] for i in ids])  # fmt: skip
+                             entries=[by_id[i] for i in ids], mode=task.mode)  # fmt: skip
 
 
 def run(out: Path, task: BfclMultiTurnTask, chatty: str, delay_s: float) -> GenerationResult:

@@ -16,7 +16,9 @@ from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.tasks.bfcl.install import bfcl_dir
 from evalpipe.tasks.bfcl.kind import KIND
-from evalpipe.tasks.bfcl.task import BfclTask
+from evalpipe.tasks.bfcl.results import results_document
+from evalpipe.tasks.bfcl.sensitivity import format_of
+from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
 from evalpipe.tasks.kindbase import LoadOptions
 
 
@@ -46,13 +48,12 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
 ) -> None:
     monkeypatch.setenv("EVALPIPE_BFCL_DIR", str(tmp_path))  # not reached: nothing loads
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--out", str(tmp_path / "r"),
-            "--tasks", "bfcl:simple_python,memory_vector,web_search_base,"
-            "format_sensitivity"]  # fmt: skip
+            "--tasks", "bfcl:simple_python,memory_vector,web_search_base"]  # fmt: skip
     assert main(argv) == exitcodes.ERROR
     said = capsys.readouterr().err
-    assert "cannot run bfcl:memory_vector, bfcl:web_search_base, bfcl:format_sensitivity" in said
+    assert "cannot run bfcl:memory_vector, bfcl:web_search_base yet" in said
     for need in ("prerequisite conversations", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
-                 "26 prompt formats", "bfcl alone runs simple_python"):  # fmt: skip
+                 "bfcl alone runs simple_python"):  # fmt: skip
         assert need in said
     assert "memory_kv" not in said and not (tmp_path / "r").exists()
 
@@ -78,8 +79,14 @@ def test_bfcl_eval_missing_is_one_message_naming_the_install(
         load("bfcl:simple_python")
 
 
-def test_bfcl_selects_every_single_turn_category_in_the_packages_order() -> None:
-    tasks = load("bfcl")
+@pytest.fixture(scope="module")
+def every() -> dict[str, BfclTask]:
+    """Plain `bfcl`'s tasks, read once (~12 s)."""
+    return load("bfcl")
+
+
+def test_bfcl_selects_every_category_in_the_packages_order(every: dict[str, BfclTask]) -> None:
+    tasks = every
     # bfcl-eval's import side effects went to a temporary BFCL_PROJECT_ROOT.
     assert not {"result", "score"} & {p.name for p in bfcl_dir().iterdir()}
     assert all(t.sampling.temperature == 0.001 and t.sampling.max_tokens == 4096
@@ -161,3 +168,54 @@ def test_a_fake_run_keeps_per_category_accuracy_and_an_overall_marked_incomplete
     assert document["groups"]["non_live"]["not_run"] == ["simple_java", "simple_javascript",
                                                          "multiple", "parallel",
                                                          "parallel_multiple"]  # fmt: skip
+
+
+# format_sensitivity's first 26 entries: simple_python_19, math.gcd(num1=40, num2=50), under each
+# of BFCL's prompt formats; the answer in each return format it may ask for.
+GCD = {
+    "python": "[math.gcd(num1=40, num2=50)]",
+    "json": '```json\n[{"function":"math.gcd","parameters":{"num1":40,"num2":50}}]\n```',
+    "verbose_xml": '<functions><function name="math.gcd"><params><param name="num1" value="40" '
+                   'type="integer"/><param name="num2" value="50" type="integer"/></params>'
+                   "</function></functions>",
+    "concise_xml": '<functions><function name="math.gcd"><param name="num1" type="integer">40'
+                   '</param><param name="num2" type="integer">50</param></function></functions>',
+}  # fmt: skip
+
+
+def asked(prompt_format: str) -> str:
+    """The correct answer in the return format (and tool-call tag) `prompt_format` asks for."""
+    fields = dict(part.split("=") for part in prompt_format.split("&"))
+    answer = GCD[fields["ret_fmt"]]
+    return f"<TOOLCALL>{answer}</TOOLCALL>" if fields["tool_call_tag"] == "True" else answer
+
+
+def test_format_sensitivity_prompts_and_decodes_each_format_as_bfcl_does(
+    every: dict[str, BfclTask],
+) -> None:
+    task = every["format_sensitivity"]
+    assert len(task.entries) == 26 * 200  # BFCL's formats over its 200 chosen entries
+    samples = task.samples(26)
+    formats = [format_of(s.id) for s in samples]
+    assert len(set(formats)) == 26 and all(s.id.endswith(":simple_python_19") for s in samples)
+    system = {f: s.prompt[0]["content"] for f, s in zip(formats, samples, strict=True)}
+    tagged = "ret_fmt=json&tool_call_tag=True&func_doc_fmt=xml&prompt_fmt=plaintext&style=classic"
+    assert "<TOOLCALL>```json" in system[tagged] and '<function name="math.gcd">' in system[tagged]
+    # Each answer decoded in the format its prompt asked for; a plain Python list is read
+    # only where Python without the tag was asked for (5 formats).
+    scored = task.score_many([(s, [asked(f), GCD["python"]])
+                              for s, f in zip(samples, formats, strict=True)])  # fmt: skip
+    assert all(found.extracted[0] == "valid" for found in scored)
+    plain = [f for f, found in zip(formats, scored, strict=True) if found.extracted[1] == "valid"]
+    assert len(plain) == 5 and all("ret_fmt=python&tool_call_tag=False" in f for f in plain)
+    # Outside the overall; its spread across the formats as BFCL's score file heads it.
+    finished = [(s.id, found.scores) for s, found in zip(samples, scored, strict=True)]
+    document = results_document(["format_sensitivity"], {PREFIX + "format_sensitivity": finished},
+                                {}, PREFIX)  # fmt: skip
+    spread = document["format_sensitivity"]
+    assert spread["formats"][tagged] == {"accuracy": 0.5, "correct": 0.5, "total": 1}
+    assert (spread["accuracy_max_delta"], spread["accuracy_variance"],
+            spread["accuracy_std"]) == (50.0, 403.85, 20.1)  # fmt: skip
+    assert document["categories"]["format_sensitivity"]["total"] == 26
+    outside = (*document["not_run"], document["overall_note"])
+    assert not any("format_sensitivity" in said for said in outside)

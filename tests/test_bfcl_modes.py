@@ -29,7 +29,7 @@ from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.tasks.bfcl import entries
 from evalpipe.tasks.bfcl.child import project_env
 from evalpipe.tasks.bfcl.install import bfcl_dir
-from evalpipe.tasks.bfcl.kind import KIND
+from evalpipe.tasks.bfcl.kind import KIND, check_prompting_only
 from evalpipe.tasks.bfcl.task import BfclTask
 from evalpipe.tasks.kindbase import LoadOptions
 
@@ -60,6 +60,9 @@ given = json.load(sys.stdin)
 sys.path.append(given["bfcl"])
 program = runpy.run_path(given["program"])
 print(json.dumps([program["handler_for"]("handler", m) for m in given["models"]]))
+both = ["simple_python", "format_sensitivity"]
+print(json.dumps([program["skipped_for"](program["handler_for"]("handler", m), "handler", both)
+                  for m in ("Qwen/Qwen3-8B-FC", "Qwen/Qwen3-8B")]))
 """
 
 
@@ -74,7 +77,13 @@ def test_bad_mode_settings_are_refused_naming_the_fix(
         done = subprocess.run([sys.executable, "-c", REFUSALS], input=json.dumps(given),
                               capture_output=True, text=True, env=project_env(root),
                               check=True)  # fmt: skip
-    unknown, api, glm = json.loads(done.stdout.splitlines()[-1])
+    unknown, api, glm = json.loads(done.stdout.splitlines()[-2])
+    # format_sensitivity is for prompting models: left out for an FC handler, as `bfcl
+    # generate` leaves it out; named, it is refused (plain `bfcl` runs without it).
+    assert json.loads(done.stdout.splitlines()[-1]) == [["format_sensitivity"], []]
+    with pytest.raises(ConfigError, match=r"format_sensitivity is run for prompting models only"):
+        check_prompting_only(["format_sensitivity"], ["format_sensitivity"], "handler")
+    check_prompting_only(["format_sensitivity"], ["bfcl"], "handler")
     assert unknown == "BFCL registers no model 'Qwen/Qwen3-8B-FCX'"
     assert "OpenAIResponsesHandler, an API handler, not a local one" in api
     assert "(GLMHandler) sends stop_token_ids with its requests" in glm

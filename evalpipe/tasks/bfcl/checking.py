@@ -30,7 +30,8 @@ def check_in_sandbox(mode: Mode, items: Sequence[Mapping[str, Any]]) -> list[lis
     the mode's decoder and its checker model's settings. A failed batch is checked again one
     item at a time, so one text that breaks the checker fails its own item only
     (as SANDBOX_FAILED)."""
-    data = sandbox_data(mode=mode.name, model=mode.checker_model, items=list(items))
+    data = sandbox_data(mode=mode.name, model=mode.checker_model, config=dict(mode.config),
+                        items=list(items))  # fmt: skip
     texts = sum(len(item["texts"]) for item in items)
     answer, result = run_exchange(PROGRAM.read_text(), data, timeout_s=START_S + PER_TEXT_S * texts)
     if answer is not None:

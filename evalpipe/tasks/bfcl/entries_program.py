@@ -4,10 +4,15 @@ handlers' own pre-processing and prompt formatting, over the package's data alon
 text), so a plain child process, not the sandbox.
 
 stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler" |
-"native", "model": the registered model (handler mode)}. stdout's last line: {"known": the
+"native", "model": the registered model (handler mode), "checker": the registered model
+the checker is told}. stdout's last line: {"known": the
 package's single-turn categories, "handler": the handler's class name, "entries": {category:
-[{id, prompt, tools, function, ground_truth}]}}, or {"refused": why} for a model BFCL does not
-register or whose handler is not a local one. Per mode, from the entry as `bfcl generate` loads
+[{id, prompt, tools, function, ground_truth}]}, "config": the settings of the model the
+checker is told, `checker` (config_of), "skipped": the categories left out}, or
+{"refused": why} for a model BFCL does not register or whose handler is not a local one.
+`format_sensitivity` (BFCL's 26 prompt formats over 200 entries, each format named in the
+entry's id, which the handler's pre-processing reads) is left out for an FC handler or native
+mode, as `bfcl generate` skips it for FC models. Per mode, from the entry as `bfcl generate` loads
 it (language hints in the function docs):
 - prompting: `prompt` the chat BFCL's generic OSS handler (QuickTestingOSSHandler) formats with
   the model's chat template;
@@ -64,6 +69,20 @@ def handler_for(mode, model):
     return handler
 
 
+def config_of(model):
+    """The registered `model`'s settings, for the sandboxed programs: its handler's class (by
+    module and name) and the settings BFCL's checker reads. With them those programs stand in
+    for bfcl_eval.constants.model_config, which imports every model's handler (seconds in
+    each process; here, once per run)."""
+    from bfcl_eval.constants.model_config import MODEL_CONFIG_MAPPING
+
+    config = MODEL_CONFIG_MAPPING[model]
+    cls = config.model_handler
+    return {"model": model, "module": cls.__module__, "name": cls.__name__,
+            "model_name": config.model_name, "is_fc_model": config.is_fc_model,
+            "underscore_to_dot": config.underscore_to_dot}  # fmt: skip
+
+
 def prompt_of(handler, mode, entry):
     """What evalpipe sends for one entry: (prompt, tools)."""
     from bfcl_eval.constants.enums import ModelStyle
@@ -80,10 +99,19 @@ def prompt_of(handler, mode, entry):
     return handler._format_prompt(data["message"], data["function"]), []
 
 
+def skipped_for(handler, mode, categories):
+    """The categories left out: format_sensitivity for an FC handler or native mode, as
+    `bfcl generate` skips it for FC models."""
+    from bfcl_eval.constants.category_mapping import NON_SCORING_CATEGORY
+
+    fc = mode == "native" or handler.is_fc_model
+    return [c for c in categories if c in NON_SCORING_CATEGORY and fc]
+
+
 def main():
     given = json.load(sys.stdin)
     sys.path.append(given["path"])
-    from bfcl_eval.constants.category_mapping import SINGLE_TURN_CATEGORY
+    from bfcl_eval.constants.category_mapping import NON_SCORING_CATEGORY, SINGLE_TURN_CATEGORY
     from bfcl_eval.utils import (
         is_relevance_or_irrelevance,
         load_dataset_entry,
@@ -95,12 +123,16 @@ def main():
     if isinstance(handler, str):
         sys.stdout.write("\n" + json.dumps({"refused": handler}) + "\n")
         return
+    known = SINGLE_TURN_CATEGORY + NON_SCORING_CATEGORY
+    skipped = skipped_for(handler, mode, given["categories"])
     out = {}
     for category in given["categories"]:
-        if category not in SINGLE_TURN_CATEGORY:
-            continue  # the caller names it as unknown
+        if category not in known or category in skipped:
+            continue  # the caller names it as unknown, or as left out
         truths = {}
         if not is_relevance_or_irrelevance(category):
+            # A format_sensitivity id is "format_sensitivity_N:FORMAT:ORIGINAL_ID"; its ground
+            # truth is the original entry's.
             truths = {e["id"]: e["ground_truth"] for e in load_ground_truth_entry(category)}
         checked = load_dataset_entry(
             category, include_prereq=False, include_language_specific_hint=False
@@ -115,11 +147,12 @@ def main():
                     "prompt": prompt,
                     "tools": tools,
                     "function": functions[entry["id"]],
-                    "ground_truth": truths.get(entry["id"]),
+                    "ground_truth": truths.get(entry["id"].rpartition(":")[2]),
                 }
             )
         out[category] = rows
-    found = {"known": SINGLE_TURN_CATEGORY, "handler": type(handler).__name__, "entries": out}
+    found = {"known": known, "handler": type(handler).__name__,
+             "config": config_of(given["checker"]), "entries": out, "skipped": skipped}  # fmt: skip
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 

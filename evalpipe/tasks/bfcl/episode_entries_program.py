@@ -1,15 +1,22 @@
 """The program evalpipe runs in a child process to read BFCL's multi-turn entries (sent by
 evalpipe/tasks/bfcl/entries.py; never imported by evalpipe): bfcl-eval's own loading and its
-prompting handler's own pre-processing, over the package's data alone (no model text), so a
-plain child process, not the sandbox.
+handler's own pre-processing, over the package's data alone (no model text), so a plain child
+process, not the sandbox.
 
-stdin: {"path": bfcl-eval's folder, "categories": [...]}. stdout's last line: {"known": the
-package's multi-turn categories, "entries": {category: [{id, turns, initial_config,
-involved_classes, ground_truth, step_limit}]}}: `turns` the user messages of each turn as
-`inference_multi_turn_prompting` adds them with BFCL's generic OSS handler
-(QuickTestingOSSHandler): turn 0 after its system prompt listing the functions, a held-out
-turn (miss_func) as the message offering the held-out functions; `step_limit` the steps per
-turn after which the handler forces the entry to quit (MAXIMUM_STEP_LIMIT).
+stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler",
+"model": the registered model (handler mode), "checker": the model the checker is told}.
+stdout's last line: {"known": the package's multi-turn categories, "handler": the handler's
+class name, "config": the settings of the model the checker is told, `checker`
+(entries_program.config_of), "entries": {category: [{id, turns, initial_config,
+involved_classes, ground_truth, step_limit}]}} (or {"refused": why}, as entries_program.py
+refuses a model): `turns` the user messages of each turn as `inference_multi_turn_prompting`
+adds them: turn 0 after the handler's pre-processing (the generic OSS handler's system prompt
+listing the functions, in prompting mode), a held-out turn (miss_func) as the message offering
+the held-out functions; `step_limit` the steps per turn after which the handler forces the
+entry to quit (MAXIMUM_STEP_LIMIT). In handler mode each entry also has `functions` (the
+functions the handler formats into every prompt), `chat` (the handler's messages after turn 0)
+and `prompt` (the text its `_format_prompt` makes of them: the first request, as `bfcl
+generate` sends it).
 """
 
 import json
@@ -26,10 +33,21 @@ def main():
     )
     from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
     from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
+    from entries_program import config_of  # this program's folder is first on its path
 
-    handler = QuickTestingOSSHandler(
-        model_name="evalpipe", temperature=0.001, registry_name="evalpipe", is_fc_model=False
-    )
+    mode = given.get("mode", "prompting")
+    if mode == "handler":
+        # The single-turn program's choice and refusals of a registered model's handler.
+        from entries_program import handler_for
+
+        handler = handler_for(mode, given["model"])
+        if isinstance(handler, str):
+            sys.stdout.write("\n" + json.dumps({"refused": handler}) + "\n")
+            return
+    else:
+        handler = QuickTestingOSSHandler(
+            model_name="evalpipe", temperature=0.001, registry_name="evalpipe", is_fc_model=False
+        )
     out = {}
     for category in given["categories"]:
         if category not in MULTI_TURN_CATEGORY:
@@ -37,25 +55,30 @@ def main():
         truths = {e["id"]: e["ground_truth"] for e in load_ground_truth_entry(category)}
         rows = []
         for entry in load_dataset_entry(category):
-            handler._pre_query_processing_prompting(entry)  # the system prompt, into turn 0
+            data = handler._pre_query_processing_prompting(entry)  # the system prompt, into turn 0
             holdout = entry.get("missed_function", {})
             turns = [
                 [{"role": "user", "content": DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
                   .format(functions=holdout[str(i)])}] if str(i) in holdout else messages
                 for i, messages in enumerate(entry["question"])
             ]  # fmt: skip
-            rows.append(
-                {
-                    "id": entry["id"],
-                    "turns": turns,
-                    "initial_config": entry.get("initial_config", {}),
-                    "involved_classes": entry["involved_classes"],
-                    "ground_truth": truths[entry["id"]],
-                    "step_limit": MAXIMUM_STEP_LIMIT,
-                }
-            )
+            row = {
+                "id": entry["id"],
+                "turns": turns,
+                "initial_config": entry.get("initial_config", {}),
+                "involved_classes": entry["involved_classes"],
+                "ground_truth": truths[entry["id"]],
+                "step_limit": MAXIMUM_STEP_LIMIT,
+            }
+            if mode == "handler":
+                data = handler.add_first_turn_message_prompting(data, turns[0])
+                row["functions"], row["chat"] = data["function"], data["message"]
+                row["prompt"] = handler._format_prompt(data["message"], data["function"])
+            rows.append(row)
         out[category] = rows
-    sys.stdout.write("\n" + json.dumps({"known": MULTI_TURN_CATEGORY, "entries": out}) + "\n")
+    found = {"known": MULTI_TURN_CATEGORY, "handler": type(handler).__name__, "entries": out}
+    found["config"] = config_of(given["checker"])
+    sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, then multi-turn)
 or `bfcl:CATEGORY,...`, one task per category, in the preset's BFCL mode (modes.py; multi-turn
-in prompting mode only); a completed run keeps BFCL's per-category accuracy, its groups, its
-overall and the mode as its results document (results.py)."""
+in BFCL's prompting and handler modes, not native); a completed run keeps BFCL's per-category
+accuracy, its groups, its overall and the mode as its results document (results.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MULTI_TURN, TaskRef
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
-from evalpipe.tasks.bfcl.entries import read_entries, read_episodes
+from evalpipe.tasks.bfcl.entries import Entries, read_entries, read_episodes
 from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
 from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
@@ -49,20 +50,26 @@ class BfclKind(TaskKind):
         wanted = preset.bfcl_mode if preset is not None else "prompting"
         model = preset.bfcl_model if preset is not None else None
         multi = [c for c in chosen if c in BFCL_MULTI_TURN]
-        if wanted != "prompting":
+        if wanted == "native":
             check_multi_turn(multi, named, wanted)
             multi = []
         single = [c for c in chosen if c not in BFCL_MULTI_TURN]
-        handler, entries = read_entries(single, wanted, model) if single else ("", {})
+        none = Entries(handler="", entries={})
+        read = read_entries(single, wanted, model) if single else none
+        check_prompting_only(read.skipped, named, wanted)
+        single = [c for c in single if c not in read.skipped]
+        episodes = read_episodes(multi, wanted, model) if multi else none
+        built = read if single else episodes
         if wanted == "handler":
-            mode = registered(str(model), handler)
+            mode = registered(str(model), built.handler)
         else:
             mode = NATIVE if wanted == "native" else PROMPTING
-        episodes = read_episodes(multi) if multi else {}
+        mode = dataclasses.replace(mode, config=built.config)
         return Loaded(tasks=(
-            *(BfclTask(bfcl_category=c, version=version, entries=entries[c], mode=mode)
+            *(BfclTask(bfcl_category=c, version=version, entries=read.entries[c], mode=mode)
               for c in single),
-            *(BfclMultiTurnTask(bfcl_category=c, version=version, entries=episodes[c])
+            *(BfclMultiTurnTask(bfcl_category=c, version=version, entries=episodes.entries[c],
+                                mode=mode)
               for c in multi),
         ))  # fmt: skip
 
@@ -104,13 +111,29 @@ def check_mode(preset: Preset | None, backend: str) -> None:
 
 
 def check_multi_turn(multi: Sequence[str], named: Sequence[str], mode: str) -> None:
-    """Multi-turn categories run in prompting mode only: named in another mode, they are
-    refused (plain `bfcl` leaves them out, and its results name them as not run)."""
+    """Multi-turn categories run in BFCL's modes (prompting, handler), not in native mode: named
+    there, they are refused (plain `bfcl` leaves them out, and its results name them as not
+    run)."""
     asked = [c for c in multi if c in named]
     if asked:
         raise ConfigError(
-            f"BFCL's {', '.join(asked)} run in prompting mode only, and this preset asks for "
-            f"bfcl_mode {mode}: leave them out, or run them with bfcl_mode prompting."
+            f"BFCL's {', '.join(asked)} run in bfcl_mode prompting or handler, and this preset "
+            f"asks for bfcl_mode {mode}, whose tools would change between steps (a held-out "
+            "function), which evalpipe's episodes do not give the engine yet: leave them out, "
+            "or run them with bfcl_mode prompting or handler."
+        )
+
+
+def check_prompting_only(skipped: Sequence[str], named: Sequence[str], mode: str) -> None:
+    """format_sensitivity is for prompting models (`bfcl generate` skips it for FC models):
+    named with an FC handler or in native mode it is refused; plain `bfcl` leaves it out."""
+    asked = [c for c in skipped if c in named]
+    if asked:
+        raise ConfigError(
+            f"BFCL's {', '.join(asked)} is run for prompting models only (bfcl generate skips "
+            f"it for FC models), and this preset's bfcl_mode {mode} calls functions the FC way: "
+            "leave it out, or run it with bfcl_mode prompting (or handler with a prompting "
+            "model such as Qwen/Qwen3-8B)."
         )
 
 

@@ -4,7 +4,8 @@ the model, so every task definition and bfcl_results.json carries it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.catalog.preset import BfclMode
@@ -31,6 +32,9 @@ class Mode:
     handler: str  # the BFCL handler class whose format and decoder are used
     checker_model: str
     bfcl_model: str | None = None  # handler mode: the registered model named by the preset
+    # The checker model's settings (entries_program.config_of): the sandboxed programs build
+    # the handler from them, importing its module alone; not recorded (the names are).
+    config: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def comparable(self) -> bool:
@@ -51,3 +55,10 @@ NATIVE = Mode(name="native", handler=NATIVE_HANDLER, checker_model=NATIVE_CHECKE
 def registered(model: str, handler: str) -> Mode:
     """Handler mode for BFCL's registered `model`, served by its `handler` class."""
     return Mode(name="handler", handler=handler, checker_model=model, bfcl_model=model)
+
+
+def checker_model(mode: BfclMode, model: str | None) -> str:
+    """The registered model BFCL's checker is told in `mode` (`model`: handler mode's)."""
+    if mode == "handler":
+        return str(model)
+    return NATIVE_CHECKER if mode == "native" else PROMPTING_CHECKER

@@ -1,11 +1,13 @@
-"""One BFCL multi-turn category as an evalpipe task of episodes (run/episodes.py), prompting
-mode, as BFCL's `inference_multi_turn_prompting` runs an entry with its generic OSS handler:
-each step's completion is decoded and its calls executed against BFCL's simulated APIs in the
-sandbox (steps_program.py), the results go back as tool messages (one per call, named by the
-call, as `_add_execution_results_prompting` adds them) and the next step is generated; a turn
-ends when a completion decodes to no call, the next user turn follows, and an entry whose turn
-takes more steps than BFCL's limit is forced to quit. The finished trajectory is scored by
-BFCL's multi-turn checker (state and response checks), in the sandbox."""
+"""One BFCL multi-turn category as an evalpipe task of episodes (run/episodes.py), as BFCL's
+`inference_multi_turn_prompting` runs an entry with a local handler: in prompting mode its
+generic OSS handler (the chat rendered with the model's template), in handler mode the
+registered model's own (Qwen's FC handler, …: its `_format_prompt` text, sent as it is). Each
+step's completion is decoded and its calls executed against BFCL's simulated APIs in the
+sandbox (steps_program.py), the results go back as tool messages (as the handler's
+`_add_execution_results_prompting` adds them) and the next step is generated; a turn ends when
+a completion decodes to no call, the next user turn follows, and an entry whose turn takes
+more steps than BFCL's limit is forced to quit. The finished trajectory is scored by BFCL's
+multi-turn checker (state and response checks), in the sandbox."""
 
 from __future__ import annotations
 
@@ -16,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.records.episode import Ended, Step
-from evalpipe.records.prompt import Prompt
+from evalpipe.records.prompt import Prompt, Rendered
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.sandbox.exchange import run_exchange
+from evalpipe.sandbox.pool import SandboxResult
 from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, check_in_sandbox
 from evalpipe.tasks.bfcl.episode_requests import episode_requests
 from evalpipe.tasks.bfcl.install import sandbox_data
-from evalpipe.tasks.bfcl.modes import PROMPTING
+from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, scored
 
 log = logging.getLogger(__name__)
@@ -38,10 +41,11 @@ INFERENCE_ERROR = "multi_turn:inference_error"
 
 @dataclass(frozen=True, kw_only=True)
 class History:
-    """An entry's recorded steps read as BFCL's handler holds them: the chat so far, each
-    turn's step texts (its model_result), the turn the next step belongs to, and the end."""
+    """An entry's recorded steps read as BFCL's handler holds them: the chat so far (the
+    handler's messages), each turn's step texts (its model_result: the handler's reading of
+    each completion), the turn the next step belongs to, and the end."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     texts: list[list[str]]
     ended: Ended | None = None
 
@@ -58,13 +62,20 @@ class BfclMultiTurnTask:
     bfcl_category: str
     version: str
     entries: Sequence[Mapping[str, Any]] = field(repr=False)
+    mode: Mode = PROMPTING  # prompting or handler (native: kind.check_multi_turn)
     sampling: SamplingSettings = SAMPLING
     category: str = "bfcl"
     runs_code = True  # BFCL's executor evals the model's calls: the sandbox must be checked
-    mode = PROMPTING  # multi-turn runs BFCL's generic prompting handler only
 
     def __post_init__(self) -> None:
         self._by_id = {e["id"]: e for e in self.entries}
+        # Handler mode: the next prompt the sandbox formatted with each resolved step, by
+        # (entry, steps recorded); a resumed entry's is formatted again (next_request).
+        self._prompts: dict[tuple[str, int], str] = {}
+
+    @property
+    def _handler(self) -> bool:
+        return self.mode.name == "handler"
 
     @property
     def name(self) -> str:
@@ -73,12 +84,13 @@ class BfclMultiTurnTask:
     def definition(self) -> dict[str, Any]:
         step_limit = self.entries[0]["step_limit"] if self.entries else None
         return {"kind": "bfcl", "bfcl_eval": self.version, "category": self.bfcl_category,
-                **PROMPTING.to_dict(),
+                **self.mode.to_dict(),
                 "entries": len(self.entries), "step_limit": step_limit}  # fmt: skip
 
     def samples(self, limit: int | None = None) -> list[Sample]:
         check_limit(limit)
-        return [Sample(id=e["id"], prompt=e["turns"][0], target={"ground_truth": e["ground_truth"]})
+        return [Sample(id=e["id"], prompt=Rendered(e["prompt"]) if self._handler else e["turns"][0],
+                       target={"ground_truth": e["ground_truth"]})
                 for e in self.entries[:limit]]  # fmt: skip
 
     def request_prompts(self, limit: int | None) -> list[Prompt]:
@@ -95,22 +107,27 @@ class BfclMultiTurnTask:
     def history(self, sample: Sample, steps: Sequence[Step]) -> History:
         """The steps replayed through BFCL's loop: after a step with calls its results follow
         and the step count of the turn grows (over the limit: forced quit); after one without,
-        the next turn's user message, or the end after the last turn."""
+        the next turn's user message, or the end after the last turn. In handler mode the
+        messages each step added are the handler's own (recorded in its outcome)."""
         entry = self._by_id[sample.id]
         turns = entry["turns"]
-        messages = list(turns[0])
+        messages = list(entry["chat"] if self._handler else turns[0])
         texts: list[list[str]] = [[]]
         count = 0
         for step in steps:
-            messages.append({"role": "assistant", "content": step.text})
-            texts[-1].append(step.text)
             outcome = step.outcome
+            texts[-1].append(outcome.get("response", step.text))
+            if self._handler:
+                messages += outcome.get("messages", [])
+            else:
+                messages.append({"role": "assistant", "content": step.text})
             if outcome.get(SANDBOX_FAILED):
                 return History(messages=messages, texts=texts, ended=Ended(reason=SANDBOX_FAILED))
             if outcome["calls"]:
-                messages += [{"role": "tool", "name": call, "content": result}
-                             for call, result in zip(outcome["calls"], outcome["results"],
-                                                     strict=True)]  # fmt: skip
+                if not self._handler:
+                    messages += [{"role": "tool", "name": call, "content": result}
+                                 for call, result in zip(outcome["calls"], outcome["results"],
+                                                         strict=True)]  # fmt: skip
                 count += 1
                 if count > entry["step_limit"]:
                     return History(messages=messages, texts=texts, ended=Ended(reason=STEP_LIMIT))
@@ -124,33 +141,65 @@ class BfclMultiTurnTask:
 
     def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | Ended:
         found = self.history(sample, steps)
-        return found.ended or found.messages
+        prompt = self._prompts.pop((sample.id, len(steps)), None)
+        if found.ended or not self._handler:
+            return found.ended or found.messages
+        if not steps:
+            return Rendered(self._by_id[sample.id]["prompt"])
+        if prompt is None:  # resumed: the handler formats the recorded chat again
+            answer, result = self._exchange([self._item(sample, found, None)])
+            if answer is None:
+                log.warning("BFCL %s: formatting its next prompt in the sandbox ended %s: %s",
+                            sample.id, result.status, result.detail)  # fmt: skip
+                return Ended(reason=SANDBOX_FAILED)
+            prompt = answer[0]["prompt"]
+        return Rendered(prompt)
+
+    def _item(self, sample: Sample, found: History, text: str | None) -> dict[str, Any]:
+        """What steps_program.py is sent of a step of `sample` after its history `found`."""
+        entry = self._by_id[sample.id]
+        item = {"category": self.bfcl_category, "id": sample.id, "text": text,
+                "initial_config": entry["initial_config"],
+                "involved_classes": entry["involved_classes"]}  # fmt: skip
+        if self._handler:
+            turns = entry["turns"]
+            after = turns[found.turn + 1] if found.turn + 1 < len(turns) else None
+            item |= {"functions": entry["functions"], "chat": found.messages, "next_turn": after}
+        return item
+
+    def _exchange(self, items: Sequence[Mapping[str, Any]]) -> tuple[Any, SandboxResult]:
+        """steps_program.py's answer for `items` (None when it did not end cleanly), and how
+        its sandboxed process ended."""
+        data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
+                            config=dict(self.mode.config), items=list(items))  # fmt: skip
+        return run_exchange(PROGRAM.read_text(), data,
+                            timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
 
     def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
         """Each new step decoded and its calls executed in the sandbox, after the entry's
         recorded calls are replayed there (steps_program.py). A batch that fails is resolved
         again one step at a time, so a step whose calls break the process ends its own entry
-        only (SANDBOX_FAILED, the sandbox's words recorded)."""
-        given = []
+        only (SANDBOX_FAILED, the sandbox's words recorded). In handler mode the next prompt
+        the handler formatted is kept for next_request, not recorded (the chat is)."""
+        given, turns = [], []
         for sample, steps, new in items:
-            entry = self._by_id[sample.id]
+            found = self.history(sample, steps)
             replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
                       for s in steps if s.outcome.get("calls")]  # fmt: skip
-            given.append({"category": self.bfcl_category, "id": sample.id, "text": new.text,
-                          "initial_config": entry["initial_config"], "replay": replay,
-                          "involved_classes": entry["involved_classes"]})  # fmt: skip
-        data = sandbox_data(mode=PROMPTING.name, model=PROMPTING.checker_model, items=given)
-        answer, result = run_exchange(PROGRAM.read_text(), data,
-                                      timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
+            given.append({**self._item(sample, found, new.text), "replay": replay})
+            turns.append(found.turn)
+        answer, result = self._exchange(given)
         if answer is not None:
-            for (sample, _, _), found in zip(items, answer, strict=True):
+            for (sample, steps, _), found in zip(items, answer, strict=True):
                 if not found["replay_equal"]:
                     log.warning(
                         "BFCL %s: replaying its recorded calls gave other results than "
                         "were recorded; its state may differ from BFCL's",
                         sample.id,
                     )
-            turns = [self.history(s, steps).turn for s, steps, _ in items]
+                prompt = found.pop("prompt", None)
+                if prompt is not None:
+                    self._prompts[(sample.id, len(steps) + 1)] = prompt
             return [{"turn": turn, **found} for turn, found in zip(turns, answer, strict=True)]
         if len(items) > 1:
             return [found for item in items for found in self.resolve([item])]

@@ -16,10 +16,12 @@ from evalpipe.core.errors import DamagedFileError
 from evalpipe.core.intervals import interval
 from evalpipe.tasks.bfcl import overall
 from evalpipe.tasks.bfcl.child import run_program
+from evalpipe.tasks.bfcl.sensitivity import spread
 from evalpipe.tasks.kindbase import FinishedScores
 
 COUNTS_PROGRAM = Path(__file__).with_name("counts_program.py")
 BENCHMARK = "BFCL v4"
+SENSITIVITY = "format_sensitivity"
 
 
 def results_document(
@@ -53,9 +55,13 @@ def results_document(
     if not found["live"].missing:  # a mean over the live entries: an interval of its own
         groups["live"] |= _bounds([v for c in overall.LIVE_AST for v in values[c]])
     missing = found["overall"].missing
-    return {"benchmark": BENCHMARK, **header, "categories": rows, "groups": groups,
-            "overall": found["overall"].accuracy, "overall_complete": not missing,
-            "not_run": absent, "overall_note": _note(missing)}  # fmt: skip
+    document = {"benchmark": BENCHMARK, **header, "categories": rows, "groups": groups,
+                "overall": found["overall"].accuracy, "overall_complete": not missing,
+                "not_run": absent, "overall_note": _note(missing)}  # fmt: skip
+    formats = scores.get(prefix + SENSITIVITY, ())
+    if formats:  # outside the overall: its spread across prompt formats
+        document[SENSITIVITY] = spread([(i, s.get("accuracy", 0.0)) for i, s in formats])
+    return document
 
 
 @cache
