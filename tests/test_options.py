@@ -57,6 +57,8 @@ EVERY_RUNNER_OPTION = RunnerOptions(
         since="2024-08-01",
         until="2025-05-01",
         allow_unsafe_code=True,
+        pilot="0.05",
+        pilot_seed=3,
     ),
     runtime=RuntimeOptions(
         stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
@@ -101,6 +103,8 @@ EVERY_JOB_OPTION = JobOptions(
             since="2025-02-01",
             until="2025-05-01",
             allow_unsafe_code=True,
+            pilot="20",
+            pilot_seed=1,
         ),
         runtime=RuntimeOptions(
             stall_timeout=600, monitor_interval=2, strict_versions=True, sandbox="weak"
@@ -128,6 +132,7 @@ EVERY_JOB_OPTION = JobOptions(
     ),
     shards="auto",
     time="auto",
+    budget=40.5,
     target_wall="12:30:00",
     margin=0.75,
     signal_seconds=120,

@@ -134,7 +134,7 @@ _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
     "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
-    "tracking", "occupancy", "admission", "sandbox",
+    "tracking", "occupancy", "admission", "sandbox", "pilot",
 )  # fmt: skip
 
 
@@ -172,6 +172,9 @@ class Manifest:
     # The code sandbox's isolation level ("full" or "weak", docs/sandbox.md) where the latest
     # attempt scored code; None where it scored none.
     sandbox: str | None = None
+    # Where the run began as a pilot (`--pilot`): its size, seed, and per task the samples
+    # drawn of how many; a full run resuming it adds how many it resumed (run/pilotrun.py).
+    pilot: dict[str, Any] | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
@@ -254,6 +257,8 @@ class Manifest:
             out["admission"] = self.admission
         if self.sandbox is not None:
             out["sandbox"] = self.sandbox
+        if self.pilot is not None:
+            out["pilot"] = self.pilot
         return self.extra | out
 
     @classmethod
@@ -299,6 +304,7 @@ class Manifest:
                 occupancy=Occupancy.from_dict(data.get("occupancy")),
                 admission=data.get("admission"),
                 sandbox=None if data.get("sandbox") is None else str(data["sandbox"]),
+                pilot=data.get("pilot"),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
