@@ -160,6 +160,17 @@ def test_estimate_quick(vllm_env: dict[str, str], tiny_random_path: Path, tmp_pa
 
 @pytest.mark.bench
 @pytest.mark.vllm
+def test_pilot_estimate_quick(
+    vllm_env: dict[str, str], tiny_random_path: Path, tmp_path: Path
+) -> None:
+    out = quick("pilot_estimate.py", "--out", str(tmp_path))
+    for row in ("no-history estimate (max_tokens) |", "pilot's estimate |", "measured full run |"):
+        figures(out, row)
+    assert re.search(r"continuation: \d+ pilot samples resumed \(0 generated again\)", out), out
+
+
+@pytest.mark.bench
+@pytest.mark.vllm
 def test_stream_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
     out = quick("stream.py")
     figures(out, "evalpipe generation phase / raw:", "SIGUSR1 → exit 75:", "kill -9 after")

@@ -128,7 +128,8 @@ class PilotEstimate:
 
     run: Path
     measured: dict[str, Measured]
-    full: Estimate  # every sample, as if none were run
+    prediction: Prediction  # every sample at the pilot's lengths and rates, re-estimable
+    full: Estimate  # its estimate: every sample, as if none were run
     remaining: Estimate  # what the full run still generates once it resumes the pilot's
     pilot_wall_s: float
     pilot_gpu_hours: float
@@ -214,15 +215,16 @@ def pilot_estimate(preset: Preset, selection: Selection, run: Path) -> PilotEsti
     full_selection = dataclasses.replace(selection, pilot=None, pilot_seed=None)
     base = predictor(preset, gpu, plan, full_selection, results=[run])
     seen = measured(run)
-    full = dataclasses.replace(
+    prediction = dataclasses.replace(
         base, work=tuple(narrowed(w, seen.get(w.task), 0) for w in base.work)
-    ).estimate()
+    )
     remaining = after_pilot(base, run).estimate()
     gpus = max(1, manifest.config.gpus) if gpu.is_gpu else 0
     return PilotEstimate(
         run=run,
         measured=seen,
-        full=full,
+        prediction=prediction,
+        full=prediction.estimate(),
         remaining=remaining,
         pilot_wall_s=manifest.wall_s,
         pilot_gpu_hours=manifest.wall_s * gpus / 3600,
