@@ -5,6 +5,7 @@ neither pilot nor past run. All on the fake engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -48,6 +49,10 @@ def test_the_default_size_knows_the_mean_within_ten_percent_at_ninety(population
     assert half <= 0.10 or n == CAP  # the cap gives way only where the rule asks for more
     assert PilotSize.parse("auto").samples("t", population) == n
     assert PilotSize.parse("0.1").samples("t", population) == math.ceil(population / 10)
+
+
+def test_the_default_sizes_docs_planner_md_quotes() -> None:
+    assert [default_size(n) for n in (200, 30, 10_000)] == [94, 26, 171]
 
 
 def test_bad_pilot_sizes_each_name_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,6 +146,53 @@ def test_after_pilot_submits_the_rest_sized_from_the_pilots_lengths(
     assert "→ --shards 1 --replicas 1 --time " in out  # chosen: --shards auto --time auto
     assert f"--out {run.resolve()}" in out or str(run.resolve()) in out
     assert "sbatch" in out
+
+
+def test_after_pilot_refuses_an_unfinished_pilot_another_selection_and_a_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    run = _pilot(tmp_path)
+    capsys.readouterr()
+    other = ["submit", "--preset", "tiny_random", "--cluster", "local", "--tasks", "ordering",
+             "--limit", "40", "--dry-run", "--no-check", "--after-pilot", str(run)]  # fmt: skip
+    assert main(other) != 0
+    assert "this submission selects ordering" in capsys.readouterr().err
+    sweep = [*SUBMIT, "--after-pilot", str(run)]
+    sweep[2] = "tiny_random,smollm2_135m"
+    assert main(sweep) != 0
+    assert "not a sweep of 2" in capsys.readouterr().err
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(manifest | {"status": "interrupted"}))
+    assert main([*SUBMIT, "--after-pilot", str(run)]) != 0
+    assert "is interrupted, so its figures are partial" in capsys.readouterr().err
+
+
+def test_on_a_device_without_a_roofline_the_pilots_job_prices_each_token() -> None:
+    """The CPU engine: a finished job's seconds per generated token are the rate; its own work
+    re-estimated takes its own generation time."""
+    from evalpipe.catalog.gpus import get_gpu
+    from evalpipe.core.span import Span
+    from evalpipe.estimate.cost import basis, estimate
+    from evalpipe.estimate.history import PastJob, TaskRecord
+    from evalpipe.estimate.workmodel import TaskWork
+    from evalpipe.planning import planner
+
+    tiny, cpu = preset(), get_gpu("cpu")
+    plan = planner.plan(tiny, cpu, gpus_per_node=1, read_model_config=False)
+    record = TaskRecord(task="t", samples=10, completions=20, prompt_tokens=500,
+                        generated_tokens=2000, longest=100, ranked=0)  # fmt: skip
+    job = PastJob(path=Path("pilot"), preset=tiny.name, family="tiny", gpu="cpu", tp=1, pp=1,
+                  replicas=1, backend="vllm", attempts=1, load_s=4.0, generate_s=50.0,
+                  score_s=0.0, wall_s=60.0, gpus=0, energy_j=None, tasks=(record,))  # fmt: skip
+    how = basis(tiny, cpu, plan, jobs=[job])
+    assert "seconds per generated token on cpu" in how.rates.basis and how.calibrated
+    work = TaskWork(task="t", category="", samples=10, completions=2,
+                    prompt_tokens=Span.exact(50), generated_tokens=Span.exact(100),
+                    max_tokens=100, score_s=Span.exact(0), sources=())  # fmt: skip
+    assert estimate(tiny, plan, [work], how).generate_s.mid == pytest.approx(50.0)
+    twice = estimate(tiny, plan, [dataclasses.replace(work, samples=20)], how)
+    assert twice.generate_s.mid == pytest.approx(100.0)
 
 
 def test_budget_refuses_saying_by_how_much_and_what_fits(

@@ -176,6 +176,13 @@ def after_pilot(prediction: Prediction, run: Path) -> Prediction:
     without the samples the pilot ran."""
     seen = measured(run)
     drawn = (pilot_manifest(run).pilot or {})["tasks"]
+    selected = [w.task for w in prediction.work]
+    if set(selected) != set(drawn):
+        raise EstimateError(
+            f"The pilot in {run} ran {', '.join(drawn)}; this submission selects "
+            f"{', '.join(selected)}. The full run continues the pilot's run directory, so it "
+            "takes the pilot's tasks and --limit: pass the same selection options."
+        )
     work = tuple(
         narrowed(w, seen.get(w.task), int(drawn.get(w.task, {}).get("drawn", 0)))
         for w in prediction.work
