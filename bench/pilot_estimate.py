@@ -12,8 +12,11 @@ each), --limit samples of each (sized for three repetitions in about 20 minutes 
      (`estimate/pilot.py`, as `evalpipe run --pilot` prints it);
   2. the full run, without a pilot, into another directory: the measured wall, and its
      GPU-seconds (device-seconds on the CPU: wall × the one device).
-The no-history estimate is the same estimate with every answer priced at its max_tokens (the
-rates the pilot measured: the difference is what the lengths alone do). The first repetition
+Before the repetitions, `evalpipe smoke --local --gpu cpu` once: the engine's decode steps
+against batch size, which the pilot's job then corrects (a pilot's batch is small; its seconds
+per token alone would price the full run's large batches as slowly). The pilot's estimate is
+given both ways: with the smoke record, and from the pilot alone. The no-history estimate is
+the smoke-calibrated one with every answer priced at its max_tokens. The first repetition
 then resumes the pilot's directory as the full run and checks that it generated none of the
 pilot's samples again and scored as the full run did (the near-tie rule for model text).
 Prints a markdown table with medians; the load before each process goes to the JSON.
@@ -40,10 +43,12 @@ from benchlib import (
     timed_run,
 )
 
+from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.selection import Selection
 from evalpipe.core.span import Span
 from evalpipe.estimate.pilot import Measured, pilot_estimate
+from evalpipe.estimate.predict import predictor
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.samplelog import read_samples
@@ -113,18 +118,22 @@ def main() -> int:
     preset = load_preset(args.preset)
     selection = Selection(tasks=TASKS, limit=args.limit)
     print(f"# {machine()}\n# start: {load_average()}", file=sys.stderr)
+    smoke = out / "smoke"
+    if not list(smoke.glob("*.calibration.json")):
+        argv = [sys.executable, "-m", "evalpipe", "smoke", "--local", "--gpu", "cpu"]
+        timed_run([*argv, "--preset", args.preset, "--out", str(smoke)], env=child_env(**VLLM_ENV))
     rows, check = [], None
     for rep in range(args.reps):
         pilot, full = out / f"pilot-{rep}", out / f"full-{rep}"
         load_pilot = load_average()
         pilot_wall = _run(args, pilot, "--pilot", args.pilot)
-        found = pilot_estimate(preset, dataclasses.replace(selection, pilot=args.pilot), pilot)
-        # No history: every answer at its max_tokens, at the rates the pilot measured.
-        bounded = tuple(
-            w if w.ranked else dataclasses.replace(w, generated_tokens=Span.exact(w.max_tokens))
-            for w in found.prediction.work
-        )
-        no_history = dataclasses.replace(found.prediction, work=bounded).estimate()
+        piloted = dataclasses.replace(selection, pilot=args.pilot)
+        found = pilot_estimate(preset, piloted, pilot, [smoke])
+        alone = pilot_estimate(preset, piloted, pilot)
+        # No history: every answer at its max_tokens (no past run), the smoke record's rates.
+        plain = predictor(preset, get_gpu("cpu"), found.prediction.plan, selection, results=[],
+                          calibration_dirs=[smoke])  # fmt: skip
+        no_history = plain.estimate()
         load_full = load_average()
         full_wall = _run(args, full)
         rows.append(
@@ -132,6 +141,7 @@ def main() -> int:
                 "rep": rep,
                 "pilot_wall_s": round(pilot_wall, 1),
                 "pilot_estimate_wall_s": _span(found.full.wall_s),
+                "pilot_alone_estimate_wall_s": _span(alone.full.wall_s),
                 "no_history_wall_s": _span(no_history.wall_s),
                 "full_wall_s": round(full_wall, 1),
                 "pilot_share": round(pilot_wall / full_wall, 3),
@@ -160,13 +170,19 @@ def main() -> int:
 def _table(rows: list[dict], check: dict | None) -> None:
     full = median([r["full_wall_s"] for r in rows])
     est = median([r["pilot_estimate_wall_s"][1] for r in rows])
+    alone = median([r["pilot_alone_estimate_wall_s"][1] for r in rows])
     bound = median([r["no_history_wall_s"][1] for r in rows])
     share = median([r["pilot_share"] for r in rows])
     error = est / full - 1
     pilot = median([r["pilot_wall_s"] for r in rows])
     lines = [
         ("no-history estimate (max_tokens)", bound, f"{bound / full - 1:+.0%}"),
-        ("pilot's estimate", est, f"{error:+.0%}"),
+        ("pilot's estimate (smoke record corrected by the pilot)", est, f"{error:+.0%}"),
+        (
+            "pilot's estimate, pilot alone (its seconds per token)",
+            alone,
+            f"{alone / full - 1:+.0%}",
+        ),
         ("measured full run", full, "-"),
         ("the pilot itself", pilot, f"{share:.0%} of the full run"),
     ]

@@ -136,7 +136,8 @@ def _pilot_estimate(preset: str, given: RunnerOptions, run_dir: Path) -> None:
     from evalpipe.estimate.pilot import after_pilot_command, pilot_estimate
 
     try:
-        found = pilot_estimate(load_preset(preset), given.selection, run_dir)
+        # Smoke records beside the run (results/, as `evalpipe smoke --out` writes them there).
+        found = pilot_estimate(load_preset(preset), given.selection, run_dir, [run_dir.parent])
     except EvalpipeError as exc:
         print(f"evalpipe run: no estimate from this pilot: {exc}", file=sys.stderr)
         return

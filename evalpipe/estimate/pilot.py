@@ -8,6 +8,7 @@ import dataclasses
 import math
 import shlex
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,12 +216,18 @@ def _plan(preset: Preset, manifest: Manifest, run: Path) -> tuple[Gpu, planner.P
     return gpus[gpu_name], plan
 
 
-def pilot_estimate(preset: Preset, selection: Selection, run: Path) -> PilotEstimate:
-    """The full run's estimate from the pilot in `run`, on the pilot's GPU and layout."""
+def pilot_estimate(
+    preset: Preset, selection: Selection, run: Path, calibration_dirs: Sequence[Path] = ()
+) -> PilotEstimate:
+    """The full run's estimate from the pilot in `run`, on the pilot's GPU and layout: its
+    rates those of a smoke record in `calibration_dirs` (or the roofline) corrected by the
+    pilot's job, or where neither exists the pilot's seconds per token."""
     manifest = pilot_manifest(run)
     gpu, plan = _plan(preset, manifest, run)
     full_selection = dataclasses.replace(selection, pilot=None, pilot_seed=None)
-    base = predictor(preset, gpu, plan, full_selection, results=[run])
+    base = predictor(
+        preset, gpu, plan, full_selection, results=[run], calibration_dirs=calibration_dirs
+    )
     seen = measured(run)
     prediction = dataclasses.replace(
         base, work=tuple(narrowed(w, seen.get(w.task), 0) for w in base.work)
