@@ -208,6 +208,12 @@ class JobOptions:
                 f"--shards auto, --time auto and --target-wall size vLLM jobs from their cost "
                 f"estimate; --backend {backend} has none. Give --shards N and --time."
             )
+        if self.run.selection.pilot is not None and self.shards != 1:
+            raise ConfigError(
+                f"--pilot {self.run.selection.pilot} is one job over a sample of every task, not "
+                f"--shards {self.shards}: drop --shards (the full run after it, "
+                "`submit --after-pilot`, is sharded from the pilot's figures)."
+            )
 
     @property
     def auto_shards(self) -> bool:
