@@ -88,7 +88,7 @@ def _continuation(pilot: Path, full: Path, args: argparse.Namespace) -> dict[str
     return {
         "wall_s": round(wall, 1),
         "pilot_samples": len(before),
-        "resumed": (manifest.pilot or {}).get("resumed") if manifest else None,
+        "resumed": manifest.pilot.resumed if manifest and manifest.pilot else None,
         "generated": len(after) - len(before),
         "pilot_samples_generated_again": sum(after[k] != before[k] for k in before),
         "identical_completions": sum(plain[k] == after.get(k) for k in plain),

@@ -27,6 +27,7 @@ from evalpipe.estimate.workmodel import TaskWork
 from evalpipe.planning import planner
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
+from evalpipe.rundir.pilotrecord import PilotRecord
 from evalpipe.rundir.samplelog import read_samples
 
 
@@ -67,9 +68,9 @@ class Measured:
         )
 
 
-def pilot_manifest(run: Path) -> Manifest:
-    """The manifest of a run directory that began as a pilot; RunDirError saying what to do
-    where it is not one."""
+def pilot_manifest(run: Path) -> tuple[Manifest, PilotRecord]:
+    """The manifest of a run directory that began as a pilot, and its pilot; RunDirError
+    saying what to do where it is not one."""
     manifest = read_manifest(RunDir(run))
     if manifest is None or manifest.pilot is None:
         raise RunDirError(
@@ -81,14 +82,13 @@ def pilot_manifest(run: Path) -> Manifest:
             f"The pilot in {run} is {manifest.status}, so its figures are partial: finish it "
             f"(rerun its command with --out {shlex.quote(str(run))}) before estimating from it."
         )
-    return manifest
+    return manifest, manifest.pilot
 
 
 def measured(run: Path) -> dict[str, Measured]:
     """Per task the pilot's answer lengths (tasks answered by ranking options have none)."""
-    manifest = pilot_manifest(run)
-    drawn = manifest.pilot["tasks"] if manifest.pilot else {}
-    ids = {(task, i) for task, entry in drawn.items() for i in entry["ids"]}
+    _, pilot = pilot_manifest(run)
+    ids = pilot.keys
     per_task: dict[str, list[float]] = {}
     longest: dict[str, int] = {}
     for record in read_samples(RunDir(run).samples).records:
@@ -101,7 +101,7 @@ def measured(run: Path) -> dict[str, Measured]:
         task: Measured(
             task=task,
             lengths=tuple(lengths),
-            population=int(drawn[task]["of"]),
+            population=pilot.tasks[task].of,
             longest=longest[task],
         )
         for task, lengths in per_task.items()
@@ -114,12 +114,13 @@ def narrowed(work: TaskWork, seen: Measured | None, done: int) -> TaskWork:
     left = max(0, work.samples - done)
     if seen is None:
         return dataclasses.replace(work, samples=left)
-    sources = tuple(s for s in work.sources if "length" not in s and "max_tokens" not in s)
+    # task_work's sources: the prompts', then the lengths' (replaced here), then the rest.
+    prompts, _, *rest = work.sources
     return dataclasses.replace(
         work,
         samples=left,
         generated_tokens=seen.span(work.max_tokens),
-        sources=(*sources, seen.line()),
+        sources=(prompts, seen.line(), *rest),
     )
 
 
@@ -176,18 +177,15 @@ def after_pilot(prediction: Prediction, run: Path) -> Prediction:
     """`prediction` (calibrated on the pilot's job among others) with the pilot's lengths and
     without the samples the pilot ran."""
     seen = measured(run)
-    drawn = (pilot_manifest(run).pilot or {})["tasks"]
+    _, pilot = pilot_manifest(run)
     selected = [w.task for w in prediction.work]
-    if set(selected) != set(drawn):
+    if set(selected) != set(pilot.tasks):
         raise EstimateError(
-            f"The pilot in {run} ran {', '.join(drawn)}; this submission selects "
+            f"The pilot in {run} ran {', '.join(pilot.tasks)}; this submission selects "
             f"{', '.join(selected)}. The full run continues the pilot's run directory, so it "
             "takes the pilot's tasks and --limit: pass the same selection options."
         )
-    work = tuple(
-        narrowed(w, seen.get(w.task), int(drawn.get(w.task, {}).get("drawn", 0)))
-        for w in prediction.work
-    )
+    work = tuple(narrowed(w, seen.get(w.task), pilot.drawn(w.task)) for w in prediction.work)
     return dataclasses.replace(prediction, work=work)
 
 
@@ -222,7 +220,7 @@ def pilot_estimate(
     """The full run's estimate from the pilot in `run`, on the pilot's GPU and layout: its
     rates those of a smoke record in `calibration_dirs` (or the roofline) corrected by the
     pilot's job, or where neither exists the pilot's seconds per token."""
-    manifest = pilot_manifest(run)
+    manifest, _ = pilot_manifest(run)
     gpu, plan = _plan(preset, manifest, run)
     full_selection = dataclasses.replace(selection, pilot=None, pilot_seed=None)
     base = predictor(

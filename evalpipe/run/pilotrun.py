@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from evalpipe.catalog.pilot import PilotSize
 from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
+from evalpipe.rundir.pilotrecord import PilotRecord, PilotTask
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.samplelog import SampleRecord, read_samples
 from evalpipe.tasks.base import Sample, Task
@@ -18,18 +17,17 @@ from evalpipe.tasks.base import Sample, Task
 
 def pilot_record(
     size: str, seed: int, drawn: Sequence[tuple[Task, list[Sample]]], populations: Sequence[int]
-) -> dict[str, Any]:
+) -> PilotRecord:
     """The manifest's `pilot`: the size as given, the seed, and per task the samples drawn of
     the samples the full run owes."""
-    PilotSize.parse(size)  # the runner's options were checked; the record says what ran
-    return {
-        "size": size,
-        "seed": seed,
-        "tasks": {
-            task.name: {"drawn": len(samples), "of": population, "ids": [s.id for s in samples]}
+    return PilotRecord(
+        size=size,
+        seed=seed,
+        tasks={
+            task.name: PilotTask(ids=tuple(s.id for s in samples), of=population)
             for (task, samples), population in zip(drawn, populations, strict=True)
         },
-    }
+    )
 
 
 def shard_seed(
@@ -53,7 +51,7 @@ def shard_seed(
         return []
 
 
-def pilot_samples(records: Sequence[SampleRecord], pilot: dict[str, Any]) -> int:
+def pilot_samples(records: Sequence[SampleRecord], pilot: PilotRecord) -> int:
     """How many of `records` are the pilot's drawn samples."""
-    drawn = {(t, i) for t, entry in pilot.get("tasks", {}).items() for i in entry.get("ids", ())}
+    drawn = pilot.keys
     return sum(r.key in drawn for r in records)

@@ -461,9 +461,9 @@ def _evaluate(
     if options.pilot is not None:
         populations = [len(task.samples(options.limit)) for task, _ in work]
         manifest.pilot = pilot_record(options.pilot, options.pilot_seed, work, populations)
-    elif manifest.pilot is not None and "resumed" not in manifest.pilot:
+    elif manifest.pilot is not None and manifest.pilot.resumed is None:
         # The full run after a pilot: how many of the pilot's samples it resumed.
-        manifest.pilot = manifest.pilot | {"resumed": pilot_samples(records, manifest.pilot)}
+        manifest.pilot = manifest.pilot.with_resumed(pilot_samples(records, manifest.pilot))
     # What this attempt runs with: the fingerprint matched, but the engine layout may differ,
     # and a merged directory resumed unsharded owes more than its shards planned.
     manifest.config = config

@@ -17,6 +17,7 @@ from evalpipe.monitor.devicesummary import DeviceSummary
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.occupancy import Occupancy
+from evalpipe.rundir.pilotrecord import PilotRecord
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.samplelog import read_json, write_json
 from evalpipe.rundir.timings import Timings
@@ -173,8 +174,8 @@ class Manifest:
     # attempt scored code; None where it scored none.
     sandbox: str | None = None
     # Where the run began as a pilot (`--pilot`): its size, seed, and per task the samples
-    # drawn of how many; a full run resuming it adds how many it resumed (run/pilotrun.py).
-    pilot: dict[str, Any] | None = None
+    # drawn of how many; a full run resuming it adds how many it resumed.
+    pilot: PilotRecord | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
@@ -258,7 +259,7 @@ class Manifest:
         if self.sandbox is not None:
             out["sandbox"] = self.sandbox
         if self.pilot is not None:
-            out["pilot"] = self.pilot
+            out["pilot"] = self.pilot.to_dict()
         return self.extra | out
 
     @classmethod
@@ -304,7 +305,7 @@ class Manifest:
                 occupancy=Occupancy.from_dict(data.get("occupancy")),
                 admission=data.get("admission"),
                 sandbox=None if data.get("sandbox") is None else str(data["sandbox"]),
-                pilot=data.get("pilot"),
+                pilot=None if data.get("pilot") is None else PilotRecord.from_dict(data["pilot"]),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
