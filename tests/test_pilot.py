@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,38 @@ def test_on_a_device_without_a_roofline_the_pilots_job_prices_each_token() -> No
     assert estimate(tiny, plan, [work], how).generate_s.mid == pytest.approx(50.0)
     twice = estimate(tiny, plan, [dataclasses.replace(work, samples=20)], how)
     assert twice.generate_s.mid == pytest.approx(100.0)
+
+
+def test_the_pilot_prints_the_full_runs_estimate_and_the_command_that_submits_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_estimate import _calibration
+
+    from evalpipe.catalog.selection import Selection
+    from evalpipe.estimate.pilot import after_pilot_command, pilot_estimate
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "results" / "p"
+    args = ["run", "--preset", "tiny_random", "--tasks", "arithmetic", "--limit", "40",
+            "--pilot", "10", "--backend", "fake", "--out", str(run)]  # fmt: skip
+    assert main(args) == 0
+    assert "no estimate from this pilot: the fake engine's timings" in capsys.readouterr().err
+    # A smoke record beside the run prices it (the fake engine's own job never calibrates).
+    smoke = dataclasses.replace(_calibration(0.02, 0.003), preset="tiny_random")
+    smoke.write(tmp_path / "results")
+    selection = Selection(tasks=("arithmetic",), limit=40, pilot="10")
+    found = pilot_estimate(preset(), selection, run, [tmp_path / "results"])
+    (seen,) = found.measured.values()
+    assert (len(seen.lengths), seen.population) == (10, 40)
+    assert found.remaining.tasks[0].samples == 30 and found.full.tasks[0].samples == 40
+    assert found.remaining.gpu_hours.mid < found.full.gpu_hours.mid
+    text = found.describe(after_pilot_command("tiny_random", selection, run))
+    assert re.search(r"arithmetic\s+10/40\s+\d+\s+\d+-\d+\s+\d+", text), text
+    assert "after the pilot (its samples resumed)" in text
+    assert text.rstrip().endswith(
+        "submit the full run: evalpipe submit --preset tiny_random --tasks arithmetic --limit 40 "
+        f"--after-pilot {run} --cluster CLUSTER"
+    )
 
 
 def test_budget_refuses_saying_by_how_much_and_what_fits(

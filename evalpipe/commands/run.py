@@ -135,6 +135,13 @@ def _pilot_estimate(preset: str, given: RunnerOptions, run_dir: Path) -> None:
     from evalpipe.core.errors import EvalpipeError
     from evalpipe.estimate.pilot import after_pilot_command, pilot_estimate
 
+    if given.engine.backend != "vllm":
+        print(
+            f"evalpipe run: no estimate from this pilot: the {given.engine.backend} engine's "
+            "timings and answer lengths say nothing of a model's; pilot with --backend vllm.",
+            file=sys.stderr,
+        )
+        return
     try:
         # Smoke records beside the run (results/, as `evalpipe smoke --out` writes them there).
         found = pilot_estimate(load_preset(preset), given.selection, run_dir, [run_dir.parent])
