@@ -12,13 +12,15 @@ each), --limit samples of each (sized for three repetitions in about 20 minutes 
      (`estimate/pilot.py`, as `evalpipe run --pilot` prints it);
   2. the full run, without a pilot, into another directory: the measured wall, and its
      GPU-seconds (device-seconds on the CPU: wall × the one device).
-Before the repetitions, `evalpipe smoke --local --gpu cpu` once: the engine's decode steps
-against batch size, which the pilot's job then corrects (a pilot's batch is small; its seconds
-per token alone would price the full run's large batches as slowly). The pilot's estimate is
-given both ways: with the smoke record, and from the pilot alone. The no-history estimate is
-the smoke-calibrated one with every answer priced at its max_tokens. The first repetition
-then resumes the pilot's directory as the full run and checks that it generated none of the
-pilot's samples again and scored as the full run did (the near-tie rule for model text).
+Before the repetitions (unless --no-smoke), `evalpipe smoke --local --gpu cpu` once: the
+engine's decode steps against batch size, which the pilot's job then corrects (a pilot's
+batch is small; its seconds per token alone may price the full run's large batches wrongly).
+The pilot's estimate is given both ways: with the smoke record, and from the pilot alone. The
+no-history estimate prices every answer at its max_tokens: at the smoke record's rates, or
+with --no-smoke at the pilot's seconds per token (the difference is then the lengths alone).
+The first repetition then resumes the pilot's directory as the full run, counts what it
+generated (none of the pilot's samples again) and sets its completions and scores beside the
+full run's.
 Prints a markdown table with medians; the load before each process goes to the JSON.
 """
 
@@ -47,7 +49,8 @@ from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.selection import Selection
 from evalpipe.core.span import Span
-from evalpipe.estimate.pilot import Measured, pilot_estimate
+from evalpipe.estimate.cost import Estimate
+from evalpipe.estimate.pilot import Measured, PilotEstimate, pilot_estimate
 from evalpipe.estimate.predict import predictor
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
@@ -97,6 +100,22 @@ def _continuation(pilot: Path, full: Path, args: argparse.Namespace) -> dict[str
     }
 
 
+def _no_history(
+    args: argparse.Namespace, found: PilotEstimate, selection: Selection, smoke: Path
+) -> Estimate:
+    """Every answer at its max_tokens (no past run): at the smoke record's rates, or without
+    one at the pilot's seconds per token (the difference is then the lengths alone)."""
+    if args.no_smoke:
+        bounded = tuple(
+            w if w.ranked else dataclasses.replace(w, generated_tokens=Span.exact(w.max_tokens))
+            for w in found.prediction.work
+        )
+        return dataclasses.replace(found.prediction, work=bounded).estimate()
+    plain = predictor(load_preset(args.preset), get_gpu("cpu"), found.prediction.plan, selection,
+                      results=[], calibration_dirs=[smoke])  # fmt: skip
+    return plain.estimate()
+
+
 def _lengths(m: Measured) -> list[float]:
     """[samples measured, mean answer tokens, the 90 % half-width]."""
     return [len(m.lengths), round(m.mean, 1), round(m.half_width, 1)]
@@ -113,13 +132,19 @@ def main() -> int:
     parser.add_argument("--preset", default="smollm2_135m", help="a prepared preset")
     parser.add_argument("--limit", type=int, default=40, help="samples per task")
     parser.add_argument("--pilot", default="0.1", help="--pilot's value (default 0.1)")
+    parser.add_argument(
+        "--no-smoke",
+        action="store_true",
+        help="no smoke record: the pilot's own seconds per token price the run, as `evalpipe "
+        "run --pilot` does on a CPU without one (the no-history estimate then at those rates)",
+    )
     args = parse_args(parser, {"reps": 1, "preset": QUICK_PRESET, "limit": 6, "pilot": "2"})
     out = args.out or Path(tempfile.mkdtemp(prefix="evalpipe-pilot-"))
     preset = load_preset(args.preset)
     selection = Selection(tasks=TASKS, limit=args.limit)
     print(f"# {machine()}\n# start: {load_average()}", file=sys.stderr)
     smoke = out / "smoke"
-    if not list(smoke.glob("*.calibration.json")):
+    if not args.no_smoke and not list(smoke.glob("*.calibration.json")):
         argv = [sys.executable, "-m", "evalpipe", "smoke", "--local", "--gpu", "cpu"]
         timed_run([*argv, "--preset", args.preset, "--out", str(smoke)], env=child_env(**VLLM_ENV))
     rows, check = [], None
@@ -128,12 +153,9 @@ def main() -> int:
         load_pilot = load_average()
         pilot_wall = _run(args, pilot, "--pilot", args.pilot)
         piloted = dataclasses.replace(selection, pilot=args.pilot)
-        found = pilot_estimate(preset, piloted, pilot, [smoke])
         alone = pilot_estimate(preset, piloted, pilot)
-        # No history: every answer at its max_tokens (no past run), the smoke record's rates.
-        plain = predictor(preset, get_gpu("cpu"), found.prediction.plan, selection, results=[],
-                          calibration_dirs=[smoke])  # fmt: skip
-        no_history = plain.estimate()
+        found = alone if args.no_smoke else pilot_estimate(preset, piloted, pilot, [smoke])
+        no_history = _no_history(args, found, selection, smoke)
         load_full = load_average()
         full_wall = _run(args, full)
         rows.append(

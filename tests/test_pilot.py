@@ -176,6 +176,7 @@ def test_on_a_device_without_a_roofline_the_pilots_job_prices_each_token() -> No
     from evalpipe.core.span import Span
     from evalpipe.estimate.cost import basis, estimate
     from evalpipe.estimate.history import PastJob, TaskRecord
+    from evalpipe.estimate.pilot import Measured, narrowed
     from evalpipe.estimate.workmodel import TaskWork
     from evalpipe.planning import planner
 
@@ -194,6 +195,12 @@ def test_on_a_device_without_a_roofline_the_pilots_job_prices_each_token() -> No
     assert estimate(tiny, plan, [work], how).generate_s.mid == pytest.approx(50.0)
     twice = estimate(tiny, plan, [dataclasses.replace(work, samples=20)], how)
     assert twice.generate_s.mid == pytest.approx(100.0)
+    # Answers the pilot measured at max_tokens are measured, not a bound.
+    bound = dataclasses.replace(work, length_bound=True)
+    assert any("bound: t has no past run" in n for n in estimate(tiny, plan, [bound], how).notes)
+    seen = Measured(task="t", lengths=(100.0, 100.0), population=10, longest=100)
+    notes = estimate(tiny, plan, [narrowed(bound, seen, 2)], how).notes
+    assert not any("bound:" in n for n in notes)
 
 
 def test_the_pilot_prints_the_full_runs_estimate_and_the_command_that_submits_it(

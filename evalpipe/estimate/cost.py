@@ -379,7 +379,7 @@ def estimate(
             f"assumes vLLM reaches {ROOFLINE_SHARE.mid:.0%} of it. Calibrate with `evalpipe "
             "smoke` or a finished run of this preset, GPU and layout."
         )
-    bounded = [t for t in tasks if t.generated_tokens.low >= t.max_tokens and not t.ranked]
+    bounded = [t for t in tasks if t.length_bound]
     if bounded:
         notes.append(bound_line(preset.name, bounded))
     if how.power_w is not None and not how.power_measured:

@@ -121,6 +121,7 @@ def narrowed(work: TaskWork, seen: Measured | None, done: int) -> TaskWork:
         samples=left,
         generated_tokens=seen.span(work.max_tokens),
         sources=(prompts, seen.line(), *rest),
+        length_bound=False,
     )
 
 
@@ -231,7 +232,7 @@ def pilot_estimate(
         base, work=tuple(narrowed(w, seen.get(w.task), 0) for w in base.work)
     )
     remaining = after_pilot(base, run).estimate()
-    gpus = max(1, manifest.config.gpus) if gpu.is_gpu else 0
+    gpus = manifest.config.gpus  # as the estimate counts them: the CPU engine is one device
     return PilotEstimate(
         run=run,
         measured=seen,
