@@ -191,7 +191,8 @@ def test_on_a_device_without_a_roofline_the_pilots_job_prices_each_token() -> No
     assert "seconds per generated token on cpu" in how.rates.basis and how.calibrated
     work = TaskWork(task="t", category="", samples=10, completions=2,
                     prompt_tokens=Span.exact(50), generated_tokens=Span.exact(100),
-                    max_tokens=100, score_s=Span.exact(0), sources=("prompts", "lengths"))  # fmt: skip
+                    max_tokens=100, score_s=Span.exact(0),
+                    sources=("prompts", "lengths"))  # fmt: skip
     assert estimate(tiny, plan, [work], how).generate_s.mid == pytest.approx(50.0)
     twice = estimate(tiny, plan, [dataclasses.replace(work, samples=20)], how)
     assert twice.generate_s.mid == pytest.approx(100.0)
