@@ -250,8 +250,10 @@ def test_budget_refuses_saying_by_how_much_and_what_fits(
     assert "--budget 1e-07 GPU-hours is below the pilot's own cost" in err
     assert "draw a smaller pilot" in err
     assert main([*SUBMIT, "--pilot", "10", "--budget", "100"]) == 0
-    assert main([*SUBMIT, "--pilot", "10", "--shards", "auto"]) != 0
-    assert "is one job over a sample of every task, not --shards auto" in capsys.readouterr().err
+    assert main([*SUBMIT, "--pilot", "10", "--shards", "2"]) != 0
+    assert "is one job over a sample of every task, not --shards 2" in capsys.readouterr().err
+    assert main([*SUBMIT, "--pilot", "10", "--shards", "auto", "--time", "auto"]) == 0
+    assert "→ --shards 1 --replicas 1 --time " in capsys.readouterr().out
 
 
 def test_an_estimate_without_pilot_or_past_run_says_it_is_a_bound_and_how_to_narrow_it(

@@ -208,7 +208,7 @@ class JobOptions:
                 f"--shards auto, --time auto and --target-wall size vLLM jobs from their cost "
                 f"estimate; --backend {backend} has none. Give --shards N and --time."
             )
-        if self.run.selection.pilot is not None and self.shards != 1:
+        if self.run.selection.pilot is not None and self.shards not in (1, AUTO):
             raise ConfigError(
                 f"--pilot {self.run.selection.pilot} is one job over a sample of every task, not "
                 f"--shards {self.shards}: drop --shards (the full run after it, "

@@ -190,7 +190,12 @@ def _cost(
         )
     target = slurm_minutes(options.target_wall) * 60 if options.target_wall else None
     choice = prediction.choose(
-        shards=None if options.auto_shards else options.shards,
+        # A pilot is one job (--shards auto then sizes its time limit alone).
+        shards=1
+        if options.run.selection.pilot is not None
+        else None
+        if options.auto_shards
+        else options.shards,
         limit=limit,
         auto_time=options.auto_time,
         margin=options.margin,
