@@ -50,6 +50,8 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--until": (["2025-05-01"], []),
     "--allow-unsafe-code": ([], []),
     "--tau2-trials": (["3"], []),
+    "--pilot": (["0.05"], []),
+    "--pilot-seed": (["3"], ["--pilot", "0.05"]),
     "--stall-timeout": (["90.5"], []),
     "--monitor-interval": (["0.5"], []),
     "--strict-versions": ([], []),

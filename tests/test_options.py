@@ -58,6 +58,8 @@ EVERY_RUNNER_OPTION = RunnerOptions(
         until="2025-05-01",
         allow_unsafe_code=True,
         tau2_trials=4,
+        pilot="0.05",
+        pilot_seed=3,
     ),
     runtime=RuntimeOptions(
         stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
@@ -103,6 +105,8 @@ EVERY_JOB_OPTION = JobOptions(
             until="2025-05-01",
             allow_unsafe_code=True,
             tau2_trials=2,
+            pilot="20",
+            pilot_seed=1,
         ),
         runtime=RuntimeOptions(
             stall_timeout=600, monitor_interval=2, strict_versions=True, sandbox="weak"
@@ -130,6 +134,7 @@ EVERY_JOB_OPTION = JobOptions(
     ),
     shards="auto",
     time="auto",
+    budget=40.5,
     target_wall="12:30:00",
     margin=0.75,
     signal_seconds=120,

@@ -6,8 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from evalpipe.catalog.pilot import AUTO, check_pilot, pilot_text
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
-from evalpipe.core.options import check_options, count_option, names_option, option, switch
+from evalpipe.core.options import (
+    check_options,
+    count,
+    count_option,
+    names_option,
+    option,
+    switch,
+)
 
 SELECTION = "selection"  # the option group: every command that selects tasks adds it
 
@@ -72,6 +80,25 @@ class Selection:
         help="run lm-eval tasks marked unsafe_code (their metric executes the programs the model "
         "writes, as humaneval's and mbpp's), scored inside evalpipe's sandbox; without it they "
         "are refused (docs/lmeval.md)",
+    )
+
+    pilot: str | None = option(
+        flag="--pilot",
+        group=SELECTION,
+        parse=pilot_text,
+        check=check_pilot,
+        const=AUTO,
+        metavar="FRACTION|N",
+        help="run a pilot: a seeded sample of each task, stratified by prompt length (a "
+        "fraction, N samples, or alone: enough for the mean answer length within ±10 percent "
+        "at 90 percent confidence, 20-200 a task), then print the full run's estimate from what "
+        "it measured; the full run resumes its samples (docs/planner.md, Pilot)",
+    )
+    pilot_seed: int | None = option(
+        flag="--pilot-seed",
+        group=SELECTION,
+        parse=count,
+        help="the seed of the pilot's draw (default: 0)",
     )
 
     def __post_init__(self) -> None:

@@ -123,4 +123,29 @@ def run(args: argparse.Namespace) -> int:
         )
     result = run_session(presets[0], given, out=args.out, resume=args.resume)
     _print(result)
+    if given.selection.pilot is not None and result.status == "complete":
+        _pilot_estimate(presets[0], given, result.run_dir)
     return result.exit_status
+
+
+def _pilot_estimate(preset: str, given: RunnerOptions, run_dir: Path) -> None:
+    """The full run's estimate from the pilot just finished, and the command that submits it;
+    a pilot whose figures cannot be estimated from says why and keeps its exit status."""
+    from evalpipe.catalog.preset import load_preset
+    from evalpipe.core.errors import EvalpipeError
+    from evalpipe.estimate.pilot import after_pilot_command, pilot_estimate
+
+    if given.engine.backend != "vllm":
+        print(
+            f"evalpipe run: no estimate from this pilot: the {given.engine.backend} engine's "
+            "timings and answer lengths say nothing of a model's; pilot with --backend vllm.",
+            file=sys.stderr,
+        )
+        return
+    try:
+        # Smoke records beside the run (results/, as `evalpipe smoke --out` writes them there).
+        found = pilot_estimate(load_preset(preset), given.selection, run_dir, [run_dir.parent])
+    except EvalpipeError as exc:
+        print(f"evalpipe run: no estimate from this pilot: {exc}", file=sys.stderr)
+        return
+    print("\n" + found.describe(after_pilot_command(preset, given.selection, run_dir)), end="")

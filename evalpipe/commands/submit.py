@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from evalpipe.commands._options import add_job_arguments, job_options
 from evalpipe.core.options import names, seconds
 from evalpipe.jobs.executors import EXECUTORS
+from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.rundir.layout import RunDir
 
 
@@ -27,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="run directory (a sweep directory for several presets); an existing run resumes "
         "(default: results/<preset>-<time>-<hex>, or results/sweep-<time>-<hex>)",
+    )
+    parser.add_argument(
+        "--after-pilot",
+        type=Path,
+        metavar="RUN",
+        help="submit the full run after the finished pilot in RUN: into RUN (its samples "
+        "resumed, not generated again), sized by --shards auto --time auto from the pilot's "
+        "lengths and rates (docs/planner.md, Pilot)",
     )
     parser.add_argument(
         "--dry-run",
@@ -69,6 +79,29 @@ def _print_dry_run(prepared: list) -> None:
             print(shlex.join(argv))
 
 
+def _after_pilot(args: argparse.Namespace, options: JobOptions) -> JobOptions:
+    """The full run's options after a pilot: its own run directory, and shards and time limit
+    from the pilot's figures unless given (--shards N > 1, --time)."""
+    from evalpipe.core.errors import ConfigError
+
+    if args.out is not None and args.out.resolve() != args.after_pilot.resolve():
+        raise ConfigError(
+            f"--after-pilot {args.after_pilot} continues the pilot's own run directory, not "
+            f"--out {args.out}: drop --out (the pilot's samples are resumed there)."
+        )
+    if options.run.selection.pilot is not None:
+        raise ConfigError(
+            f"--after-pilot submits the full run; --pilot {options.run.selection.pilot} would "
+            "draw another pilot. Drop --pilot."
+        )
+    # 1 is --shards' default: left alone, the pilot's figures choose.
+    return dataclasses.replace(
+        options,
+        shards="auto" if options.shards == 1 else options.shards,
+        time=options.time or "auto",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from evalpipe.estimate.predict import DEFAULT_RESULTS
     from evalpipe.jobs.jobstatus import JobStatus
@@ -76,9 +109,14 @@ def run(args: argparse.Namespace) -> int:
 
     presets = [p for group in args.preset for p in group]
     sweep = len(presets) > 1
-    out = args.out or default_out(presets)
+    options = job_options(args)
+    if args.after_pilot is not None:
+        options = _after_pilot(args, options)
+    out = args.after_pilot or args.out or default_out(presets)
     results = args.results or [DEFAULT_RESULTS]
-    prepared = prepare_all(presets, args.cluster, job_options(args), out, results=results)
+    prepared = prepare_all(
+        presets, args.cluster, options, out, results=results, pilot=args.after_pilot
+    )
     if args.dry_run:
         # The cost first: it needs neither the weights nor the data the preflight looks for.
         for p in prepared:

@@ -48,6 +48,8 @@ class Option:
     # with what is wrong, or ConfigError with the whole message.
     check: Callable[[Any], None] | None = None
     switch: bool = False  # a flag without a value: True when given, False when not
+    # The value of the flag given alone (`--pilot`), for an option whose value is optional.
+    const: str | None = None
 
     @property
     def name(self) -> str:
@@ -178,6 +180,7 @@ def add_options(
         if opt.switch:
             parser.add_argument(opt.flag, dest=opt.name, action="store_true", help=helped)
             continue
+        optional = {} if opt.const is None else {"nargs": "?", "const": opt.parse(opt.const)}
         parser.add_argument(
             opt.flag,
             dest=opt.name,
@@ -186,6 +189,7 @@ def add_options(
             default=leaf.field.default,
             metavar=opt.metavar,
             help=helped,
+            **optional,
         )
 
 

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.catalog.gpus import Gpu
+from evalpipe.catalog.pilot import default_size
 from evalpipe.catalog.preset import Preset
 from evalpipe.core.span import Span, fmt_span, total
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.calibration import Calibration
 from evalpipe.estimate.history import PastJob, TaskRecord
-from evalpipe.estimate.throughput import Rates, from_smoke, roofline
+from evalpipe.estimate.throughput import Rates, from_smoke, per_token, roofline
 from evalpipe.estimate.workmodel import TaskWork
 from evalpipe.planning.memory import GIB
 from evalpipe.planning.planner import Plan
@@ -199,6 +200,20 @@ class Estimate:
         return "\n".join(lines) + "\n"
 
 
+def bound_line(preset: str, bounded: Sequence[TaskWork]) -> str:
+    """The one line for tasks priced at their whole budget: the figure is a bound, and the
+    pilot that narrows it."""
+    names = ",".join(t.task for t in bounded)
+    budget = max(t.max_tokens for t in bounded)
+    size = max(min(t.samples, default_size(t.samples)) for t in bounded)
+    return (
+        f"bound: {names} ha{'s' if len(bounded) == 1 else 've'} no past run or pilot, so every "
+        f"answer is priced at its whole budget (up to {budget} tokens): the figure is an upper "
+        f"bound. `evalpipe submit --preset {preset} --tasks {names} --pilot --cluster CLUSTER` "
+        f"measures the answer lengths on up to {size} samples a task first (docs/planner.md, Pilot)"
+    )
+
+
 def _matching_calibration(
     calibrations: Sequence[Calibration], preset: Preset, plan: Plan
 ) -> Calibration | None:
@@ -285,8 +300,14 @@ def basis(
     if there is one (else the roofline), corrected by finished jobs of the same preset/GPU/
     layout when there are any. Raises EstimateError when neither roofline nor smoke exists."""
     smoke = _matching_calibration(calibrations, preset, plan)
+    past = _matching_jobs(jobs, preset, plan)
     on: list[str] = []
-    if smoke is not None:
+    if smoke is None and past and not gpu.bf16_tflops:
+        # No roofline (the CPU engine): the finished jobs' own seconds per token price the work.
+        rates = per_token(preset, gpu)
+        factor = CALIBRATED
+        load = uncalibrated_load(preset, plan)
+    elif smoke is not None:
         rates = from_smoke(smoke, preset, gpu, plan)
         factor = CALIBRATED
         started = sum(smoke.phases_s.get(k, 0.0) for k in ("import", "load", "first_token"))
@@ -300,7 +321,6 @@ def basis(
     overhead = RUN_OVERHEAD_S
     power = Span.exact(gpu.power_w) if gpu.power_w else None
     measured_power = False
-    past = _matching_jobs(jobs, preset, plan)
     if past:
         ratios = [
             j.generate_s / predicted
@@ -361,11 +381,9 @@ def estimate(
             f"assumes vLLM reaches {ROOFLINE_SHARE.mid:.0%} of it. Calibrate with `evalpipe "
             "smoke` or a finished run of this preset, GPU and layout."
         )
-    if any(t.generated_tokens.high >= t.max_tokens and not t.ranked for t in tasks):
-        notes.append(
-            "tasks without past runs generate max_tokens here: an upper bound, since most "
-            "answers stop earlier"
-        )
+    bounded = [t for t in tasks if t.length_bound]
+    if bounded:
+        notes.append(bound_line(preset.name, bounded))
     if how.power_w is not None and not how.power_measured:
         notes.append("energy at the GPUs' board power (no measured run): an upper bound")
     notes += [t.long_prompt.line() for t in tasks if t.long_prompt is not None]

@@ -5,11 +5,12 @@ submission's shards and time limit from it."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.gpus import Gpu, load_gpus
+from evalpipe.catalog.pilot import PilotSize
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.selection import Selection
 from evalpipe.estimate.autosize import Choice, Limit, choose
@@ -134,6 +135,9 @@ def predictor(
         calibrations=calibrations([*results, *calibration_dirs]),
         jobs=jobs if calibrate_on_runs else (),
     )
+    if selection.pilot is not None:  # a pilot's job: the samples it draws of each task
+        size = PilotSize.parse(selection.pilot)
+        work = tuple(replace(w, samples=size.samples(w.task, w.samples)) for w in work)
     # A judged task's turns are requests of their own (the task files' tasks have one turn).
     work = tuple(
         turns_work(t, w, selection.limit) if t.name in chosen.gradings else w

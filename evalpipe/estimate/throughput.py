@@ -154,6 +154,22 @@ def roofline(preset: Preset, gpu: Gpu, plan: Plan) -> Rates:
     )
 
 
+def per_token(preset: Preset, gpu: Gpu) -> Rates:
+    """A rate of one unit per generated token, for a device with no roofline and no smoke
+    record: finished jobs of the preset on it (a pilot) scale it to their measured seconds per
+    token. Prompts are priced within it: a pilot's mix of prompts and answers is the run's."""
+    return Rates(
+        fixed_s=0.0,
+        seq_s=1.0,
+        ctx_s=0.0,
+        prefill_s=0.0,
+        max_seqs=max_seqs(preset, gpu),
+        kv_tokens=float("inf"),
+        overlap=False,
+        basis=f"seconds per generated token on {gpu.name}, as measured by finished jobs",
+    )
+
+
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least-squares intercept and slope of step seconds over batch size, neither negative."""
     if len(points) == 1:

@@ -60,6 +60,8 @@ class TaskWork:
     sources: tuple[str, ...]  # how the figures above were obtained
     # The longest prompt where it leaves no room for an answer in the context (local data).
     long_prompt: LongPrompt | None = None
+    # Every answer priced at max_tokens: nothing measured the task's lengths (a bound).
+    length_bound: bool = False
 
     @property
     def ranked(self) -> bool:
@@ -322,6 +324,7 @@ def task_work(
         score_s=score_s,
         sources=(prompt_source, length_source, *([score_source] if score_source else [])),
         long_prompt=long,
+        length_bound=not ranked and not generated,
     )
 
 

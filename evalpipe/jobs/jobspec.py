@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field, replace
@@ -86,6 +87,11 @@ def _margin(value: float) -> None:
         raise ValueError(f"{value} must be a share of the time limit in (0, 1], e.g. 0.8")
 
 
+def _budget(value: float) -> None:
+    if not 0 < value < math.inf:
+        raise ValueError(f"{value} must be a positive number of GPU-hours, e.g. 40")
+
+
 JOB = "job"  # the option group of JobOptions' own flags
 # The runner's options a submission takes; the job sets the executor, the endpoint (a serve
 # job's own server) and each array task's shard itself. A judged run's job holds both phases:
@@ -125,6 +131,16 @@ class JobOptions:
         check=slurm_minutes,
         metavar="HH:MM",
         help="results by then: the replicas and shards that meet it with the fewest GPU-hours",
+    )
+    budget: float | None = option(
+        flag="--budget",
+        group=JOB,
+        parse=float,
+        text=float_text,
+        check=_budget,
+        metavar="GPU_HOURS",
+        help="refuse to submit when the estimate's expected GPU-hours exceed this, saying by "
+        "how much and what would fit (docs/planner.md, Pilot)",
     )
     margin: float = option(
         default=MARGIN,
@@ -193,6 +209,12 @@ class JobOptions:
             raise ConfigError(
                 f"--shards auto, --time auto and --target-wall size vLLM jobs from their cost "
                 f"estimate; --backend {backend} has none. Give --shards N and --time."
+            )
+        if self.run.selection.pilot is not None and self.shards not in (1, AUTO):
+            raise ConfigError(
+                f"--pilot {self.run.selection.pilot} is one job over a sample of every task, not "
+                f"--shards {self.shards}: drop --shards (the full run after it, "
+                "`submit --after-pilot`, is sharded from the pilot's figures)."
             )
 
     @property

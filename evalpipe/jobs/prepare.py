@@ -28,6 +28,7 @@ from evalpipe.slurm.argv import sbatch_argv
 if TYPE_CHECKING:  # the estimate's modules load tasks: only when an estimate is made
     from evalpipe.estimate.autosize import Choice
     from evalpipe.estimate.cost import Estimate
+    from evalpipe.estimate.predict import Prediction
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,11 +85,14 @@ def prepare(
     run_dir: Path,
     *,
     results: Sequence[Path] | None = None,
+    pilot: Path | None = None,
 ) -> Prepared:
     """Load, plan and render one job. `preset`/`cluster` are registry names or YAML paths.
 
-    The cost is estimated when `results` (the folders to calibrate on) is given or the options
-    leave shards, replicas or the time limit to the estimate; then those are chosen first."""
+    The cost is estimated when `results` (the folders to calibrate on) is given, a --budget is,
+    or the options leave shards, replicas or the time limit to the estimate; then those are
+    chosen first. `pilot`: the run directory of a finished pilot whose lengths and rates the
+    estimate takes, and whose samples the job resumes (estimate/pilot.py)."""
     loaded = load_preset(preset)
     site = load_cluster(cluster)
     gpu = get_gpu(site.gpu)
@@ -106,7 +110,7 @@ def prepare(
         )
 
     spec = spec_for(options)
-    cost = _cost(spec, gpu, options, results)
+    cost = _cost(spec, gpu, options, results, pilot)
     if cost.choice is not None:
         spec = spec_for(
             dataclasses.replace(
@@ -126,10 +130,16 @@ def prepare(
     )
 
 
-def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] | None) -> Prepared:
+def _cost(
+    spec: JobSpec,
+    gpu: Gpu,
+    options: JobOptions,
+    results: Sequence[Path] | None,
+    pilot: Path | None,
+) -> Prepared:
     """The estimate (and choice) for a first spec; a Prepared whose scripts are filled later."""
     blank = Prepared(spec=spec, script="", merge_script=None)
-    if results is None and not options.auto_chosen:
+    if results is None and not options.auto_chosen and options.budget is None and pilot is None:
         return blank
     run = spec.options.run
     if run.engine.backend != "vllm" or spec.options.smoke:
@@ -146,15 +156,20 @@ def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] 
             gpu,
             spec.plan,
             run.selection,
-            results=list(results or [DEFAULT_RESULTS]),
+            results=[*(results or [DEFAULT_RESULTS]), *([pilot] if pilot else [])],
             calibration_dirs=[Path(site.cache_dir)] if site.cache_dir else [],
         )
+        if pilot is not None:
+            from evalpipe.estimate.pilot import after_pilot
+
+            prediction = after_pilot(prediction, pilot)
     except EvalpipeError as exc:
-        if options.auto_chosen:
+        if options.auto_chosen or options.budget is not None or pilot is not None:
             raise
         return dataclasses.replace(blank, no_estimate=str(exc))
     if not options.auto_chosen:
         est = prediction.estimate(shards=spec.options.shards, replicas=spec.plan.replicas)
+        _check_budget(options, prediction, est)
         return dataclasses.replace(blank, estimate=est)
     from evalpipe.estimate.autosize import Limit
 
@@ -175,11 +190,33 @@ def _cost(spec: JobSpec, gpu: Gpu, options: JobOptions, results: Sequence[Path] 
         )
     target = slurm_minutes(options.target_wall) * 60 if options.target_wall else None
     choice = prediction.choose(
-        shards=None if options.auto_shards else options.shards,
+        # A pilot is one job (--shards auto then sizes its time limit alone).
+        shards=1
+        if options.run.selection.pilot is not None
+        else None
+        if options.auto_shards
+        else options.shards,
         limit=limit,
         auto_time=options.auto_time,
         margin=options.margin,
         max_minutes=max_minutes,
         target_wall_s=target,
     )
+    _check_budget(options, prediction, choice.estimate)
     return dataclasses.replace(blank, estimate=choice.estimate, choice=choice)
+
+
+def _check_budget(options: JobOptions, prediction: Prediction, chosen: Estimate) -> None:
+    """--budget against the estimate of the layout and shards chosen."""
+    if options.budget is None:
+        return
+    from evalpipe.estimate.budget import check_budget
+
+    check_budget(
+        options.budget,
+        prediction.work,
+        lambda work: dataclasses.replace(prediction, work=tuple(work)).estimate(
+            shards=chosen.shards, replicas=chosen.replicas
+        ),
+        pilot=options.run.selection.pilot is not None,
+    )

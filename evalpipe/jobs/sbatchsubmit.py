@@ -127,14 +127,21 @@ def prepare_all(
     out: Path,
     *,
     results: Sequence[Path] | None = None,
+    pilot: Path | None = None,
 ) -> list[Prepared]:
     """One preset: `out` is its run directory. Several (a sweep): each gets OUT/<preset>/.
 
     Every preset is planned and rendered before anything is submitted, so one that does not
-    fit stops the whole sweep.
+    fit stops the whole sweep. `pilot`: one preset's finished pilot (`out`), whose figures
+    size the job.
     """
     if len(presets) == 1:
-        return [prepare(presets[0], cluster, options, out, results=results)]
+        return [prepare(presets[0], cluster, options, out, results=results, pilot=pilot)]
+    if pilot is not None:
+        raise ConfigError(
+            f"--after-pilot continues one preset's pilot, not a sweep of {len(presets)}: "
+            "submit each preset with the run directory of its own pilot."
+        )
     # The names sweep.json records (rundir.sweep.run_name), so its runs are where it says.
     names = [run_name(p) for p in presets]
     if len(set(names)) != len(names):

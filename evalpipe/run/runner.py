@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from evalpipe.catalog.pilot import PilotSize
 from evalpipe.catalog.preset import Preset
 from evalpipe.core import exitcodes, provenance
 from evalpipe.core.configio import first_repeat
@@ -31,6 +32,7 @@ from evalpipe.monitor.devicesummary import DeviceSummary
 from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
 from evalpipe.run.kindfiles import write_run_results
+from evalpipe.run.pilotrun import pilot_record, pilot_samples, shard_seed
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
 from evalpipe.run.tracking import Tracking
@@ -57,6 +59,7 @@ from evalpipe.rundir.samplelog import (
     read_samples,
     repair_samples,
     salvage_samples,
+    write_samples,
 )
 from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.steps import StepRecord, stored_steps
@@ -69,6 +72,7 @@ from evalpipe.sandbox.pool import require_isolation
 from evalpipe.tasks.base import Sample, Task, check_limit, gives_tools, runs_code
 from evalpipe.tasks.bounds import needed_model_len
 from evalpipe.tasks.packages import check_sources, sources_of, task_packages
+from evalpipe.tasks.pilotdraw import draw
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +105,20 @@ class RunOptions:
     # The user simulator of agent tasks' episodes (None: none): its model and sampling are
     # fingerprinted (they shape the episodes), where it ran is not.
     user_sim: UserSimulator | None = None
+    # A pilot (--pilot, catalog/pilot.py): a seeded draw of each task's samples, written where
+    # the full run resumes them. Not fingerprinted: the full run continues the same directory.
+    pilot: str | None = None
+    pilot_seed: int = 0
 
     def __post_init__(self) -> None:
         check_backend(self.backend)
+        if self.pilot is not None:
+            PilotSize.parse(self.pilot)
+            if self.shard is not None:
+                raise ConfigError(
+                    f"--pilot runs one job over a sample of every task, not shard {self.shard}: "
+                    "drop --shard (the full run after the pilot may be sharded)."
+                )
         if self.admission is not None and self.admission not in POLICIES:
             raise ConfigError(
                 f"admission {self.admission!r} is not one of {', '.join(POLICIES)}; leave it "
@@ -195,7 +210,8 @@ def run_config(preset: Preset, tasks: Sequence[Task], options: RunOptions) -> Ru
 
 
 def select_samples(task: Task, options: RunOptions) -> list[Sample]:
-    """The samples this run owes for `task`: the limit first, then the shard's slice."""
+    """The samples this run owes for `task`: the limit first, then the pilot's draw or the
+    shard's slice."""
     samples = task.samples(options.limit)
     repeated = first_repeat(sample.id for sample in samples)
     if repeated is not None:
@@ -203,6 +219,9 @@ def select_samples(task: Task, options: RunOptions) -> list[Sample]:
             f"Task {task.name!r} yields sample id {repeated!r} twice; sample ids must be "
             "unique so that resume and merge can key on them."
         )
+    if options.pilot is not None:
+        size = PilotSize.parse(options.pilot).samples(task.name, len(samples))
+        return draw(samples, size, seed=options.pilot_seed, task=task.name)
     return options.shard.select(samples) if options.shard else samples
 
 
@@ -442,6 +461,16 @@ def _evaluate(
     manifest, records = _load_existing(out_dir, config, planned_keys)
     if manifest is None:
         manifest = _new_manifest(out_dir, preset, config, planned)
+        records = shard_seed(out_dir, config, planned_keys)
+        if records:  # the pilot's samples in this shard's slice: resumed, not generated
+            write_manifest(RunDir(out_dir), manifest)
+            write_samples(RunDir(out_dir).samples, records)
+    if options.pilot is not None:
+        populations = [len(task.samples(options.limit)) for task, _ in work]
+        manifest.pilot = pilot_record(options.pilot, options.pilot_seed, work, populations)
+    elif manifest.pilot is not None and manifest.pilot.resumed is None:
+        # The full run after a pilot: how many of the pilot's samples it resumed.
+        manifest.pilot = manifest.pilot.with_resumed(pilot_samples(records, manifest.pilot))
     # What this attempt runs with: the fingerprint matched, but the engine layout may differ,
     # and a merged directory resumed unsharded owes more than its shards planned.
     manifest.config = config

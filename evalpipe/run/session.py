@@ -311,6 +311,8 @@ class _Session:
             engine=settings,
             categories=given.selection.categories_for(self.preset.categories),
             limit=given.selection.limit,
+            pilot=given.selection.pilot,
+            pilot_seed=given.selection.pilot_seed or 0,
             shard=given.runtime.shard,
             replicas=layout.replicas,
             window=given.engine.window,

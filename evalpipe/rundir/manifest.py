@@ -18,6 +18,7 @@ from evalpipe.planning.helperplacement import PlacementKind
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import SCHEMA, RunDir
 from evalpipe.rundir.occupancy import Occupancy
+from evalpipe.rundir.pilotrecord import PilotRecord
 from evalpipe.rundir.runconfig import RunConfig
 from evalpipe.rundir.samplelog import read_json, write_json
 from evalpipe.rundir.timings import Timings
@@ -167,7 +168,7 @@ _KEYS = (
     "schema", "run_id", "status", "preset", "plan", "config", "config_hash", "versions",
     "git_sha", "hosts", "slurm", "seed", "timings", "oom_fallback", "started_at",
     "finished_at", "samples_planned", "engine", "devices", "attempts", "error", "shards",
-    "tracking", "occupancy", "admission", "sandbox", "user_sim",
+    "tracking", "occupancy", "admission", "sandbox", "user_sim", "pilot",
 )  # fmt: skip
 
 
@@ -207,6 +208,9 @@ class Manifest:
     sandbox: str | None = None
     # An agent run's user simulator (None: the run has none).
     user_sim: UserSimulator | None = None
+    # Where the run began as a pilot (`--pilot`): its size, seed, and per task the samples
+    # drawn of how many; a full run resuming it adds how many it resumed.
+    pilot: PilotRecord | None = None
     schema: int = SCHEMA
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know
 
@@ -291,6 +295,8 @@ class Manifest:
             out["sandbox"] = self.sandbox
         if self.user_sim is not None:
             out["user_sim"] = self.user_sim.to_dict()
+        if self.pilot is not None:
+            out["pilot"] = self.pilot.to_dict()
         return self.extra | out
 
     @classmethod
@@ -339,6 +345,7 @@ class Manifest:
                 user_sim=None
                 if data.get("user_sim") is None
                 else UserSimulator.from_dict(data["user_sim"]),
+                pilot=None if data.get("pilot") is None else PilotRecord.from_dict(data["pilot"]),
                 extra={k: v for k, v in data.items() if k not in _KEYS},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

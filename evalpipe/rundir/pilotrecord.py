@@ -1,0 +1,58 @@
+"""The manifest's `pilot`: what a pilot drew (its size as given, its seed, per task the sample
+ids of how many), and how many of them the full run after it resumed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class PilotTask:
+    ids: tuple[str, ...]  # the samples drawn
+    of: int  # the samples the full run owes for the task
+
+
+@dataclass(frozen=True, kw_only=True)
+class PilotRecord:
+    size: str  # --pilot as given: "auto", a fraction or a count
+    seed: int
+    tasks: dict[str, PilotTask]
+    resumed: int | None = None  # set by the full run's first attempt
+
+    @property
+    def keys(self) -> set[tuple[str, str]]:
+        """(task, sample id) of every sample drawn."""
+        return {(task, i) for task, entry in self.tasks.items() for i in entry.ids}
+
+    def drawn(self, task: str) -> int:
+        entry = self.tasks.get(task)
+        return len(entry.ids) if entry else 0
+
+    def with_resumed(self, count: int) -> PilotRecord:
+        return replace(self, resumed=count)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "size": self.size,
+            "seed": self.seed,
+            "tasks": {
+                task: {"drawn": len(e.ids), "of": e.of, "ids": list(e.ids)}
+                for task, e in self.tasks.items()
+            },
+        }
+        if self.resumed is not None:
+            out["resumed"] = self.resumed
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PilotRecord:
+        return cls(
+            size=str(data["size"]),
+            seed=int(data["seed"]),
+            tasks={
+                str(task): PilotTask(ids=tuple(str(i) for i in e["ids"]), of=int(e["of"]))
+                for task, e in data["tasks"].items()
+            },
+            resumed=None if data.get("resumed") is None else int(data["resumed"]),
+        )
