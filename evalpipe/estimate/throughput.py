@@ -165,6 +165,8 @@ def per_token(preset: Preset, gpu: Gpu) -> Rates:
         prefill_s=0.0,
         max_seqs=max_seqs(preset, gpu),
         kv_tokens=float("inf"),
+        attention=Attention.of(preset.architecture),
+        attention_flop_s=0.0,  # prompts, attention included, are priced within the token's rate
         overlap=False,
         basis=f"seconds per generated token on {gpu.name}, as measured by finished jobs",
     )
