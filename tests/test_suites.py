@@ -297,6 +297,19 @@ def test_render_shows_every_task_of_the_card_with_protocol_budget_and_judge(caps
     assert given["tau2"][3] == "user: qwen3_32b" and given["aime2024"][3] == "-"
 
 
+def test_a_task_file_s_protocol_follows_its_scorer_and_the_suite_s_n() -> None:
+    from evalpipe.catalog.suites import SuiteEntry
+    from evalpipe.catalog.taskrefs import TaskRef, protocol
+
+    def said(name: str, entry: SuiteEntry | None = None, mc: str | None = None) -> str:
+        return protocol(TaskRef(kind="file", name=name), entry, mc_method=mc)
+
+    assert said("mmlu") == "choice log-likelihood"  # its file's method: logprobs
+    assert said("gpqa_diamond", mc="logprobs") == "choice log-likelihood"
+    assert said("humaneval") == "tests (humaneval)"
+    assert said("gpqa_diamond", SuiteEntry(task="gpqa_diamond", n=4)).startswith("avg@4, choice")
+
+
 def test_the_docs_show_the_card_s_table_as_render_prints_it(capsys) -> None:
     argv = ["render", "--preset", "qwen3_32b", "--cluster", "example-h100-site", "--tasks",
             "suite:card-2026", "--judge", "qwen3_32b", "--out", "/scratch/r"]  # fmt: skip
