@@ -58,9 +58,10 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
     assert "memory_kv" not in said and not (tmp_path / "r").exists()
 
 
-def test_suite_tools_2026_runs_bfcl_and_a_suite_gives_it_no_settings(tmp_path: Path) -> None:
+def test_suite_tools_2026_runs_bfcl_and_tau2_and_gives_them_no_settings(tmp_path: Path) -> None:
     assert [ref for ref, _ in expand_refs(["suite:tools-2026"])] == [
-        TaskRef(kind="bfcl", name="bfcl")
+        TaskRef(kind="bfcl", name="bfcl"),
+        TaskRef(kind="tau2", name="tau2"),
     ]
     suite = tmp_path / "mine.yaml"
     suite.write_text("tasks:\n  - task: bfcl:simple_python\n    max_tokens: 512\n")

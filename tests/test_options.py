@@ -363,8 +363,9 @@ SELECTION = ["--categories", "math", "--tasks", "arithmetic,gsm8k", "--mc-method
         (RENDER, 0),
         ([*RENDER, *SELECTION, "--limit", "3"], 0),
         ([*RENDER, "--tasks", "arithmetc"], 1),
+        ([*RENDER, "--tasks", "suite:card-2026", "--judge", "tiny_random"], 0),
     ],
-    ids=["plan", "plan-all-gpus", "render", "render-tasks", "render-unknown-task"],
+    ids=["plan", "plan-all-gpus", "render", "render-tasks", "render-unknown-task", "render-card"],
 )
 def test_planning_commands_load_no_task_module(
     argv: list[str], status: int, tmp_path: Path

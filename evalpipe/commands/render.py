@@ -58,7 +58,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     spec = prepared.spec
-    budgets = budget_table(spec.preset, spec.options.run.selection, spec.plan.max_model_len)
+    run = spec.options.run
+    budgets = budget_table(
+        spec.preset,
+        run.selection,
+        spec.plan.max_model_len,
+        judge=run.judge.preset or run.judge.endpoint.base_url,
+        user_sim=run.user_sim.preset or run.user_sim.endpoint.base_url,
+    )
     if budgets:  # the named tasks: what each generates, in which context
         print(budgets, end="", file=sys.stderr)
     print(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from evalpipe.catalog.budgets import fit_context
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.selection import Selection
-from evalpipe.catalog.taskrefs import named_asks
+from evalpipe.catalog.taskrefs import TaskRef, expand_refs, named_asks, protocol
 from evalpipe.core.textable import format_table
 
 
@@ -26,17 +26,48 @@ def task_model_len(preset: Preset, selection: Selection, given: int | None) -> i
     return fit_context(preset, _asks(selection), None).max_model_len
 
 
-def budget_table(preset: Preset, selection: Selection, max_model_len: int) -> str:
-    """Each named task with its n and token budget at `max_model_len`, and the notes of what
-    is capped; '' when the job names no tasks."""
-    asks = _asks(selection)
-    if not asks:
+def budget_table(
+    preset: Preset,
+    selection: Selection,
+    max_model_len: int,
+    *,
+    judge: str | None = None,
+    user_sim: str | None = None,
+) -> str:
+    """Each named task with its n, token budget at `max_model_len`, protocol and the judge or
+    user simulator it needs (`judge`, `user_sim`: the ones given), and the notes of what is
+    capped; '' when the job names no tasks. A kind whose budget is set when its tasks load
+    (BFCL, τ²) shows '-'."""
+    cap, mc = selection.max_tokens, selection.mc_method
+    named = [(ref, entry, ref.spec.asks(ref, entry, cap, mc))
+             for ref, entry in expand_refs(selection.tasks or ())]  # fmt: skip
+    asks = [ask for _, _, got in named for ask in got]
+    if not named:
         return ""
     context = fit_context(preset, asks, max_model_len)
-    rows = [(a.name, a.n, context.budgets.get(a.name, "-")) for a in asks]
-    table = format_table(("task", "n", "max_tokens"), rows)
-    notes = "".join(f"\nnote: {n}" for n in context.notes)
+    rows = []
+    for ref, entry, got in named:
+        said = (protocol(ref, entry, mc_method=mc), _helper(ref, judge, user_sim))
+        rows += [(a.name, a.n, context.budgets.get(a.name, "-"), *said) for a in got] or [
+            (str(ref), "-", "-", *said)
+        ]
+    table = format_table(("task", "n", "max_tokens", "protocol", "judge / user"), rows)
+    notes = list(context.notes)
+    unsized = [str(ref) for ref, _, got in named if not got]
+    if unsized:
+        said = "n and max_tokens are their benchmark's, set as they load"
+        notes.append(f"{', '.join(unsized)}: {said}")
+    shown = "".join(f"\nnote: {n}" for n in notes)
     return (
         f"{table}\nmax_model_len {max_model_len} (preset: {preset.max_model_len}; the model's "
-        f"ceiling: {preset.architecture.ceiling_text()}){notes}\n"
+        f"ceiling: {preset.architecture.ceiling_text()}){shown}\n"
     )
+
+
+def _helper(ref: TaskRef, judge: str | None, user_sim: str | None) -> str:
+    """The judge a judged task is graded by, or the user an agent task's episodes talk to."""
+    if ref.spec.judged:
+        return judge or "needs --judge"
+    if ref.spec.agent:
+        return f"user: {user_sim}" if user_sim else "needs --user-sim"
+    return "-"
