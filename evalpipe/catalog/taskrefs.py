@@ -216,6 +216,12 @@ BFCL_NEEDS = {
                           "its overall)",
 }  # fmt: skip
 
+# RULER's 13 synthetic tasks, as nvidia-long-context-eval's synthetic.yaml names them
+# (docs/ruler.md).
+RULER_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
+               "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt",
+               "cwe", "fwe", "qa_1", "qa_2")  # fmt: skip
+
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
     for spec in (
@@ -254,6 +260,10 @@ KINDS: dict[str, KindSpec] = {
                  needs="package nvidia-simple-evals; basicv8vc/SimpleQA or --judge-data FILE; "
                        "a judge",
                  loader="evalpipe.tasks.simpleqa", asks=_simpleqa_asks),
+        KindSpec(name="ruler", written="ruler or ruler:TASK,...", prefixed=True,
+                 summary="RULER: 13 synthetic long-context tasks at --ruler-lengths tokens",
+                 needs="nvidia-long-context-eval apart (bash scripts/ruler.sh); the model's "
+                       "tokenizer", loader="evalpipe.tasks.ruler.kind", values=RULER_TASKS),
     )
 }  # fmt: skip
 

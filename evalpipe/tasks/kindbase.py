@@ -43,6 +43,7 @@ class LoadOptions:
     judge_data: Path | None = None  # --judge-data
     baseline: Baseline | None = None  # --judge-baseline, read
     allow_unsafe_code: bool = False  # lm-eval tasks that execute the model's code, sandboxed
+    ruler_lengths: tuple[int, ...] | None = None  # --ruler-lengths (None: RULER's default)
 
     @classmethod
     def selected(cls, selection: Selection, preset: Preset, **given: object) -> LoadOptions:
@@ -56,6 +57,7 @@ class LoadOptions:
             since=selection.since,
             until=selection.until,
             allow_unsafe_code=selection.allow_unsafe_code,
+            ruler_lengths=selection.ruler_lengths,
             **given,  # type: ignore[arg-type]
         )
 
