@@ -49,6 +49,7 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--since": (["2024-08-01"], []),
     "--until": (["2025-05-01"], []),
     "--allow-unsafe-code": ([], []),
+    "--ruler-lengths": (["4096,8192"], []),
     "--stall-timeout": (["90.5"], []),
     "--monitor-interval": (["0.5"], []),
     "--strict-versions": ([], []),

@@ -57,6 +57,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
         since="2024-08-01",
         until="2025-05-01",
         allow_unsafe_code=True,
+        ruler_lengths=(4096, 131072),
     ),
     runtime=RuntimeOptions(
         stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
@@ -101,6 +102,7 @@ EVERY_JOB_OPTION = JobOptions(
             since="2025-02-01",
             until="2025-05-01",
             allow_unsafe_code=True,
+            ruler_lengths=(8192,),
         ),
         runtime=RuntimeOptions(
             stall_timeout=600, monitor_interval=2, strict_versions=True, sandbox="weak"

@@ -61,10 +61,10 @@ def check_lengths(preset: Preset, given: Sequence[int] | None) -> tuple[int, ...
     long = [n for n in lengths if n > ceiling]
     if long:
         raise ConfigError(
-            f"--ruler-lengths {','.join(map(str, long))}: beyond preset {preset.name!r}'s "
-            f"context, {ceiling} tokens (max_position_embeddings). Leave them out (the default "
-            f"is {','.join(map(str, default_lengths(ceiling))) or 'none'}), or use a preset "
-            "whose model holds that length."
+            f"--ruler-lengths {','.join(map(str, long))}: beyond the context of preset "
+            f"{preset.name!r}, {ceiling} tokens (max_position_embeddings). Leave them out (the "
+            f"default is {','.join(map(str, default_lengths(ceiling))) or 'none'}), or use a "
+            "preset whose model holds that length."
         )
     return lengths
 
