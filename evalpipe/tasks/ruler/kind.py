@@ -140,7 +140,8 @@ class RulerKind(TaskKind):
         preset = options.preset
         if preset is None:
             raise ConfigError(
-                "RULER's samples are generated for a model's tokenizer: name a preset."
+                "RULER's samples are generated for a model's tokenizer, so they need a preset: "
+                "evalpipe run --preset PRESET --tasks ruler (docs/ruler.md)."
             )
         install.ruler_dir()  # refused with the install command before anything else
         names = dict.fromkeys(
