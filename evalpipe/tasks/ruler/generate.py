@@ -110,6 +110,7 @@ def max_seq_length(length: int) -> int:
     return length - TEMPLATE_TOKENS
 
 
+@functools.cache  # once a process: every task of a run asks, for its definition and its cache
 def tokenizer_identity(tokenizer: str) -> str:
     """What a tokenizer's samples depend on: the hash of its files (a local folder), else the
     hub id it is read by."""
