@@ -228,3 +228,27 @@ def test_the_pins_are_the_installed_lists() -> None:
     listed = Path(__file__).parent.parent / "bench" / "ruler_requirements.txt"
     lines = [line for line in listed.read_text().splitlines() if line and line[0] != "#"]
     assert dict(line.split("==") for line in lines) == APART_PINS
+
+
+def test_the_samples_are_keyed_by_what_they_depend_on(tmp_path: Path) -> None:
+    """Another tokenizer file, length or seed is another cache file and another definition (so
+    a run's fingerprint refuses to resume across one); the package versions are part of both."""
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text("{}")
+    task = RulerTask(name="ruler_vt_4096", ruler_task="vt", length=4096, tokenizer=str(folder),
+                     sampling=SamplingSettings(max_tokens=30))  # fmt: skip
+
+    def path_of(length: int = 4096, seed: int = SEED) -> Path:
+        return generate.cache_path("vt", length=length, seed=seed, count=2, tokenizer=str(folder))
+
+    before, path = task.definition(), path_of()
+    assert before["seed"] == 42 and before["max_seq_length"] == 4032
+    assert set(before["versions"]) == {"nvidia-long-context-eval", "tenacity", "wonderwords"}
+    others = {path_of(length=8192), path_of(seed=7)}
+    assert path not in others and len(others) == 2
+    generate.tokenizer_identity.cache_clear()
+    (folder / "tokenizer.json").write_text('{"changed": true}')
+    assert task.definition()["tokenizer"] != before["tokenizer"]
+    assert path_of() != path
+    generate.tokenizer_identity.cache_clear()
