@@ -32,7 +32,8 @@ python -m evalpipe models prepare smollm2_135m
 
 status=0
 for script in startup scale sandbox_throughput lcb_agreement overhead_vllm peer_lm_eval mc_methods \
-    stream estimate prefill_context ifeval_agreement agree_mcq arena_agreement judge_placement admission_uniform; do
+    stream estimate prefill_context ifeval_agreement agree_mcq arena_agreement judge_placement admission_uniform \
+    ruler_agreement; do
     echo "== python bench/$script.py"
     start=$SECONDS
     python "bench/$script.py" || status=1

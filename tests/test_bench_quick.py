@@ -85,6 +85,13 @@ def test_sandbox_throughput_quick() -> None:
     assert out.count("verdicts agree") == 8, out
 
 
+@pytest.mark.bench
+def test_ruler_agreement_quick() -> None:
+    """Two generator processes a side for SmolLM2's tokenizer: too slow for make test."""
+    out = quick("ruler_agreement.py")
+    assert "files byte-equal: 2/2" in out and "input and outputs: 4/4" in out, out
+
+
 def test_lcb_agreement_quick() -> None:
     out = quick("lcb_agreement.py")
     figures(out, "evalpipe: ")

@@ -52,6 +52,7 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--tau2-trials": (["3"], []),
     "--pilot": (["0.05"], []),
     "--pilot-seed": (["3"], ["--pilot", "0.05"]),
+    "--ruler-lengths": (["4096,8192"], []),
     "--stall-timeout": (["90.5"], []),
     "--monitor-interval": (["0.5"], []),
     "--strict-versions": ([], []),

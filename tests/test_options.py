@@ -60,6 +60,7 @@ EVERY_RUNNER_OPTION = RunnerOptions(
         tau2_trials=4,
         pilot="0.05",
         pilot_seed=3,
+        ruler_lengths=(4096, 131072),
     ),
     runtime=RuntimeOptions(
         stall_timeout=0.1 + 0.2,  # no short decimal form: the argv must keep every digit
@@ -107,6 +108,7 @@ EVERY_JOB_OPTION = JobOptions(
             tau2_trials=2,
             pilot="20",
             pilot_seed=1,
+            ruler_lengths=(8192,),
         ),
         runtime=RuntimeOptions(
             stall_timeout=600, monitor_interval=2, strict_versions=True, sandbox="weak"

@@ -21,7 +21,7 @@ from evalpipe.catalog.clusters import load_cluster
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.suites import load_suite, suite_names
-from evalpipe.catalog.taskrefs import check_selection, expand_refs, named_asks
+from evalpipe.catalog.taskrefs import AskGiven, check_selection, expand_refs, named_asks
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, UnknownNameError
@@ -174,7 +174,7 @@ def test_a_user_suite_file_applies_its_settings(tmp_path: Path) -> None:
     assert sums.definition()["sampling"]["n"] == 4  # part of the run's fingerprint
     assert sums.metrics == ("avg@4", "pass@2", "maj@2")
     assert arithmetic.config == load_tasks(tasks=["arithmetic"])[0].config
-    asks = named_asks([f"suite:{path}"], max_tokens=50)
+    asks = named_asks([f"suite:{path}"], AskGiven(max_tokens=50))
     assert [(a.name, a.n, a.max_tokens) for a in asks] == [("sums", 4, 50), ("arithmetic", 1, 50)]
 
 
@@ -254,7 +254,7 @@ def test_render_shows_each_task_with_n_budget_and_the_raised_context(
 
 
 REASONING_2026 = ["aime2024", "aime2025", "gpqa_diamond", "mmlu_pro", "livecodebench", "ifeval"]
-CARD_2026 = [*REASONING_2026, "hmmt_feb2025", "hle", "simpleqa", "bfcl", "tau2"]
+CARD_2026 = [*REASONING_2026, "hmmt_feb2025", "hle", "simpleqa", "bfcl", "tau2", "ruler"]
 
 
 def test_card_2026_holds_the_card_s_tasks_and_tools_2026_holds_tau2() -> None:
@@ -262,7 +262,7 @@ def test_card_2026_holds_the_card_s_tasks_and_tools_2026_holds_tau2() -> None:
     assert [str(ref) for ref, _ in card] == CARD_2026
     assert [(ref.kind, entry and entry.max_tokens) for ref, entry in card][5:] == [
         ("file", 32768), ("file", None), ("hle", None), ("simpleqa", None), ("bfcl", None),
-        ("tau2", None),
+        ("tau2", None), ("ruler", None),
     ]  # fmt: skip
     assert [str(ref) for ref, _ in expand_refs(["suite:tools-2026"])] == ["bfcl", "tau2"]
 
@@ -280,7 +280,10 @@ def _render_rows(capsys, *flags: str) -> tuple[dict[str, list[str]], str]:
 
 def test_render_shows_every_task_of_the_card_with_protocol_budget_and_judge(capsys) -> None:
     rows, err = _render_rows(capsys)
-    assert list(rows) == CARD_2026
+    # RULER's rows size the context only: its default lengths run to the model's whole context.
+    assert list(rows) == [*CARD_2026[:-1], "ruler@context"]
+    assert rows["ruler@context"][:2] == ["-", "-"]
+    assert "--max-model-len 131072" in err or "max_model_len 131072" in err
     for task in (*REASONING_2026, "hmmt_feb2025"):
         assert rows[task][1] == "32768", rows[task]
     assert rows["aime2024"] == ["16", "32768", "avg@16, math-verify (boxed)", "-"]
@@ -291,7 +294,7 @@ def test_render_shows_every_task_of_the_card_with_protocol_budget_and_judge(caps
     assert rows["simpleqa"][3] == "needs --judge"
     assert rows["bfcl"] == ["-", "-", "BFCL checker", "-"]
     assert rows["tau2"] == ["-", "-", "τ² evaluator, simulated user", "needs --user-sim"]
-    assert "note: bfcl, tau2: n and max_tokens are their benchmark's" in err
+    assert "note: bfcl, tau2, ruler: n and max_tokens are their benchmark's" in err
     given, _ = _render_rows(capsys, "--judge", "qwen3_32b", "--user-sim", "qwen3_32b")
     assert given["hle"][3] == given["simpleqa"][3] == "qwen3_32b"
     assert given["tau2"][3] == "user: qwen3_32b" and given["aime2024"][3] == "-"

@@ -13,7 +13,7 @@ import pytest
 
 from evalpipe.catalog.budgets import fit_context
 from evalpipe.catalog.preset import load_preset
-from evalpipe.catalog.taskrefs import KINDS, TaskRef, named_asks
+from evalpipe.catalog.taskrefs import KINDS, AskGiven, TaskRef, named_asks
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError
@@ -118,7 +118,7 @@ def test_a_judged_task_gets_its_context_fitted(tmp_path: Path) -> None:
     assert 2 * task.sampling.max_tokens < chosen.context.max_model_len
     assert any("primes: budget capped" in note for note in chosen.notes)
     # `render` sizes it the same from the files alone.
-    (ask,) = named_asks([f"judge:{path}"])
+    (ask,) = named_asks([f"judge:{path}"], AskGiven())
     assert (ask.turns, ask.name) == (2, "primes")
 
 
@@ -164,7 +164,7 @@ def test_render_and_the_run_size_mt_bench_alike() -> None:
     """The catalog's bound on MT-Bench's prompts is its longest conversation, so the context
     `render` plans is the one the run fits its two turns to."""
     preset = load_preset("smollm2_135m")  # a context to raise: 2,048 of 8,192 positions
-    planned = fit_context(preset, named_asks(["mt_bench"]), None)
+    planned = fit_context(preset, named_asks(["mt_bench"], AskGiven()), None)
     run = load_selection(["mt_bench"], LoadOptions(preset=preset)).context
     assert planned.max_model_len == run.max_model_len > preset.max_model_len
     assert set(run.budgets.values()) == {1024}  # no answer cut to fit

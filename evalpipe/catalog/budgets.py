@@ -41,6 +41,11 @@ class Ask:
     # The longest prompt in tokens, where the task knows it exactly (prompts generated for the
     # model's tokenizer); it replaces the byte bound.
     prompt_tokens: int | None = None
+    # Only the context the kind's prompts need (RULER's lengths, before its tasks load): no
+    # task runs under this name, so it gets no budget.
+    sizes_only: bool = False
+    # The model's whole context (RULER's default lengths run up to it).
+    whole_context: bool = False
     template_bytes: int = 0  # the prompt template's own text (system prompt included)
     generates: bool = True  # false: options ranked by log-probability, nothing generated
     # Answers per conversation: a later turn's prompt holds the earlier answers (MT-Bench: 2;
@@ -91,6 +96,8 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
     ceiling = preset.architecture.context_ceiling
     long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
     wanted = max((a.allowance + a.answers for a in long), default=0)
+    if any(a.whole_context for a in asks):
+        wanted = ceiling
     length = given or min(max(preset.max_model_len, wanted), ceiling)
     notes = []
     if length > preset.max_model_len and given is None:
@@ -100,7 +107,7 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
             f"{preset.architecture.ceiling_text()})"
         )
     limit = "--max-model-len" if given else "the model's ceiling"
-    budgets = {a.name: a.max_tokens for a in asks if a.generates}
+    budgets = {a.name: a.max_tokens for a in asks if a.generates and not a.sizes_only}
     for ask in long:
         room = ask.room(length)
         if ask.allowance + ask.answers <= length:

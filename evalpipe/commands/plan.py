@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # Selection flags that size the context from the task files (evalpipe/jobs/taskbudgets.py): a
 # plain `plan` takes them too, to lay out a long-context run; the others need --estimate.
-CONTEXT_FLAGS = ("--tasks", "--max-tokens", "--mc-method")
+CONTEXT_FLAGS = ("--tasks", "--max-tokens", "--mc-method", "--ruler-lengths")
 
 
 def _model_len(args: argparse.Namespace, preset: Preset) -> int | None:

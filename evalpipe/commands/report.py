@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from evalpipe.reports.bfcl import bfcl_tables
     from evalpipe.reports.compare import compare_runs
     from evalpipe.reports.judges import judge_tables
+    from evalpipe.reports.ruler import ruler_tables
     from evalpipe.reports.tau2 import tau2_tables
     from evalpipe.rundir.discover import find_run_dirs
 
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
     judges = judge_tables(run_dirs, warnings)
     bfcl = bfcl_tables(run_dirs, warnings)
     tau2 = tau2_tables(run_dirs, warnings)
+    ruler = ruler_tables(run_dirs, warnings)
     _warn(warnings)
     if args.plots:
         _write_plots(Path(args.plots), images)
@@ -125,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     shown = tables.leaderboard(table, scores, args.by) + tables.predictions(table)
     shown += tables.occupancy(table) + tables.cut_offs(table, runset.cut_offs)
     shown += tables.refusals(table, runset.refusals)
-    shown += judges + bfcl + tau2
+    shown += judges + bfcl + tau2 + ruler
     if comparison is not None:
         shown += tables.comparison(comparison, args.alpha)
     if args.format == "xlsx":

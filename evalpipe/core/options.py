@@ -123,6 +123,11 @@ def leaves(cls: type, *, groups: Collection[str] | None = None) -> list[Leaf]:
     ]
 
 
+def counts_option(**declared: Any) -> Any:
+    """An option holding a comma-separated list of positive counts (lengths in tokens)."""
+    return option(parse=counts, text=counts_text, check=some_counts, **declared)
+
+
 def names_option(**declared: Any) -> Any:
     """An option holding a comma-separated list of names (categories, task references)."""
     return option(parse=names, text=names_text, check=some_names, **declared)
@@ -259,6 +264,15 @@ def names_text(value: tuple[str, ...]) -> str:
     return ",".join(value)
 
 
+def counts(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive integers."""
+    return tuple(positive_int(item) for item in names(text))
+
+
+def counts_text(value: tuple[int, ...]) -> str:
+    return ",".join(map(str, value))
+
+
 def _int_from(text: str, minimum: int, expected: str) -> int:
     try:
         value = int(text)
@@ -308,6 +322,14 @@ def positive_seconds(value: object) -> None:
     """A positive, finite number of seconds."""
     if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < math.inf:
         raise ValueError(f"must be a positive number of seconds, got {value!r}")
+
+
+def some_counts(value: object) -> None:
+    """A non-empty tuple of positive integers."""
+    if not isinstance(value, tuple) or not value:
+        raise ValueError(f"expected one or more positive integers, got {value!r}")
+    for item in value:
+        positive(item)
 
 
 def some_names(value: object) -> None:

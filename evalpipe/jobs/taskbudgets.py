@@ -8,14 +8,18 @@ from __future__ import annotations
 from evalpipe.catalog.budgets import fit_context
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.selection import Selection
-from evalpipe.catalog.taskrefs import TaskRef, expand_refs, named_asks, protocol
+from evalpipe.catalog.taskrefs import AskGiven, TaskRef, expand_refs, named_asks, protocol
 from evalpipe.core.textable import format_table
 
 
+def ask_given(selection: Selection) -> AskGiven:
+    """What of the selection changes the kinds' asks."""
+    return AskGiven(max_tokens=selection.max_tokens, mc_method=selection.mc_method,
+                    ruler_lengths=selection.ruler_lengths)  # fmt: skip
+
+
 def _asks(selection: Selection) -> list:
-    return named_asks(
-        selection.tasks or (), max_tokens=selection.max_tokens, mc_method=selection.mc_method
-    )
+    return named_asks(selection.tasks or (), ask_given(selection))
 
 
 def task_model_len(preset: Preset, selection: Selection, given: int | None) -> int | None:
@@ -37,9 +41,9 @@ def budget_table(
     """Each named task with its n, token budget at `max_model_len`, protocol and the judge or
     user simulator it needs (`judge`, `user_sim`: the ones given), and the notes of what is
     capped; '' when the job names no tasks. A kind whose budget is set when its tasks load
-    (BFCL, τ²) shows '-'."""
-    cap, mc = selection.max_tokens, selection.mc_method
-    named = [(ref, entry, ref.spec.asks(ref, entry, cap, mc))
+    (BFCL, τ², RULER: its lengths' rows size the context only) shows '-'."""
+    given, mc = ask_given(selection), selection.mc_method
+    named = [(ref, entry, ref.spec.asks(ref, entry, given))
              for ref, entry in expand_refs(selection.tasks or ())]  # fmt: skip
     asks = [ask for _, _, got in named for ask in got]
     if not named:
@@ -48,12 +52,13 @@ def budget_table(
     rows = []
     for ref, entry, got in named:
         said = (protocol(ref, entry, mc_method=mc), _helper(ref, judge, user_sim))
-        rows += [(a.name, a.n, context.budgets.get(a.name, "-"), *said) for a in got] or [
-            (str(ref), "-", "-", *said)
-        ]
+        rows += [
+            (a.name, "-" if a.sizes_only else a.n, context.budgets.get(a.name, "-"), *said)
+            for a in got
+        ] or [(str(ref), "-", "-", *said)]
     table = format_table(("task", "n", "max_tokens", "protocol", "judge / user"), rows)
     notes = list(context.notes)
-    unsized = [str(ref) for ref, _, got in named if not got]
+    unsized = [str(ref) for ref, _, got in named if not got or all(a.sizes_only for a in got)]
     if unsized:
         said = "n and max_tokens are their benchmark's, set as they load"
         notes.append(f"{', '.join(unsized)}: {said}")

@@ -44,6 +44,7 @@ class LoadOptions:
     baseline: Baseline | None = None  # --judge-baseline, read
     allow_unsafe_code: bool = False  # lm-eval tasks that execute the model's code, sandboxed
     tau2_trials: int = 1  # episodes per τ² task (--tau2-trials)
+    ruler_lengths: tuple[int, ...] | None = None  # --ruler-lengths (None: RULER's default)
 
     @classmethod
     def selected(cls, selection: Selection, preset: Preset, **given: object) -> LoadOptions:
@@ -58,6 +59,7 @@ class LoadOptions:
             until=selection.until,
             allow_unsafe_code=selection.allow_unsafe_code,
             tau2_trials=selection.tau2_trials or 1,
+            ruler_lengths=selection.ruler_lengths,
             **given,  # type: ignore[arg-type]
         )
 
