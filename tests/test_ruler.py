@@ -228,12 +228,12 @@ def test_smollm2_ruler_run(vllm_env: dict[str, str], tmp_path: Path) -> None:
 
 
 def test_the_pins_are_the_installed_lists() -> None:
-    """APART_PINS, which a run checks the folder against, is what scripts/ruler.sh installs."""
-    from evalpipe.tasks.packages import APART_PINS
+    """RULER's pins, which a run checks the folder against, are what scripts/ruler.sh installs."""
+    from evalpipe.tasks.ruler.install import RULER
 
     listed = Path(__file__).parent.parent / "bench" / "ruler_requirements.txt"
     lines = [line for line in listed.read_text().splitlines() if line and line[0] != "#"]
-    assert dict(line.split("==") for line in lines) == APART_PINS
+    assert dict(line.split("==") for line in lines) == RULER.pins
 
 
 def test_the_samples_are_keyed_by_what_they_depend_on(tmp_path: Path) -> None:

@@ -182,6 +182,29 @@ class EndpointOptions:
             concurrency=self.concurrency,
         )
 
+    def check_helper_server(self, prefix: str) -> None:
+        """A helper model's server (the judge's, the user simulator's; `prefix` its flags'):
+        its URL and key variable checked as given, since its endpoint is applied only when its
+        work begins, not before the run starts as the model's is."""
+        for flag, value, check in (
+            (f"--{prefix}base-url", self.base_url, check_base_url),
+            (f"--{prefix}api-key-env", self.api_key_env, check_api_key_env),
+        ):
+            try:
+                if value is not None:
+                    check(value)
+            except ValueError as exc:
+                raise ConfigError(f"{flag}: {exc}.") from None
+
+    def check_served_only(self, prefix: str, helper: str) -> None:
+        """ConfigError for a helper's server flags given without its server's URL."""
+        given = [f"--{prefix}" + f.removeprefix("--") for f in flags_given(self)]
+        if self.base_url is None and given:
+            raise ConfigError(
+                f"{', '.join(given)} apply to {helper} behind a server: add "
+                f"--{prefix}base-url URL or drop them."
+            )
+
 
 @dataclass(frozen=True, kw_only=True)
 class JudgeOptions:
@@ -236,30 +259,13 @@ class JudgeOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
-        # The model's endpoint is checked when applied to its preset, before the run starts; the
-        # judge's is applied only when judging begins, so its URL and key name are checked here.
-        served = self.endpoint
-        for flag, value, check in (
-            ("--judge-base-url", served.base_url, check_base_url),
-            ("--judge-api-key-env", served.api_key_env, check_api_key_env),
-        ):
-            try:
-                if value is not None:
-                    check(value)
-            except ValueError as exc:
-                raise ConfigError(f"{flag}: {exc}.") from None
+        self.endpoint.check_helper_server("judge-")
         given = flags_given(self)
         if not self.named and given and self.phase != "generate":
             raise ConfigError(
                 f"{', '.join(given)} need a judge: add --judge PRESET or --judge-base-url URL."
             )
-        if self.endpoint.base_url is None:
-            served = flags_given(self.endpoint)
-            if served:
-                raise ConfigError(
-                    f"{', '.join('--judge-' + f.removeprefix('--') for f in served)} apply to a "
-                    "judge behind a server: add --judge-base-url URL or drop them."
-                )
+        self.endpoint.check_served_only("judge-", "a judge")
 
     @property
     def named(self) -> bool:
@@ -283,23 +289,8 @@ class UserSimOptions:
 
     def __post_init__(self) -> None:
         check_options(self)
-        served = self.endpoint
-        for flag, value, check in (
-            ("--user-sim-base-url", served.base_url, check_base_url),
-            ("--user-sim-api-key-env", served.api_key_env, check_api_key_env),
-        ):
-            try:
-                if value is not None:
-                    check(value)
-            except ValueError as exc:
-                raise ConfigError(f"{flag}: {exc}.") from None
-        if served.base_url is None:
-            given = flags_given(served)
-            if given:
-                raise ConfigError(
-                    f"{', '.join('--user-sim-' + f.removeprefix('--') for f in given)} apply to "
-                    "a user simulator behind a server: add --user-sim-base-url URL or drop them."
-                )
+        self.endpoint.check_helper_server("user-sim-")
+        self.endpoint.check_served_only("user-sim-", "a user simulator")
 
     @property
     def named(self) -> bool:

