@@ -172,11 +172,13 @@ def test_prefill_context_quick(vllm_env: dict[str, str], tiny_random_path: Path)
     figures(out, "| 128 |", "| 256 |", "| 512 |", "attention share at 512 tokens: fitted")
 
 
+@pytest.mark.bench
+@pytest.mark.vllm
 def test_pilot_estimate_quick(
     vllm_env: dict[str, str], tiny_random_path: Path, tmp_path: Path
 ) -> None:
     out = quick("pilot_estimate.py", "--out", str(tmp_path))
-    for row in ("no-history estimate (max_tokens) |", "pilot's estimate |", "measured full run |"):
+    for row in ("no-history estimate (max_tokens) |", "pilot's estimate", "measured full run |"):
         figures(out, row)
     assert re.search(r"continuation: \d+ pilot samples resumed \(0 generated again\)", out), out
 

@@ -140,6 +140,7 @@ def test_the_results_document_has_each_domains_reward_and_pass_hat_k(
 
 
 def test_pass_hat_k_is_tau2s() -> None:
+    install.import_tau2()  # τ² on the import path, as the kind puts it
     from tau2.metrics.agent_metrics import pass_hat_k as theirs
 
     rewards = {"a": [1.0, 0.0, 1.0, 1.0], "b": [0.0, 0.0, 1.0], "c": [1.0 - 1e-7, 1.0, 1.0]}
