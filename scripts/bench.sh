@@ -16,18 +16,10 @@ bash scripts/lm-eval.sh
 # bench/agree_mcq.py (bench/simple_evals_requirements.txt), LiveCodeBench's grader for
 # bench/lcb_agreement.py (bench/livecodebench_requirements.txt), what BFCL's CLI imports beyond
 # scripts/bfcl.sh's folder for bench/bfcl_speed.py (bench/bfcl_generate_requirements.txt).
-install_apart() {
-    local folder=$1 requirements=$2
-    if ! cmp -s "$requirements" "$folder/requirements.txt"; then
-        rm -rf "$folder"
-        python -m pip install -q --no-deps --target "$folder" -r "$requirements"
-        cp "$requirements" "$folder/requirements.txt"
-    fi
-}
-install_apart .cache/bench-punkt-tab bench/punkt_tab_requirements.txt
-install_apart .cache/bench-simple-evals bench/simple_evals_requirements.txt
-install_apart .cache/bench-livecodebench bench/livecodebench_requirements.txt
-install_apart .cache/bench-bfcl-generate bench/bfcl_generate_requirements.txt
+bash scripts/install-apart.sh .cache/bench-punkt-tab bench/punkt_tab_requirements.txt
+bash scripts/install-apart.sh .cache/bench-simple-evals bench/simple_evals_requirements.txt
+bash scripts/install-apart.sh .cache/bench-livecodebench bench/livecodebench_requirements.txt
+bash scripts/install-apart.sh .cache/bench-bfcl-generate bench/bfcl_generate_requirements.txt
 python -m evalpipe models prepare smollm2_135m
 
 status=0

@@ -13,6 +13,7 @@ import pytest
 from evalpipe.catalog.budgets import Ask, fit_context
 from evalpipe.catalog.gpus import get_gpu, load_gpus
 from evalpipe.catalog.preset import Preset, RopeScaling, load_preset
+from evalpipe.catalog.taskrefs import KINDS, AskGiven, TaskRef
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.configio import build
@@ -104,6 +105,20 @@ def test_long_budgets_reach_the_scaled_ceiling_only_with_rope_scaling() -> None:
     plain = fit_context(load_preset("smollm2_135m"), [long_answer], None)
     assert plain.max_model_len == 8192  # max_position_embeddings: no scaling configured
     assert "ceiling: max_position_embeddings 8192" in plain.notes[0]
+
+
+def test_ruler_default_lengths_size_the_context_to_the_longest_within_the_ceiling() -> None:
+    """Without --ruler-lengths, RULER's context is its longest default length (a power of two),
+    not the model's whole ceiling: 32,768 on a 40,960-position model."""
+    ref = TaskRef.parse("ruler")
+    (ask,) = KINDS["ruler"].asks(ref, None, AskGiven())
+    odd = _preset(None, max_model_len=4096)
+    odd = dataclasses.replace(
+        odd, architecture=dataclasses.replace(odd.architecture, max_position_embeddings=40960)
+    )
+    assert fit_context(odd, [ask], None).max_model_len == 32768
+    assert fit_context(load_preset("qwen3_32b"), [ask], None).max_model_len == 131072
+    assert fit_context(load_preset("smollm2_135m"), [ask], None).max_model_len == 8192
 
 
 def test_prompts_counted_in_tokens_beyond_the_ceiling_are_refused_with_the_fix() -> None:

@@ -16,7 +16,7 @@ never move the context. Everything comes from the task file, so `render` on a lo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from evalpipe.catalog.preset import Preset
@@ -44,8 +44,9 @@ class Ask:
     # Only the context the kind's prompts need (RULER's lengths, before its tasks load): no
     # task runs under this name, so it gets no budget.
     sizes_only: bool = False
-    # The model's whole context (RULER's default lengths run up to it).
-    whole_context: bool = False
+    # The context the kind's prompts need, given the model's ceiling (RULER's default lengths
+    # run up to the longest power of two within it).
+    context_of: Callable[[int], int] | None = None
     template_bytes: int = 0  # the prompt template's own text (system prompt included)
     generates: bool = True  # false: options ranked by log-probability, nothing generated
     # Answers per conversation: a later turn's prompt holds the earlier answers (MT-Bench: 2;
@@ -96,8 +97,7 @@ def fit_context(preset: Preset, asks: Sequence[Ask], given: int | None) -> Conte
     ceiling = preset.architecture.context_ceiling
     long = [a for a in asks if a.generates and a.least > (given or preset.max_model_len)]
     wanted = max((a.allowance + a.answers for a in long), default=0)
-    if any(a.whole_context for a in asks):
-        wanted = ceiling
+    wanted = max([wanted, *(a.context_of(ceiling) for a in asks if a.context_of)])
     length = given or min(max(preset.max_model_len, wanted), ceiling)
     notes = []
     if length > preset.max_model_len and given is None:

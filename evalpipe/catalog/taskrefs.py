@@ -47,12 +47,35 @@ def _no_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[As
     return []  # known once the kind's tasks load
 
 
+# RULER's shortest published length; below it the generators' haystack search can loop
+# forever (it shrinks the haystack while the prompt does not fit, down to a floor).
+RULER_MIN_LENGTH = 4096
+
+
+def ruler_default_lengths(ceiling: int) -> tuple[int, ...]:
+    """RULER's lengths without --ruler-lengths: powers of two from RULER_MIN_LENGTH up to
+    `ceiling` (the model's context)."""
+    out: list[int] = []
+    length = RULER_MIN_LENGTH
+    while length <= ceiling:
+        out.append(length)
+        length *= 2
+    return tuple(out)
+
+
+def _ruler_default_context(ceiling: int) -> int:
+    """The context RULER's default lengths need: the longest of them (the ceiling itself where
+    none fits, which loading the kind refuses)."""
+    return max(ruler_default_lengths(ceiling), default=ceiling)
+
+
 def _ruler_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> list[Ask]:
     """The context each --ruler-lengths length needs (prompt and answer within it, the chat
-    template's margin added), else the model's whole context (the default lengths run up to
-    it); the tasks' own budgets come from the package as they load."""
+    template's margin added), else the longest default length's; the tasks' own budgets come
+    from the package as they load."""
     if not given.ruler_lengths:
-        return [Ask(name="ruler@context", max_tokens=0, sizes_only=True, whole_context=True)]
+        return [Ask(name="ruler@context", max_tokens=0, sizes_only=True,
+                    context_of=_ruler_default_context)]  # fmt: skip
     return [Ask(name=f"ruler@{length}", max_tokens=0, prompt_tokens=length - TEMPLATE_TOKENS,
                 sizes_only=True) for length in given.ruler_lengths]  # fmt: skip
 

@@ -14,7 +14,12 @@ from typing import Any, ClassVar
 from evalpipe.catalog.budgets import TEMPLATE_TOKENS, Ask
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
-from evalpipe.catalog.taskrefs import RULER_TASKS, TaskRef
+from evalpipe.catalog.taskrefs import (
+    RULER_MIN_LENGTH,
+    RULER_TASKS,
+    TaskRef,
+    ruler_default_lengths,
+)
 from evalpipe.catalog.weights import model_source
 from evalpipe.core.errors import ConfigError
 from evalpipe.records.sampling import SamplingSettings
@@ -25,45 +30,33 @@ from evalpipe.tasks.ruler import generate, install, metrics
 KIND_NAME = "ruler"
 SEED = 42  # prepare.py's (42 plus the chunk index, one chunk)
 DEFAULT_SAMPLES = 500  # prepare.py's --num_samples default
-# RULER's shortest published length; below it the generators' haystack search can loop
-# forever (it shrinks the haystack while the prompt does not fit, down to a floor).
-MIN_LENGTH = 4096
-
-
-def default_lengths(ceiling: int) -> tuple[int, ...]:
-    """Powers of two from MIN_LENGTH up to `ceiling` (the model's context)."""
-    out: list[int] = []
-    length = MIN_LENGTH
-    while length <= ceiling:
-        out.append(length)
-        length *= 2
-    return tuple(out)
 
 
 def check_lengths(preset: Preset, given: Sequence[int] | None) -> tuple[int, ...]:
     """The lengths a run generates for on `preset`: `given` (--ruler-lengths), else the
     default; ConfigError naming a length below RULER's shortest or beyond the model's context."""
     ceiling = preset.architecture.context_ceiling  # the rope-scaled length where configured
-    lengths = tuple(sorted(set(given))) if given else default_lengths(ceiling)
+    lengths = tuple(sorted(set(given))) if given else ruler_default_lengths(ceiling)
     if not lengths:
         raise ConfigError(
             f"RULER: preset {preset.name!r} has a context of "
             f"{preset.architecture.ceiling_text()} tokens, below RULER's shortest length, "
-            f"{MIN_LENGTH}. Run RULER on a model with a longer context."
+            f"{RULER_MIN_LENGTH}. Run RULER on a model with a longer context."
         )
-    short = [n for n in lengths if n < MIN_LENGTH]
+    short = [n for n in lengths if n < RULER_MIN_LENGTH]
     if short:
         raise ConfigError(
-            f"--ruler-lengths {','.join(map(str, short))}: below {MIN_LENGTH}, RULER's shortest "
-            "length (its generators cannot fit a haystack in less and may never finish). Give "
-            f"lengths of {MIN_LENGTH} tokens or more."
+            f"--ruler-lengths {','.join(map(str, short))}: below {RULER_MIN_LENGTH}, RULER's "
+            "shortest length (its generators cannot fit a haystack in less and may never "
+            "finish). Give "
+            f"lengths of {RULER_MIN_LENGTH} tokens or more."
         )
     long = [n for n in lengths if n > ceiling]
     if long:
         raise ConfigError(
             f"--ruler-lengths {','.join(map(str, long))}: beyond the context of preset "
             f"{preset.name!r}, {preset.architecture.ceiling_text()} tokens. Leave them out (the "
-            f"default is {','.join(map(str, default_lengths(ceiling))) or 'none'}), or use a "
+            f"default is {','.join(map(str, ruler_default_lengths(ceiling))) or 'none'}), or use a "
             "preset whose model holds that length (or give the preset the rope_scaling its "
             "model card documents: docs/planner.md)."
         )
