@@ -297,15 +297,16 @@ def test_a_step_that_outgrows_the_context_ends_its_episode_only(tmp_path: Path) 
     assert record["scores"]["reward"] == 0.0  # as τ² scores a failed generation
 
 
-def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode() -> None:
+def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode_once() -> None:
     task = subset("mock", ["create_task_1"])
-    prompts = task.request_prompts(1)
-    # The user's first request, the agent's after its words and after its one action's result,
-    # the user's after the agent's answer.
-    assert [p[0]["content"].startswith("<instructions>") for p in prompts] == [
-        False, True, True, False]  # fmt: skip
-    assert len(json.dumps(prompts[2])) > len(json.dumps(prompts[1]))
-    assert prompts[2][-1]["role"] == "tool"
+    agent, user = task.request_prompts(1), task.user_request_prompts(1)
+    # The agent's requests after the user's words and after its one action's result (the
+    # model's work); the user's first request and the one after the agent's answer (the user
+    # simulator's share), none of them in both.
+    assert [p[0]["content"].startswith("<instructions>") for p in agent] == [True, True]
+    assert [p[0]["content"].startswith("<instructions>") for p in user] == [False, False]
+    assert len(json.dumps(agent[1])) > len(json.dumps(agent[0]))
+    assert agent[1][-1]["role"] == "tool"
 
 
 def test_a_user_simulator_behind_a_server_answers_the_users_steps(tmp_path: Path) -> None:
@@ -395,9 +396,14 @@ def test_plan_estimates_the_user_simulators_share_of_a_tau2_run(
     from evalpipe.cli import main
 
     argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks", "tau2:mock",
-            "--user-sim", "qwen3_32b", "--estimate", "--json"]  # fmt: skip
+            "--limit", "1", "--user-sim", "qwen3_32b", "--estimate", "--json"]  # fmt: skip
     assert main(argv) == 0
     planned = json.loads(capsys.readouterr().out)
     assert planned["user_sim"]["placement"]["kind"] == "same-engine"
     share = planned["estimate"]["user_sim"]
     assert "tau2_mock" in json.dumps(share) and planned["estimate"]["wall_s"]
+    # The ground-truth episode's four requests, each counted once: the agent's two as the
+    # model's work, the user's two as the user simulator's share.
+    (agent,) = planned["estimate"]["tasks"]
+    (user,) = share["user_sim"]["tasks"]
+    assert (agent["samples"], user["samples"]) == (2, 2)

@@ -233,7 +233,8 @@ def _estimate(
         simulator = None
         if placement.kind != "server":
             other = None if layout is None else load_preset(layout.preset)
-            simulator = user_sim_predictor(prediction, other, gpu, layout, results=results)
+            simulator = user_sim_predictor(prediction, other, gpu, layout,
+                                           limit=selection.limit, results=results)  # fmt: skip
         cost, share = estimate_user_sim(prediction, simulator, placement, shards=args.shards)
         return cost, None, share
     if judge is None or not prediction.judged:

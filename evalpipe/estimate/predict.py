@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.gpus import Gpu, load_gpus
 from evalpipe.catalog.pilot import PilotSize
 from evalpipe.catalog.preset import Preset
@@ -24,7 +23,7 @@ from evalpipe.estimate.judgework import (
     placement_walls,
     turns_work,
 )
-from evalpipe.estimate.usersimwork import UserSimEstimate, user_sim_work
+from evalpipe.estimate.usersimwork import SimulatesUser, UserSimEstimate, user_sim_work
 from evalpipe.estimate.workmodel import TaskWork, task_work, token_counter
 from evalpipe.planning.helperplacement import Placement, side_by_side_refusal
 from evalpipe.planning.judgeplacement import choose_placement
@@ -44,8 +43,8 @@ class Prediction:
     work: tuple[TaskWork, ...]
     basis: Basis
     judged: tuple[tuple[Task, Grading], ...] = ()  # the judged tasks among the work's
-    # Agent tasks whose episodes have a simulated user: what each asks (turns: steps per episode)
-    agents: tuple[Ask, ...] = ()
+    # Agent tasks among the work's whose episodes have a simulated user (its requests planned)
+    agents: tuple[SimulatesUser, ...] = ()
 
     def estimate(self, shards: int = 1, replicas: int | None = None) -> Estimate:
         return estimate(self.preset, self.plan, self.work, self.basis, shards=shards,
@@ -144,9 +143,10 @@ def predictor(
         for t, w in zip(tasks, work, strict=True)
     )
     pairs = tuple((t, chosen.gradings[t.name]) for t in tasks if t.name in chosen.gradings)
-    agents = ()
-    if user_sim:  # asks are measured only where a user simulator's share is wanted
-        agents = tuple(a for a in map(chosen.ask, tasks) if a.simulated_user)
+    agents: tuple[SimulatesUser, ...] = ()
+    if user_sim:  # found only where a user simulator's share is wanted
+        agents = tuple(t for t in tasks if chosen.ask(t).simulated_user
+                       and isinstance(t, SimulatesUser))  # fmt: skip
     return Prediction(preset=preset, plan=plan, work=work, basis=how, judged=pairs, agents=agents)
 
 
@@ -196,13 +196,21 @@ def user_sim_predictor(
     gpu: Gpu,
     plan: Plan | None,
     *,
+    limit: int | None,
     results: Sequence[Path] = (DEFAULT_RESULTS,),
     calibration_dirs: Sequence[Path] = (),
 ) -> Prediction:
-    """The user simulator's requests for the agent tasks `model` predicts; at the model's
-    rates in its engine (`user_sim` None), else at the user simulator's on its own `plan`."""
-    asks = {a.name: a for a in model.agents}
-    work = tuple(user_sim_work(w, asks[w.task]) for w in model.work if w.task in asks)
+    """The user simulator's requests for the agent tasks `model` predicts (the first `limit`
+    of each); at the model's rates in its engine (`user_sim` None), else at the user
+    simulator's on its own `plan`."""
+    answering = model.preset if user_sim is None else user_sim
+    counter = token_counter(answering)
+    agents = {t.name: t for t in model.agents}
+    work = tuple(
+        user_sim_work(agents[w.task], w, answering, limit=limit, counter=counter)
+        for w in model.work
+        if w.task in agents
+    )
     if user_sim is None or plan is None:
         return Prediction(preset=model.preset, plan=model.plan, work=work, basis=model.basis)
     how = basis(
