@@ -303,10 +303,23 @@ def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode_once() -> Non
     # The agent's requests after the user's words and after its one action's result (the
     # model's work); the user's first request and the one after the agent's answer (the user
     # simulator's share), none of them in both.
-    assert [p[0]["content"].startswith("<instructions>") for p in agent] == [True, True]
-    assert [p[0]["content"].startswith("<instructions>") for p in user] == [False, False]
+    policy = [any((m["content"] or "").startswith("<instructions>") for m in p)
+              for p in (*agent, *user)]  # fmt: skip
+    assert policy == [True, True, False, False]
     assert len(json.dumps(agent[1])) > len(json.dumps(agent[0]))
     assert agent[1][-1]["role"] == "tool"
+
+
+def test_the_estimate_counts_the_tools_every_agent_request_offers() -> None:
+    from evalpipe.estimate.workmodel import TokenCounter, task_work
+
+    task = subset("mock", ["create_task_1"])
+    words = TokenCounter(lambda text: len(text.split()), 0, "words")
+    work = task_work(task, load_preset("tiny_random"), limit=1, history=(), counter=words)
+    # Each agent request carries the policy and every tool's schema (as the chat template
+    # renders them), besides the conversation.
+    tools = sum(len(json.dumps(t, ensure_ascii=False).split()) for t in task.domain.agent_tools)
+    assert work.prompt_tokens.mid > tools + len(task.domain.agent_system.split())
 
 
 def test_a_user_simulator_behind_a_server_answers_the_users_steps(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.records.episode import Ended, Step, StepRequest
-from evalpipe.records.prompt import Prompt
+from evalpipe.records.prompt import Prompt, with_tools
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.tau2.domain import Domain
@@ -92,8 +92,8 @@ class Tau2Task:
         return self._planned(limit, "user_sim")
 
     def _planned(self, limit: int | None, by: str) -> list[Prompt]:
-        return [r.prompt for s in self.samples(limit) for r in episode_requests(self, s)
-                if r.by == by]  # fmt: skip
+        return [with_tools(r.prompt, r.tools) for s in self.samples(limit)
+                for r in episode_requests(self, s) if r.by == by]  # fmt: skip
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
