@@ -19,7 +19,7 @@ from evalpipe.core.span import Span
 from evalpipe.estimate.cost import basis
 from evalpipe.estimate.predict import Prediction, estimate_user_sim, user_sim_predictor
 from evalpipe.estimate.usersimwork import user_sim_work
-from evalpipe.estimate.workmodel import TaskWork, TokenCounter
+from evalpipe.estimate.workmodel import TaskWork, TokenCounter, helper_work
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.prepare import Prepared, prepare
 from evalpipe.planning import planner
@@ -223,6 +223,9 @@ def test_the_user_simulators_turns_are_the_users_steps_the_task_plans() -> None:
     assert "1.1 user turn(s) per agent step" in work.sources[0]
     default = user_sim_work(Episodes(), agent, preset, limit=None, counter=None)
     assert default.generated_tokens == Span.exact(256.0)  # the default bound
+    # A helper's request, built as a judgment is (tests/test_judge_placement.py).
+    assert work == helper_work(agent, 1100, work.prompt_tokens, 200, helper="user turn",
+                               source=work.sources[0])  # fmt: skip
 
 
 def test_the_estimate_counts_the_user_simulators_share_where_it_runs() -> None:

@@ -22,11 +22,12 @@ from evalpipe.core.span import Span, fmt_span
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.cost import Estimate
 from evalpipe.estimate.workmodel import (
-    SCORE_S,
     TOKENISED_SAMPLES,
     MakesRequests,
     TaskWork,
     TokenCounter,
+    counted_how,
+    helper_work,
     prompt_counter,
 )
 from evalpipe.records.prompt import Prompt
@@ -63,22 +64,13 @@ def user_sim_work(
     chosen = prompts[:: max(1, len(prompts) // TOKENISED_SAMPLES)]
     count = prompt_counter(user_sim, counter)
     mean = sum(map(count, chosen)) / max(1, len(chosen))
-    where = f"tokenised ({counter.where})" if counter else "bytes / token"
-    return TaskWork(
-        task=agent.task,
-        category=agent.category,
-        samples=round(agent.samples * per_step),
-        completions=1,
-        prompt_tokens=Span.exact(mean),
-        generated_tokens=Span.exact(float(max_tokens)),
-        max_tokens=max_tokens,
-        score_s=SCORE_S,
-        sources=(
-            f"{per_step:.2g} user turn(s) per agent step, as the task plans its episodes; "
-            f"each prompt the conversation so far, {where}",
-            f"user turn max_tokens {max_tokens} as an upper bound",
-        ),
+    source = (
+        f"{per_step:.2g} user turn(s) per agent step, as the task plans its episodes; each "
+        f"prompt the conversation so far, {counted_how(counter)}"
     )
+    requests = round(agent.samples * per_step)
+    return helper_work(agent, requests, Span.exact(mean), max_tokens, helper="user turn",
+                       source=source)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
