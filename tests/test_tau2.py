@@ -420,3 +420,25 @@ def test_plan_estimates_the_user_simulators_share_of_a_tau2_run(
     (agent,) = planned["estimate"]["tasks"]
     (user,) = share["user_sim"]["tasks"]
     assert (agent["samples"], user["samples"]) == (2, 2)
+
+
+def test_plan_estimates_a_judge_and_a_user_simulator_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalpipe.cli import main
+
+    judged = REPO / "tests" / "fixtures" / "judged" / "capitals.yaml"
+    argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks",
+            f"tau2:mock,judge:{judged}", "--limit", "1", "--user-sim", "qwen3_32b", "--judge",
+            "qwen3_32b", "--estimate", "--results", str(tmp_path), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    estimate = json.loads(capsys.readouterr().out)["estimate"]
+    share, judging = estimate["user_sim"], estimate["judging"]
+    assert [t["task"] for t in share["user_sim"]["tasks"]] == ["tau2_mock"]
+    assert [t["task"] for t in judging["judging"]["tasks"]] == ["capitals_judged"]
+    # The generation phase the judge follows holds the user simulator's turns.
+    after = share["wall_s"]["mid"] + judging["judging"]["wall_s"]["mid"]
+    assert judging["walls_s"]["after"]["mid"] == pytest.approx(after, abs=0.2)
+    assert main(argv[:-1]) == 0
+    text = capsys.readouterr().out
+    assert "total, judge after generation" in text and "total, user simulator" in text

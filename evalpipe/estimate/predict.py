@@ -249,6 +249,26 @@ def _judgment_tokens(grading: Grading, given: int | None, default: int) -> int:
     return default if grading.sampling is None else grading.sampling.max_tokens
 
 
+# An agent run's user simulator: its requests' estimator (None: behind a server) and placement.
+UserSim = tuple[Prediction | None, Placement]
+
+
+def _generation_phase(
+    model: Prediction, user_sim: UserSim | None, *, shards: int, replicas: int | None
+) -> tuple[Estimate, Estimate]:
+    """(the model's work on `replicas` engines, default the plan's; the generation phase: the
+    same, its wall with an agent run's user simulator's turns where it runs). A user
+    simulator beside the model may leave it fewer replicas than `replicas`."""
+    if user_sim is None:
+        alone = model.estimate(shards=shards, replicas=replicas)
+        return alone, alone
+    simulator, placement = user_sim
+    fewest = min(replicas or placement.model_replicas, placement.model_replicas)
+    placed = replace(placement, model_replicas=fewest)
+    alone, share = estimate_user_sim(model, simulator, placed, shards=shards)
+    return alone, replace(alone, wall_s=share.wall_s)
+
+
 def estimate_phases(
     model: Prediction,
     judge: Prediction,
@@ -256,17 +276,20 @@ def estimate_phases(
     gpus_per_node: int,
     wanted: str = "auto",
     shards: int = 1,
+    user_sim: UserSim | None = None,
 ) -> tuple[Estimate, PhasesEstimate]:
     """Both phases of a judged run, each placement's wall, and the placement the planner
-    chooses from them (planning/judgeplacement.py): (the generation as placed, the phases)."""
+    chooses from them (planning/judgeplacement.py): (the generation as placed, the phases).
+    With `user_sim` (an agent run's), the generation phase holds the user simulator's turns."""
     refusal = side_by_side_refusal(model.plan, judge.plan, gpus_per_node)
     judging = judge.estimate()
-    generation = model.estimate(shards=shards)
-    beside = None
+    own, generation = _generation_phase(model, user_sim, shards=shards, replicas=None)
+    own_beside = beside = None
     if refusal is None:
         side = choose_placement(model.plan, judge.plan, gpus_per_node=gpus_per_node,
                                 wanted="side-by-side")  # fmt: skip
-        beside = model.estimate(shards=shards, replicas=side.model_replicas)
+        own_beside, beside = _generation_phase(model, user_sim, shards=shards,
+                                               replicas=side.model_replicas)  # fmt: skip
     last = last_answer_s(judge.basis.rates, judging.tasks, judge.basis.rate_factor)
     after_s, side_s = placement_walls(generation, beside, judging, last)
     walls = {"after": after_s.mid} | ({} if side_s is None else {"side-by-side": side_s.mid})
@@ -282,4 +305,4 @@ def estimate_phases(
         placement=placed.kind,
         reason=placed.reason,
     )
-    return (beside if placed.kind == "side-by-side" and beside else generation), phases
+    return (own_beside if placed.kind == "side-by-side" and own_beside else own), phases
