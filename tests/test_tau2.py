@@ -137,6 +137,28 @@ def test_the_results_document_has_each_domains_reward_and_pass_hat_k(
     mock = document["domains"]["mock"]
     assert mock["episodes"] == 4 and mock["avg_reward"] == 0.5
     assert mock["pass_hat_k"] == {"1": 0.5}
+    # One trial: each task passes or not, so Wilson's interval on 2 of 4 (95 %).
+    assert mock["pass_hat_k_ci"] == {"1": {"ci_low": pytest.approx(0.15004, abs=1e-5),
+                                           "ci_high": pytest.approx(0.84996, abs=1e-5),
+                                           "ci_method": "wilson"}}  # fmt: skip
+
+
+def test_pass_hat_k_over_trials_gets_a_bootstrap_interval_over_tasks() -> None:
+    from evalpipe.core.intervals import bootstrap_mean
+    from evalpipe.tasks.tau2.results import results_document
+
+    trials = {"a": [1.0, 1.0, 0.0], "b": [1.0, 1.0, 1.0], "c": [0.0, 0.0, 1.0], "d": [0.0] * 3}
+    scores = {"tau2_airline": [(f"{t}#{k}", {"reward": r}) for t, rs in trials.items()
+                               for k, r in enumerate(rs)]}  # fmt: skip
+    airline = results_document(["tau2_airline"], scores)["domains"]["airline"]
+    # pass^2 per task: comb(c, 2) / comb(3, 2) = 1/3, 1, 0, 0; its interval a bootstrap.
+    low, high = bootstrap_mean([1 / 3, 1.0, 0.0, 0.0])
+    assert airline["pass_hat_k"]["2"] == pytest.approx(1 / 3)
+    assert airline["pass_hat_k_ci"]["2"] == {"ci_low": pytest.approx(low),
+                                             "ci_high": pytest.approx(high),
+                                             "ci_method": "bootstrap"}  # fmt: skip
+    assert low < airline["pass_hat_k"]["2"] < high
+    assert set(airline["pass_hat_k_ci"]) == {"1", "2", "3"}
 
 
 def test_pass_hat_k_is_tau2s() -> None:
@@ -264,8 +286,9 @@ def test_the_report_has_a_tau2_table(
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert rows[0].startswith("| run | airline reward % (pass^k) | mock reward % (pass^k) |")
     # Best overall first: airline's one task, ground truth; mock's two of four.
-    assert rows[-2].startswith("| airline0 | 100.0 (100.0) |  | 100.0 |")
-    assert rows[-1].startswith("| mock0 |  | 50.0 (50.0) | 50.0 |")
+    # pass^1 with its interval: Wilson's on 1 of 1 and on 2 of 4.
+    assert rows[-2].startswith("| airline0 | 100.0 (100.0 [20.7, 100.0]) |  | 100.0 |")
+    assert rows[-1].startswith("| mock0 |  | 50.0 (50.0 [15.0, 85.0]) | 50.0 |")
     assert "not comparable" in table
 
 
