@@ -42,6 +42,8 @@ class SimulatesUser(MakesRequests, Protocol):
     """An agent task whose episodes' planned requests are the agent's (request_prompts) and a
     simulated user's."""
 
+    name: str
+
     def user_request_prompts(self, limit: int | None) -> list[Prompt]:
         """The user's requests of the episodes request_prompts plans, in the same order."""
         ...
