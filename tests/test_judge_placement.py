@@ -270,7 +270,7 @@ def test_plan_estimate_covers_both_phases_and_each_placement(
 def test_a_judge_prompt_is_its_template_plus_the_answers_it_quotes() -> None:
     from evalpipe.core.span import Span
     from evalpipe.estimate.judgework import judge_work, turns_work
-    from evalpipe.estimate.workmodel import TaskWork, TokenCounter
+    from evalpipe.estimate.workmodel import TaskWork, TokenCounter, helper_work
     from evalpipe.tasks.judged import load_judged_task
 
     task = load_judged_task(JUDGED)
@@ -288,6 +288,9 @@ def test_a_judge_prompt_is_its_template_plus_the_answers_it_quotes() -> None:
     mean = sum(template) / len(template)
     assert work.prompt_tokens == Span(mean + 5.0, mean + 20.0, mean + 24.0)
     assert (work.samples, work.generated_tokens) == (2, Span.exact(64.0))
+    # A helper's request, built as a user simulator's turn is (tests/test_user_sim_placement.py).
+    assert work == helper_work(answers, 2, work.prompt_tokens, 64, helper="judge",
+                               source=work.sources[0])  # fmt: skip
     # Generating: one sample of the fixture has a second turn, a request with its history.
     turns = turns_work(task, answers, None)
     assert turns.samples == 3 and turns.prompt_tokens.mid == 10.0 * 1.25 + 20.0 * 0.25

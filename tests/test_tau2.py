@@ -137,6 +137,28 @@ def test_the_results_document_has_each_domains_reward_and_pass_hat_k(
     mock = document["domains"]["mock"]
     assert mock["episodes"] == 4 and mock["avg_reward"] == 0.5
     assert mock["pass_hat_k"] == {"1": 0.5}
+    # One trial: each task passes or not, so Wilson's interval on 2 of 4 (95 %).
+    assert mock["pass_hat_k_ci"] == {"1": {"ci_low": pytest.approx(0.15004, abs=1e-5),
+                                           "ci_high": pytest.approx(0.84996, abs=1e-5),
+                                           "ci_method": "wilson"}}  # fmt: skip
+
+
+def test_pass_hat_k_over_trials_gets_a_bootstrap_interval_over_tasks() -> None:
+    from evalpipe.core.intervals import bootstrap_mean
+    from evalpipe.tasks.tau2.results import results_document
+
+    trials = {"a": [1.0, 1.0, 0.0], "b": [1.0, 1.0, 1.0], "c": [0.0, 0.0, 1.0], "d": [0.0] * 3}
+    scores = {"tau2_airline": [(f"{t}#{k}", {"reward": r}) for t, rs in trials.items()
+                               for k, r in enumerate(rs)]}  # fmt: skip
+    airline = results_document(["tau2_airline"], scores)["domains"]["airline"]
+    # pass^2 per task: comb(c, 2) / comb(3, 2) = 1/3, 1, 0, 0; its interval a bootstrap.
+    low, high = bootstrap_mean([1 / 3, 1.0, 0.0, 0.0])
+    assert airline["pass_hat_k"]["2"] == pytest.approx(1 / 3)
+    assert airline["pass_hat_k_ci"]["2"] == {"ci_low": pytest.approx(low),
+                                             "ci_high": pytest.approx(high),
+                                             "ci_method": "bootstrap"}  # fmt: skip
+    assert low < airline["pass_hat_k"]["2"] < high
+    assert set(airline["pass_hat_k_ci"]) == {"1", "2", "3"}
 
 
 def test_pass_hat_k_is_tau2s() -> None:
@@ -264,8 +286,9 @@ def test_the_report_has_a_tau2_table(
     rows = [line for line in table.splitlines() if line.startswith("| ")]
     assert rows[0].startswith("| run | airline reward % (pass^k) | mock reward % (pass^k) |")
     # Best overall first: airline's one task, ground truth; mock's two of four.
-    assert rows[-2].startswith("| airline0 | 100.0 (100.0) |  | 100.0 |")
-    assert rows[-1].startswith("| mock0 |  | 50.0 (50.0) | 50.0 |")
+    # pass^1 with its interval: Wilson's on 1 of 1 and on 2 of 4.
+    assert rows[-2].startswith("| airline0 | 100.0 (100.0 [20.7, 100.0]) |  | 100.0 |")
+    assert rows[-1].startswith("| mock0 |  | 50.0 (50.0 [15.0, 85.0]) | 50.0 |")
     assert "not comparable" in table
 
 
@@ -297,15 +320,29 @@ def test_a_step_that_outgrows_the_context_ends_its_episode_only(tmp_path: Path) 
     assert record["scores"]["reward"] == 0.0  # as τ² scores a failed generation
 
 
-def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode() -> None:
+def test_the_estimate_asks_for_each_step_of_a_ground_truth_episode_once() -> None:
     task = subset("mock", ["create_task_1"])
-    prompts = task.request_prompts(1)
-    # The user's first request, the agent's after its words and after its one action's result,
-    # the user's after the agent's answer.
-    assert [p[0]["content"].startswith("<instructions>") for p in prompts] == [
-        False, True, True, False]  # fmt: skip
-    assert len(json.dumps(prompts[2])) > len(json.dumps(prompts[1]))
-    assert prompts[2][-1]["role"] == "tool"
+    agent, user = task.request_prompts(1), task.user_request_prompts(1)
+    # The agent's requests after the user's words and after its one action's result (the
+    # model's work); the user's first request and the one after the agent's answer (the user
+    # simulator's share), none of them in both.
+    policy = [any((m["content"] or "").startswith("<instructions>") for m in p)
+              for p in (*agent, *user)]  # fmt: skip
+    assert policy == [True, True, False, False]
+    assert len(json.dumps(agent[1])) > len(json.dumps(agent[0]))
+    assert agent[1][-1]["role"] == "tool"
+
+
+def test_the_estimate_counts_the_tools_every_agent_request_offers() -> None:
+    from evalpipe.estimate.workmodel import TokenCounter, task_work
+
+    task = subset("mock", ["create_task_1"])
+    words = TokenCounter(lambda text: len(text.split()), 0, "words")
+    work = task_work(task, load_preset("tiny_random"), limit=1, history=(), counter=words)
+    # Each agent request carries the policy and every tool's schema (as the chat template
+    # renders them), besides the conversation.
+    tools = sum(len(json.dumps(t, ensure_ascii=False).split()) for t in task.domain.agent_tools)
+    assert work.prompt_tokens.mid > tools + len(task.domain.agent_system.split())
 
 
 def test_a_user_simulator_behind_a_server_answers_the_users_steps(tmp_path: Path) -> None:
@@ -395,9 +432,36 @@ def test_plan_estimates_the_user_simulators_share_of_a_tau2_run(
     from evalpipe.cli import main
 
     argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks", "tau2:mock",
-            "--user-sim", "qwen3_32b", "--estimate", "--json"]  # fmt: skip
+            "--limit", "1", "--user-sim", "qwen3_32b", "--estimate", "--json"]  # fmt: skip
     assert main(argv) == 0
     planned = json.loads(capsys.readouterr().out)
     assert planned["user_sim"]["placement"]["kind"] == "same-engine"
     share = planned["estimate"]["user_sim"]
     assert "tau2_mock" in json.dumps(share) and planned["estimate"]["wall_s"]
+    # The ground-truth episode's four requests, each counted once: the agent's two as the
+    # model's work, the user's two as the user simulator's share.
+    (agent,) = planned["estimate"]["tasks"]
+    (user,) = share["user_sim"]["tasks"]
+    assert (agent["samples"], user["samples"]) == (2, 2)
+
+
+def test_plan_estimates_a_judge_and_a_user_simulator_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from evalpipe.cli import main
+
+    judged = REPO / "tests" / "fixtures" / "judged" / "capitals.yaml"
+    argv = ["plan", "--preset", "qwen3_32b", "--gpu", "h100-80gb", "--tasks",
+            f"tau2:mock,judge:{judged}", "--limit", "1", "--user-sim", "qwen3_32b", "--judge",
+            "qwen3_32b", "--estimate", "--results", str(tmp_path), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    estimate = json.loads(capsys.readouterr().out)["estimate"]
+    share, judging = estimate["user_sim"], estimate["judging"]
+    assert [t["task"] for t in share["user_sim"]["tasks"]] == ["tau2_mock"]
+    assert [t["task"] for t in judging["judging"]["tasks"]] == ["capitals_judged"]
+    # The generation phase the judge follows holds the user simulator's turns.
+    after = share["wall_s"]["mid"] + judging["judging"]["wall_s"]["mid"]
+    assert judging["walls_s"]["after"]["mid"] == pytest.approx(after, abs=0.2)
+    assert main(argv[:-1]) == 0
+    text = capsys.readouterr().out
+    assert "total, judge after generation" in text and "total, user simulator" in text

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.gpus import get_gpu
 from evalpipe.catalog.preset import load_preset
 from evalpipe.cli import main
@@ -20,7 +19,7 @@ from evalpipe.core.span import Span
 from evalpipe.estimate.cost import basis
 from evalpipe.estimate.predict import Prediction, estimate_user_sim, user_sim_predictor
 from evalpipe.estimate.usersimwork import user_sim_work
-from evalpipe.estimate.workmodel import TaskWork
+from evalpipe.estimate.workmodel import TaskWork, TokenCounter, helper_work
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.prepare import Prepared, prepare
 from evalpipe.planning import planner
@@ -189,28 +188,44 @@ def test_the_manifest_records_the_user_simulator(tmp_path: Path) -> None:
         read_manifest(files)
 
 
+class Episodes:
+    """An agent task of 100 episodes planning 10 agent steps and 11 user turns each."""
+
+    name = "airline"
+
+    def request_prompts(self, limit: int | None) -> list[Any]:
+        return [[{"role": "user", "content": "agent " * 3000}]] * 1000
+
+    def user_request_prompts(self, limit: int | None) -> list[Any]:
+        return [[{"role": "user", "content": "user " * k}] for k in range(1100)]
+
+
 def agent_run(replicas: int | None = 1) -> Prediction:
-    """An agent task of 100 episodes of 10 steps on llama3_1_8b (its Ask a fake one: the task
-    kinds say what they ask; this one says a simulated user answers each step)."""
+    """`Episodes` on llama3_1_8b (its agent steps' work a fake one)."""
     preset = load_preset("llama3_1_8b")
     model = planner.plan(preset, H100, gpus_per_node=8, replicas=replicas, read_model_config=False)
     work = TaskWork(task="airline", category="agents", samples=1000, completions=1,
                     prompt_tokens=Span.exact(3000.0), generated_tokens=Span.exact(100.0),
                     max_tokens=512, score_s=Span.exact(0.0), sources=("test",))  # fmt: skip
-    ask = Ask(name="airline", max_tokens=512, turns=10, simulated_user=True)
     return Prediction(preset=preset, plan=model, work=(work,), basis=basis(preset, H100, model),
-                      agents=(ask,))  # fmt: skip
+                      agents=(Episodes(),))  # fmt: skip
 
 
-def test_a_user_turn_per_agent_step_its_prompt_the_conversation_so_far() -> None:
+def test_the_user_simulators_turns_are_the_users_steps_the_task_plans() -> None:
     (agent,) = agent_run().work
-    ask = Ask(name="airline", max_tokens=512, turns=10, simulated_user=True)
-    work = user_sim_work(agent, ask, max_tokens=200)
-    assert work.samples == 1000 * 10 and work.generated_tokens == Span.exact(200.0)
-    # Step i holds i agent messages and i - 1 user turns: the mean over 10 steps.
-    assert work.prompt_tokens.mid == pytest.approx(3000 + 100 * 5.5 + 200 * 4.5)
-    assert "10 user turn(s) per episode" in work.sources[0]
-    assert user_sim_work(agent, ask).generated_tokens == Span.exact(256.0)  # the default bound
+    words = TokenCounter(lambda text: len(text.split()), 0, "words")
+    preset = load_preset("llama3_1_8b")
+    work = user_sim_work(Episodes(), agent, preset, limit=None, counter=words, max_tokens=200)
+    # As many user turns per agent step as the planned episodes have (11 / 10), each prompt
+    # the planned one's tokens (the mean of 0 .. 1099 words, 1 in every 4 counted).
+    assert work.samples == 1100 and work.generated_tokens == Span.exact(200.0)
+    assert work.prompt_tokens.mid == pytest.approx(sum(range(0, 1100, 4)) / 275)
+    assert "1.1 user turn(s) per agent step" in work.sources[0]
+    default = user_sim_work(Episodes(), agent, preset, limit=None, counter=None)
+    assert default.generated_tokens == Span.exact(256.0)  # the default bound
+    # A helper's request, built as a judgment is (tests/test_judge_placement.py).
+    assert work == helper_work(agent, 1100, work.prompt_tokens, 200, helper="user turn",
+                               source=work.sources[0])  # fmt: skip
 
 
 def test_the_estimate_counts_the_user_simulators_share_where_it_runs() -> None:
@@ -218,12 +233,14 @@ def test_the_estimate_counts_the_user_simulators_share_where_it_runs() -> None:
     alone = model.estimate().wall_s
     _, placed = plan_user_sim(model.plan, model.preset, "llama3_1_8b", served=False, gpu=H100,
                               gpus_per_node=8)  # fmt: skip
-    _, in_engine = estimate_user_sim(model, user_sim_predictor(model, None, H100, None), placed)
-    assert in_engine.share is not None and in_engine.share.tasks[0].samples == 10000
+    in_model = user_sim_predictor(model, None, H100, None, limit=None)
+    _, in_engine = estimate_user_sim(model, in_model, placed)
+    assert in_engine.share is not None and in_engine.share.tasks[0].samples == 1100
     assert in_engine.wall_s.mid > alone.mid  # one engine does both works
     layout, beside = plan_user_sim(model.plan, model.preset, "qwen3_32b", served=False, gpu=H100,
                                    gpus_per_node=8)  # fmt: skip
-    simulator = user_sim_predictor(model, load_preset("qwen3_32b"), H100, layout)
+    simulator = user_sim_predictor(model, load_preset("qwen3_32b"), H100, layout,
+                                   limit=None)  # fmt: skip
     _, side = estimate_user_sim(model, simulator, beside)
     assert side.share is not None and side.share.preset == "qwen3_32b"
     assert side.wall_s.mid == max(alone.mid, side.share.wall_s.mid)  # turns interleave

@@ -49,8 +49,7 @@ class Ask:
     context_of: Callable[[int], int] | None = None
     template_bytes: int = 0  # the prompt template's own text (system prompt included)
     generates: bool = True  # false: options ranked by log-probability, nothing generated
-    # Answers per conversation: a later turn's prompt holds the earlier answers (MT-Bench: 2;
-    # an agent task: its steps per episode).
+    # Answers per conversation: a later turn's prompt holds the earlier answers (MT-Bench: 2).
     turns: int = 1
     # An agent task whose episodes have a simulated user answering each step (τ²): the user
     # simulator's share of the estimate (evalpipe/estimate/usersimwork.py).

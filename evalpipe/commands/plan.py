@@ -213,7 +213,7 @@ def _estimate(
     user_sim: tuple[planner.Plan | None, Placement] | None,
 ) -> tuple[Estimate, PhasesEstimate | None, UserSimEstimate | None]:
     """The run's cost; a judged run's phases too when its judge runs on the job's GPUs, and an
-    agent run's user simulator's share."""
+    agent run's user simulator's share (in the generation phase when both are there)."""
     from evalpipe.estimate.predict import (
         DEFAULT_RESULTS,
         estimate_phases,
@@ -228,16 +228,19 @@ def _estimate(
     results = args.results or [DEFAULT_RESULTS]
     prediction = predictor(preset, gpu, plan, selection, judge_data=judged.data, results=results,
                            user_sim=user_sim is not None)  # fmt: skip
+    cost = prediction.estimate(shards=args.shards)
+    share = helper = None
     if user_sim is not None and prediction.agents:
         layout, placement = user_sim
         simulator = None
         if placement.kind != "server":
             other = None if layout is None else load_preset(layout.preset)
-            simulator = user_sim_predictor(prediction, other, gpu, layout, results=results)
-        cost, share = estimate_user_sim(prediction, simulator, placement, shards=args.shards)
-        return cost, None, share
+            simulator = user_sim_predictor(prediction, other, gpu, layout,
+                                           limit=selection.limit, results=results)  # fmt: skip
+        helper = (simulator, placement)
+        cost, share = estimate_user_sim(prediction, *helper, shards=args.shards)
     if judge is None or not prediction.judged:
-        return prediction.estimate(shards=args.shards), None, None
+        return cost, None, share
     judging = judge_predictor(
         prediction,
         load_preset(judged.preset),
@@ -254,8 +257,9 @@ def _estimate(
         gpus_per_node=args.gpus_per_node,
         wanted=judged.placement or "auto",
         shards=args.shards,
+        user_sim=helper,
     )
-    return cost, phases, None
+    return cost, phases, share
 
 
 def _check(args: argparse.Namespace) -> None:

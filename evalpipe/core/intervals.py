@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -67,3 +68,9 @@ def interval(values: Sequence[float]) -> tuple[float, float, str]:
     if len(values) and is_binary(values):
         return (*wilson(round(math.fsum(values)), len(values)), "wilson")
     return (*bootstrap_mean(values), "bootstrap")
+
+
+def interval_fields(values: Sequence[float]) -> dict[str, Any]:
+    """`interval` as a results document records it: ci_low, ci_high, ci_method."""
+    low, high, method = interval(values)
+    return {"ci_low": low, "ci_high": high, "ci_method": method}

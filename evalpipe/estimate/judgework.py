@@ -23,25 +23,19 @@ from evalpipe.core.textable import format_table
 from evalpipe.estimate.cost import Estimate, generate_s
 from evalpipe.estimate.throughput import Rates
 from evalpipe.estimate.workmodel import (
-    SCORE_S,
     TOKENISED_SAMPLES,
     TaskWork,
     TokenCounter,
-    bytes_to_tokens,
+    counted_how,
+    helper_work,
+    prompt_counter,
 )
-from evalpipe.records.prompt import Prompt, messages
+from evalpipe.records.prompt import messages
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.gradings import Grading
 
 # Stands for an answer in a judge's prompt while its template is measured.
 _ANSWER = "\x00answer\x00"
-
-
-def _count(prompt: Prompt, judge: Preset, counter: TokenCounter | None) -> float:
-    if counter is not None:
-        return float(counter.count(prompt, judge.chat))
-    size = sum(len(m["content"].encode()) for m in messages(prompt))
-    return bytes_to_tokens(Span.exact(float(size)), judge.chat).mid
 
 
 def turns_work(task: Task, work: TaskWork, limit: int | None) -> TaskWork:
@@ -78,6 +72,7 @@ def judge_work(
     """The judge's work for one judged task whose answers `answers` predicts."""
     samples = task.samples(limit)
     chosen = samples[:: max(1, len(samples) // TOKENISED_SAMPLES)]
+    count = prompt_counter(judge, counter)
     asks = quoted = 0
     template = 0.0
     for sample in chosen:
@@ -85,28 +80,18 @@ def judge_work(
             texts = [m["content"] for m in messages(ask.prompt)]
             quoted += sum(t.count(_ANSWER) for t in texts)
             bare = [{**m, "content": m["content"].replace(_ANSWER, "")} for m in ask.prompt]
-            template += _count(bare, judge, counter)
+            template += count(bare)
             asks += 1
     per_ask = max(1, asks) / max(1, len(chosen))
     prompt = Span.exact(template / max(1, asks)) + answers.generated_tokens.scale(
         quoted / max(1, asks)
     )
-    where = f"tokenised ({counter.where})" if counter else "bytes / token"
-    return TaskWork(
-        task=task.name,
-        category=task.category,
-        samples=round(len(samples) * per_ask),
-        completions=1,
-        prompt_tokens=prompt,
-        generated_tokens=Span.exact(float(max_tokens)),
-        max_tokens=max_tokens,
-        score_s=SCORE_S,
-        sources=(
-            f"judge prompts: the grading's template {where} + {quoted / max(1, asks):.2g} "
-            "quoted answer(s) of the predicted length",
-            f"judge max_tokens {max_tokens} as an upper bound",
-        ),
+    source = (
+        f"judge prompts: the grading's template {counted_how(counter)} + "
+        f"{quoted / max(1, asks):.2g} quoted answer(s) of the predicted length"
     )
+    requests = round(len(samples) * per_ask)
+    return helper_work(answers, requests, prompt, max_tokens, helper="judge", source=source)
 
 
 @dataclass(frozen=True, kw_only=True)

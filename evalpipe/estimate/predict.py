@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.gpus import Gpu, load_gpus
 from evalpipe.catalog.pilot import PilotSize
 from evalpipe.catalog.preset import Preset
@@ -24,7 +23,7 @@ from evalpipe.estimate.judgework import (
     placement_walls,
     turns_work,
 )
-from evalpipe.estimate.usersimwork import UserSimEstimate, user_sim_work
+from evalpipe.estimate.usersimwork import SimulatesUser, UserSimEstimate, user_sim_work
 from evalpipe.estimate.workmodel import TaskWork, task_work, token_counter
 from evalpipe.planning.helperplacement import Placement, side_by_side_refusal
 from evalpipe.planning.judgeplacement import choose_placement
@@ -44,8 +43,8 @@ class Prediction:
     work: tuple[TaskWork, ...]
     basis: Basis
     judged: tuple[tuple[Task, Grading], ...] = ()  # the judged tasks among the work's
-    # Agent tasks whose episodes have a simulated user: what each asks (turns: steps per episode)
-    agents: tuple[Ask, ...] = ()
+    # Agent tasks among the work's whose episodes have a simulated user (its requests planned)
+    agents: tuple[SimulatesUser, ...] = ()
 
     def estimate(self, shards: int = 1, replicas: int | None = None) -> Estimate:
         return estimate(self.preset, self.plan, self.work, self.basis, shards=shards,
@@ -144,9 +143,10 @@ def predictor(
         for t, w in zip(tasks, work, strict=True)
     )
     pairs = tuple((t, chosen.gradings[t.name]) for t in tasks if t.name in chosen.gradings)
-    agents = ()
-    if user_sim:  # asks are measured only where a user simulator's share is wanted
-        agents = tuple(a for a in map(chosen.ask, tasks) if a.simulated_user)
+    agents: tuple[SimulatesUser, ...] = ()
+    if user_sim:  # found only where a user simulator's share is wanted
+        agents = tuple(t for t in tasks if chosen.ask(t).simulated_user
+                       and isinstance(t, SimulatesUser))  # fmt: skip
     return Prediction(preset=preset, plan=plan, work=work, basis=how, judged=pairs, agents=agents)
 
 
@@ -196,13 +196,21 @@ def user_sim_predictor(
     gpu: Gpu,
     plan: Plan | None,
     *,
+    limit: int | None,
     results: Sequence[Path] = (DEFAULT_RESULTS,),
     calibration_dirs: Sequence[Path] = (),
 ) -> Prediction:
-    """The user simulator's requests for the agent tasks `model` predicts; at the model's
-    rates in its engine (`user_sim` None), else at the user simulator's on its own `plan`."""
-    asks = {a.name: a for a in model.agents}
-    work = tuple(user_sim_work(w, asks[w.task]) for w in model.work if w.task in asks)
+    """The user simulator's requests for the agent tasks `model` predicts (the first `limit`
+    of each); at the model's rates in its engine (`user_sim` None), else at the user
+    simulator's on its own `plan`."""
+    answering = model.preset if user_sim is None else user_sim
+    counter = token_counter(answering)
+    agents = {t.name: t for t in model.agents}
+    work = tuple(
+        user_sim_work(agents[w.task], w, answering, limit=limit, counter=counter)
+        for w in model.work
+        if w.task in agents
+    )
     if user_sim is None or plan is None:
         return Prediction(preset=model.preset, plan=model.plan, work=work, basis=model.basis)
     how = basis(
@@ -241,6 +249,26 @@ def _judgment_tokens(grading: Grading, given: int | None, default: int) -> int:
     return default if grading.sampling is None else grading.sampling.max_tokens
 
 
+# An agent run's user simulator: its requests' estimator (None: behind a server) and placement.
+UserSim = tuple[Prediction | None, Placement]
+
+
+def _generation_phase(
+    model: Prediction, user_sim: UserSim | None, *, shards: int, replicas: int | None
+) -> tuple[Estimate, Estimate]:
+    """(the model's work on `replicas` engines, default the plan's; the generation phase: the
+    same, its wall with an agent run's user simulator's turns where it runs). A user
+    simulator beside the model may leave it fewer replicas than `replicas`."""
+    if user_sim is None:
+        alone = model.estimate(shards=shards, replicas=replicas)
+        return alone, alone
+    simulator, placement = user_sim
+    fewest = min(replicas or placement.model_replicas, placement.model_replicas)
+    placed = replace(placement, model_replicas=fewest)
+    alone, share = estimate_user_sim(model, simulator, placed, shards=shards)
+    return alone, replace(alone, wall_s=share.wall_s)
+
+
 def estimate_phases(
     model: Prediction,
     judge: Prediction,
@@ -248,17 +276,20 @@ def estimate_phases(
     gpus_per_node: int,
     wanted: str = "auto",
     shards: int = 1,
+    user_sim: UserSim | None = None,
 ) -> tuple[Estimate, PhasesEstimate]:
     """Both phases of a judged run, each placement's wall, and the placement the planner
-    chooses from them (planning/judgeplacement.py): (the generation as placed, the phases)."""
+    chooses from them (planning/judgeplacement.py): (the generation as placed, the phases).
+    With `user_sim` (an agent run's), the generation phase holds the user simulator's turns."""
     refusal = side_by_side_refusal(model.plan, judge.plan, gpus_per_node)
     judging = judge.estimate()
-    generation = model.estimate(shards=shards)
-    beside = None
+    own, generation = _generation_phase(model, user_sim, shards=shards, replicas=None)
+    own_beside = beside = None
     if refusal is None:
         side = choose_placement(model.plan, judge.plan, gpus_per_node=gpus_per_node,
                                 wanted="side-by-side")  # fmt: skip
-        beside = model.estimate(shards=shards, replicas=side.model_replicas)
+        own_beside, beside = _generation_phase(model, user_sim, shards=shards,
+                                               replicas=side.model_replicas)  # fmt: skip
     last = last_answer_s(judge.basis.rates, judging.tasks, judge.basis.rate_factor)
     after_s, side_s = placement_walls(generation, beside, judging, last)
     walls = {"after": after_s.mid} | ({} if side_s is None else {"side-by-side": side_s.mid})
@@ -274,4 +305,4 @@ def estimate_phases(
         placement=placed.kind,
         reason=placed.reason,
     )
-    return (beside if placed.kind == "side-by-side" and beside else generation), phases
+    return (own_beside if placed.kind == "side-by-side" and own_beside else own), phases

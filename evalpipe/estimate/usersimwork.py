@@ -1,10 +1,10 @@
 """The user simulator's share of an agent run's cost (pure, given the work and the estimates).
 
-An agent task's episode is `turns` agent steps (its kind's Ask), each answered by a user turn:
-the user simulator makes one request per step, its prompt the conversation so far. Its opening
-(the user's instructions) is counted as the agent's first prompt, an upper bound, and at step i
-the conversation adds i agent messages of the model's predicted length and i - 1 user turns; a
-user turn is predicted at the user simulator's max_tokens (an upper bound, as a judgment is).
+An agent task plans its episodes' requests once, each answered by the model (the agent) or the
+user simulator (tasks/tau2/requests.py): the agent's are the model's work (workmodel.py), the
+user's are this share, so no step is counted twice. Its prompts (the user's instructions and
+the conversation so far) are counted with the user simulator's tokenizer; a user turn is
+predicted at the user simulator's max_tokens (an upper bound, as a judgment is).
 
 Where it runs decides what it costs (planning/usersimplacement.py): in the model's engine its
 requests join the model's work; side by side its turns interleave with the agent's on engines
@@ -15,42 +15,64 @@ this estimate can see.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from evalpipe.catalog.budgets import Ask
+from evalpipe.catalog.preset import Preset
 from evalpipe.core.span import Span, fmt_span
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.cost import Estimate
-from evalpipe.estimate.workmodel import SCORE_S, TaskWork
+from evalpipe.estimate.workmodel import (
+    TOKENISED_SAMPLES,
+    MakesRequests,
+    TaskWork,
+    TokenCounter,
+    counted_how,
+    helper_work,
+    prompt_counter,
+)
+from evalpipe.records.prompt import Prompt
 
 # A user turn's budget when nothing says otherwise: τ²'s simulated users write a sentence or two;
 # an upper bound, as the judge's max_tokens is.
 USER_TURN_TOKENS = 256
 
 
-def user_sim_work(agent: TaskWork, ask: Ask, *, max_tokens: int = USER_TURN_TOKENS) -> TaskWork:
-    """The user simulator's requests for one agent task whose agent steps `agent` predicts."""
-    steps = ask.turns
-    history = (
-        agent.prompt_tokens
-        + agent.generated_tokens.scale((steps + 1) / 2)
-        + Span.exact(float(max_tokens)).scale((steps - 1) / 2)
+@runtime_checkable
+class SimulatesUser(MakesRequests, Protocol):
+    """An agent task whose episodes' planned requests are the agent's (request_prompts) and a
+    simulated user's."""
+
+    name: str
+
+    def user_request_prompts(self, limit: int | None) -> list[Prompt]:
+        """The user's requests of the episodes request_prompts plans, in the same order."""
+        ...
+
+
+def user_sim_work(
+    task: SimulatesUser,
+    agent: TaskWork,
+    user_sim: Preset,
+    *,
+    limit: int | None,
+    counter: TokenCounter | None,
+    max_tokens: int = USER_TURN_TOKENS,
+) -> TaskWork:
+    """The user simulator's requests for one agent task whose agent steps `agent` predicts:
+    as many per agent step as the task's planned episodes have, each prompt counted for
+    `user_sim` (the preset that answers them)."""
+    prompts = task.user_request_prompts(limit)
+    per_step = len(prompts) / max(1, len(task.request_prompts(limit)))
+    chosen = prompts[:: max(1, len(prompts) // TOKENISED_SAMPLES)]
+    count = prompt_counter(user_sim, counter)
+    mean = sum(map(count, chosen)) / max(1, len(chosen))
+    source = (
+        f"{per_step:.2g} user turn(s) per agent step, as the task plans its episodes; each "
+        f"prompt the conversation so far, {counted_how(counter)}"
     )
-    return TaskWork(
-        task=agent.task,
-        category=agent.category,
-        samples=agent.samples * steps,
-        completions=1,
-        prompt_tokens=history,
-        generated_tokens=Span.exact(float(max_tokens)),
-        max_tokens=max_tokens,
-        score_s=SCORE_S,
-        sources=(
-            f"{steps} user turn(s) per episode, one per agent step, each prompt the "
-            "conversation so far (the agent's first prompt standing for the user's instructions)",
-            f"user turn max_tokens {max_tokens} as an upper bound",
-        ),
-    )
+    requests = round(agent.samples * per_step)
+    return helper_work(agent, requests, Span.exact(mean), max_tokens, helper="user turn",
+                       source=source)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -158,6 +158,30 @@ def token_counter(preset: Preset) -> TokenCounter | None:
     return TokenCounter(encode, CHAT_TOKENS if markup is None else markup, str(folder))
 
 
+def helper_work(
+    of: TaskWork, requests: int, prompt_tokens: Span, max_tokens: int, *, helper: str, source: str
+) -> TaskWork:
+    """A helper model's requests for the task `of` predicts (a judge's judgments of its
+    answers, a user simulator's turns in its episodes): one answer each, priced at the
+    helper's max_tokens (an upper bound, as for a task without past runs)."""
+    return TaskWork(
+        task=of.task,
+        category=of.category,
+        samples=requests,
+        completions=1,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=Span.exact(float(max_tokens)),
+        max_tokens=max_tokens,
+        score_s=SCORE_S,
+        sources=(source, f"{helper} max_tokens {max_tokens} as an upper bound"),
+    )
+
+
+def counted_how(counter: TokenCounter | None) -> str:
+    """How a helper's prompts were counted, for its work's sources."""
+    return f"tokenised ({counter.where})" if counter else "bytes / token"
+
+
 def bytes_to_tokens(prompt_bytes: Span, chat: bool) -> Span:
     tokens = Span(
         prompt_bytes.low / BYTES_PER_TOKEN.high,

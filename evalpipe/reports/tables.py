@@ -329,7 +329,7 @@ def occupancy(table: pd.DataFrame) -> list[Table]:
     ]
 
 
-def _with_interval(mean: float, low: float, high: float) -> str:
+def with_interval(mean: float, low: float, high: float) -> str:
     """'0.0 [0.0, 27.8]' (%), DASH when nothing is shared."""
     if _missing(mean):
         return DASH
@@ -350,8 +350,8 @@ def comparison(result: Comparison, alpha: float) -> list[Table]:
                 r["task"],
                 r["metric"],
                 str(r["n_shared"]),
-                _with_interval(r["mean_a"], r["ci_a_low"], r["ci_a_high"]),
-                _with_interval(r["mean_b"], r["ci_b_low"], r["ci_b_high"]),
+                with_interval(r["mean_a"], r["ci_a_low"], r["ci_a_high"]),
+                with_interval(r["mean_b"], r["ci_b_low"], r["ci_b_high"]),
                 interval,
                 r["test"],
                 significant_figures(r["p"], 2),

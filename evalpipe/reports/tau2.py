@@ -1,5 +1,6 @@
 """τ²-bench in a report: one row per run that ran τ² tasks, each domain's average reward and
-pass^k (from each run's tau2_results.json) and the overall, best overall first."""
+pass^k with its interval (from each run's tau2_results.json) and the overall, best overall
+first."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from evalpipe.catalog.taskrefs import TAU2_DOMAINS
 from evalpipe.core.errors import DamagedFileError, RunDirError
-from evalpipe.reports.tables import Table
+from evalpipe.reports.tables import Table, with_interval
 from evalpipe.rundir.kindresults import read_kind_results
 from evalpipe.rundir.layout import RunDir
 
@@ -50,7 +51,9 @@ def tau2_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
             right=(False, *([True] * (len(domains) + 1))),
             notes=(
                 "Average reward per episode as τ²'s evaluator gives it; pass^k over each task's "
-                "trials as τ² computes it, k up to the fewest trials (docs/agents.md).",
+                "trials as τ² computes it, k up to the fewest trials, with its 95 % interval "
+                "over tasks [low, high] (Wilson for 0/1 values, else bootstrap; "
+                "docs/agents.md).",
                 "τ²'s published scores use gpt-4.1 as the user simulator: others' are not "
                 "comparable to them.",
             ),
@@ -61,7 +64,13 @@ def tau2_tables(run_dirs: Sequence[Path], warnings: list[str]) -> list[Table]:
 def _cell(domain: Mapping[str, Any] | None) -> str:
     if domain is None:
         return ""
-    passes = " ".join(f"{float(v) * 100:.1f}" for v in domain.get("pass_hat_k", {}).values())
+    bounds = domain.get("pass_hat_k_ci", {})  # absent from runs before intervals were kept
+    passes = " ".join(
+        with_interval(float(v), bounds[k]["ci_low"], bounds[k]["ci_high"])
+        if k in bounds
+        else f"{float(v) * 100:.1f}"
+        for k, v in domain.get("pass_hat_k", {}).items()
+    )
     return f"{_percent(domain.get('avg_reward'))} ({passes})"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.core.errors import DamagedFileError
-from evalpipe.core.intervals import interval
+from evalpipe.core.intervals import interval_fields
 from evalpipe.tasks.bfcl import overall
 from evalpipe.tasks.bfcl.child import run_program
 from evalpipe.tasks.bfcl.sensitivity import spread
@@ -42,7 +42,7 @@ def results_document(
         rows[name] = {"accuracy": figures[name].accuracy, "correct": correct,
                       "total": len(finished),
                       "unparsed": math.fsum(s.get("unparsed", 0.0) for _, s in finished),
-                      **_bounds(values[name])}  # fmt: skip
+                      **interval_fields(values[name])}  # fmt: skip
     absent = [c for c in overall.SCORED if c not in figures]
     if absent:
         entries = package_entries()
@@ -53,7 +53,7 @@ def results_document(
     for group, weight in overall.WEIGHTS.items():
         groups[group]["weight"] = weight
     if not found["live"].missing:  # a mean over the live entries: an interval of its own
-        groups["live"] |= _bounds([v for c in overall.LIVE_AST for v in values[c]])
+        groups["live"] |= interval_fields([v for c in overall.LIVE_AST for v in values[c]])
     missing = found["overall"].missing
     document = {"benchmark": BENCHMARK, **header, "categories": rows, "groups": groups,
                 "overall": found["overall"].accuracy, "overall_complete": not missing,
@@ -69,11 +69,6 @@ def package_entries() -> Mapping[str, int]:
     """The package's entries of each category its overall counts, as it counts one not run
     (read once per process: ~1 s)."""
     return run_program(COUNTS_PROGRAM, overall.SCORED, "entry counts")
-
-
-def _bounds(values: Sequence[float]) -> dict[str, Any]:
-    low, high, method = interval(values)
-    return {"ci_low": low, "ci_high": high, "ci_method": method}
 
 
 def _note(missing: Sequence[str]) -> str:

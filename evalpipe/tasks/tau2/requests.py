@@ -1,5 +1,7 @@
 """The requests a τ² episode makes, for `plan --estimate`: each step is a request whose prompt
 holds the whole conversation before it (the agent's with the policy and tools in every one).
+Each request says who answers it: the agent's are the model's work, the user's the user
+simulator's share (estimate/usersimwork.py), so each is counted once.
 
 The model's steps are not known before it runs; the estimate assumes τ²'s ground truth (its
 task statistics): the user names its problem, each of the task's actions is one step by its
@@ -12,7 +14,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from evalpipe.records.episode import Step, StepRequest
-from evalpipe.records.prompt import Prompt
 from evalpipe.records.tools import ToolCall, ToolCalls
 from evalpipe.tasks.base import Sample
 
@@ -23,8 +24,9 @@ RESULT_BYTES = 500  # a domain tool's JSON answer: a reservation, an order, a us
 WORDS = "x " * 60  # a user's or the agent's message in words
 
 
-def episode_requests(task: Tau2Task, sample: Sample) -> list[Prompt]:
-    """The prompts of one episode's requests, in order (the assumptions: the module's text)."""
+def episode_requests(task: Tau2Task, sample: Sample) -> list[StepRequest]:
+    """One episode's requests, in order, the agent's and the user's (the assumptions: the
+    module's text)."""
     actions = task.task_of(sample).evaluation_criteria
     planned: list[Step] = [_step(0, "user_sim", WORDS)]
     for action in (actions.actions or []) if actions is not None else []:
@@ -36,7 +38,7 @@ def episode_requests(task: Tau2Task, sample: Sample) -> list[Prompt]:
     for done in range(len(planned) + 1):
         found = task.next_request(sample, planned[:done])
         if isinstance(found, StepRequest):
-            out.append(found.prompt)
+            out.append(found)
     return out
 
 

@@ -1,14 +1,16 @@
 """The τ² results document of a completed run: per domain the episodes, the average reward and
-pass^k (τ²'s, over the trials of each task), and the overall (every episode of every domain,
-averaged over episodes, as τ²'s leaderboard averages a domain's)."""
+pass^k (τ²'s, over the trials of each task) with its interval over tasks (core/intervals.py, as
+any mean over samples gets one), and the overall (every episode of every domain, averaged over
+episodes, as τ²'s leaderboard averages a domain's)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from evalpipe.core.intervals import interval_fields
 from evalpipe.tasks.kindbase import FinishedScores
-from evalpipe.tasks.tau2.scoring import REWARD, pass_hat_k
+from evalpipe.tasks.tau2.scoring import REWARD, pass_hat_k, pass_hat_k_tasks
 from evalpipe.tasks.tau2.task import PREFIX
 
 
@@ -27,6 +29,9 @@ def results_document(names: Sequence[str], scores: FinishedScores) -> dict[str, 
             "tasks": len(rewards),
             "avg_reward": sum(flat) / len(flat) if flat else None,
             "pass_hat_k": {str(k): v for k, v in pass_hat_k(rewards).items()},
+            "pass_hat_k_ci": {
+                str(k): interval_fields(v) for k, v in pass_hat_k_tasks(rewards).items()
+            },
         }
     return {
         "domains": domains,

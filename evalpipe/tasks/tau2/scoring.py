@@ -130,14 +130,18 @@ def success(reward: float) -> bool:
     return abs(reward - 1.0) <= SUCCESS_TOLERANCE
 
 
-def pass_hat_k(rewards: Mapping[str, Sequence[float]]) -> dict[int, float]:
-    """τ²'s pass^k for k up to the fewest trials of a task: per task comb(c, k) / comb(n, k)
-    (n trials, c successes), averaged over tasks."""
+def pass_hat_k_tasks(rewards: Mapping[str, Sequence[float]]) -> dict[int, list[float]]:
+    """τ²'s pass^k of each task for k up to the fewest trials of a task: comb(c, k) /
+    comb(n, k) (n trials, c successes)."""
     if not rewards:
         return {}
     most = min(len(r) for r in rewards.values())
-    out = {}
-    for k in range(1, most + 1):
-        per_task = [comb(sum(map(success, r)), k) / comb(len(r), k) for r in rewards.values()]
-        out[k] = sum(per_task) / len(per_task)
-    return out
+    return {
+        k: [comb(sum(map(success, r)), k) / comb(len(r), k) for r in rewards.values()]
+        for k in range(1, most + 1)
+    }
+
+
+def pass_hat_k(rewards: Mapping[str, Sequence[float]]) -> dict[int, float]:
+    """τ²'s pass^k: each task's (pass_hat_k_tasks), averaged over tasks."""
+    return {k: sum(tasks) / len(tasks) for k, tasks in pass_hat_k_tasks(rewards).items()}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.records.episode import Ended, Step, StepRequest
-from evalpipe.records.prompt import Prompt
+from evalpipe.records.prompt import Prompt, with_tools
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.tau2.domain import Domain
@@ -83,9 +83,17 @@ class Tau2Task:
         ]  # fmt: skip
 
     def request_prompts(self, limit: int | None) -> list[Prompt]:
-        """The requests the first `limit` τ² tasks' episodes make, for `plan --estimate`
-        (requests.py)."""
-        return [p for s in self.samples(limit) for p in episode_requests(self, s)]
+        """The agent's requests the first `limit` τ² tasks' episodes make, for `plan
+        --estimate` (requests.py): the model's work."""
+        return self._planned(limit, "model")
+
+    def user_request_prompts(self, limit: int | None) -> list[Prompt]:
+        """The user's requests of the same episodes: the user simulator's share."""
+        return self._planned(limit, "user_sim")
+
+    def _planned(self, limit: int | None, by: str) -> list[Prompt]:
+        return [with_tools(r.prompt, r.tools) for s in self.samples(limit)
+                for r in episode_requests(self, s) if r.by == by]  # fmt: skip
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
