@@ -7,11 +7,10 @@ this machine, else bytes per token), so a large task costs a handful of encoding
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from evalpipe.records.prompt import Prompt, Rendered, message_text, messages
+from evalpipe.records.prompt import Prompt, Rendered, message_text, messages, tools_shown
 from evalpipe.records.refusal import overflow
 from evalpipe.tasks.base import Sample
 
@@ -57,12 +56,8 @@ def prompt_bytes(prompt: Prompt) -> int:
 
 def counted_prompt(sample: Sample) -> Prompt:
     """The prompt as the estimate counts it: a sample's tools are rendered by the chat template
-    into the prompt (a system block listing their JSON, for the templates that show tools), so
-    they count as one more message of their JSON text."""
-    if not sample.tools or isinstance(sample.prompt, Rendered):
-        return sample.prompt
-    listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in sample.tools)
-    return [{"role": "system", "content": listed}, *messages(sample.prompt)]
+    into the prompt, so they count as one more message of their JSON text (tools_shown)."""
+    return tools_shown(sample.prompt, sample.tools)
 
 
 def longest_prompt(

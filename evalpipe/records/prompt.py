@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 # Plain text, or chat messages ({"role": ..., "content": ...}). A plain-text prompt sent to a
@@ -30,3 +30,12 @@ def message_text(message: Mapping[str, Any]) -> str:
     tool calls as JSON (an agent's step of an episode)."""
     calls = message.get("tool_calls")
     return (message.get("content") or "") + (json.dumps(calls, ensure_ascii=False) if calls else "")
+
+
+def tools_shown(prompt: Prompt, tools: Sequence[Mapping[str, Any]]) -> Prompt:
+    """The prompt with its tools as chat templates that show tools render them (a system block
+    listing their JSON), for counting what a request sends: one more message of their JSON."""
+    if not tools or isinstance(prompt, Rendered):
+        return prompt
+    listed = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    return [{"role": "system", "content": listed}, *messages(prompt)]
