@@ -3,8 +3,10 @@ the turn's ground-truth calls (one step), and after their results it answers in 
 call, so BFCL ends the turn); for the entries named chatty it answers every user turn with
 CHATTY_WORDS words, which the next step's prompt cannot hold. QwenGroundTruthModel does the
 same for BFCL's handler mode with Qwen's FC handler (`<tool_call>` JSON in its own prompt
-format). Run as a program, it evaluates those entries of multi_turn_base into a run directory,
-in this process (the kill -9 test's subject): python bfcl_scripted.py OUT CHATTY_ID ID...."""
+format); NativeGroundTruthModel for native mode, its calls hermes's `<tool_call>` JSON, which
+the fake engine parses into the completion's tool calls. Run as a program, it evaluates those
+entries of multi_turn_base into a run directory, in this process (the kill -9 test's subject):
+python bfcl_scripted.py OUT CHATTY_ID ID...."""
 
 from __future__ import annotations
 
@@ -80,6 +82,32 @@ def qwen_tool_calls(calls: Sequence[str]) -> str:
         call = json.dumps({"name": ast.unparse(node.func), "arguments": arguments})
         out.append(f"<tool_call>\n{call}\n</tool_call>")
     return "\n".join(out)
+
+
+class NativeGroundTruthModel(GroundTruthModel):
+    """The ground-truth model for native mode: the chat has no system prompt (the functions
+    are tools), the calls are hermes's `<tool_call>` JSON; the entries named in `broken` open
+    their first turn's call and break its JSON (an unparseable call, which ends the turn)."""
+
+    def __init__(self, entries: Sequence[Mapping[str, Any]], *, broken: Sequence[str] = (),
+                 delay_s: float = 0.0) -> None:  # fmt: skip
+        super().__init__(entries, delay_s=delay_s)
+        self.broken = set(broken)
+
+    def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:
+        entry = next(e for question, e in self.entries.items() if question in text)
+        text = "\n" + text  # the first message is a user's: a line of its own
+        if last_role(text) != "user":
+            return DONE
+        turn = text.count("\nuser: ") - 1
+        if entry["id"] in self.broken and turn == 0:
+            return BROKEN_CALL
+        calls = entry["ground_truth"][turn]
+        return qwen_tool_calls(calls) if calls else "None of the functions fits the request."
+
+
+# A call opened and not closed as JSON: hermes's parser (and the fake engine) cannot read it.
+BROKEN_CALL = '<tool_call>\n{"name": "ls", "arguments": {"a": </tool_call>'
 
 
 class QwenGroundTruthModel(GroundTruthModel):

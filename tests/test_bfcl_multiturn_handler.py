@@ -15,7 +15,6 @@ from bfcl_scripted import DONE, QwenGroundTruthModel, subset
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
-from evalpipe.core.errors import ConfigError
 from evalpipe.records.episode import Step
 from evalpipe.records.prompt import Rendered
 from evalpipe.run.runner import RunOptions, run_evaluation
@@ -119,10 +118,3 @@ def test_qwens_fc_handler_runs_the_conversations_as_bfcl_does(
 
 def entry_question(task: BfclMultiTurnTask) -> str:
     return task.entries[0]["turns"][0][-1]["content"]
-
-
-def test_native_mode_refuses_multi_turn_categories_naming_the_fix() -> None:
-    native = dataclasses.replace(load_preset("tiny_random"), bfcl_mode="native",
-                                 tool_parser="hermes")  # fmt: skip
-    with pytest.raises(ConfigError, match=r"multi_turn_base run in bfcl_mode prompting or handler"):
-        KIND.load(expand_refs(["bfcl:multi_turn_base"]), LoadOptions(preset=native))

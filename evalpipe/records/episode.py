@@ -45,6 +45,11 @@ class Step:
     by: Answerer = "model"
     calls: ToolCalls | None = None
 
+    def call_id(self, position: int) -> str:
+        """The id of the step's call at `position` in the chat that follows it: fixed by the
+        step, so a resumed episode's history is the one it had."""
+        return f"call_{self.index}_{position}"
+
     def to_dict(self) -> dict[str, Any]:
         data = {
             "index": self.index,

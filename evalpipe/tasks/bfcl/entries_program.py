@@ -83,15 +83,20 @@ def config_of(model):
             "underscore_to_dot": config.underscore_to_dot}  # fmt: skip
 
 
-def prompt_of(handler, mode, entry):
-    """What evalpipe sends for one entry: (prompt, tools)."""
+def native_tools(functions):
+    """BFCL's function docs as chat tools, as its OpenAI FC handler compiles them
+    (`_compile_tools`)."""
     from bfcl_eval.constants.enums import ModelStyle
     from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
     from bfcl_eval.model_handler.utils import convert_to_tool
 
+    return convert_to_tool(functions, GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS)
+
+
+def prompt_of(handler, mode, entry):
+    """What evalpipe sends for one entry: (prompt, tools)."""
     if mode == "native":
-        style = ModelStyle.OPENAI_COMPLETIONS
-        return entry["question"][0], convert_to_tool(entry["function"], GORILLA_TO_OPENAPI, style)
+        return entry["question"][0], native_tools(entry["function"])
     data = handler._pre_query_processing_prompting(entry)
     data = handler.add_first_turn_message_prompting(data, entry["question"][0])
     if mode == "prompting":

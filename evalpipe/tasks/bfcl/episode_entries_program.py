@@ -3,20 +3,25 @@ evalpipe/tasks/bfcl/entries.py; never imported by evalpipe): bfcl-eval's own loa
 handler's own pre-processing, over the package's data alone (no model text), so a plain child
 process, not the sandbox.
 
-stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler",
-"model": the registered model (handler mode), "checker": the model the checker is told}.
+stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "handler" |
+"native", "model": the registered model (handler mode), "checker": the model the checker is
+told}.
 stdout's last line: {"known": the package's multi-turn categories, "handler": the handler's
 class name, "config": the settings of the model the checker is told, `checker`
 (entries_program.config_of), "entries": {category: [{id, turns, initial_config,
 involved_classes, ground_truth, step_limit}]}} (or {"refused": why}, as entries_program.py
-refuses a model): `turns` the user messages of each turn as `inference_multi_turn_prompting`
-adds them: turn 0 after the handler's pre-processing (the generic OSS handler's system prompt
-listing the functions, in prompting mode), a held-out turn (miss_func) as the message offering
-the held-out functions; `step_limit` the steps per turn after which the handler forces the
-entry to quit (MAXIMUM_STEP_LIMIT). In handler mode each entry also has `functions` (the
-functions the handler formats into every prompt), `chat` (the handler's messages after turn 0)
-and `prompt` (the text its `_format_prompt` makes of them: the first request, as `bfcl
-generate` sends it).
+refuses a model): `turns` the user messages of each turn as BFCL's multi-turn loop adds them:
+turn 0 after the handler's pre-processing (the generic OSS handler's system prompt listing the
+functions, in prompting mode; none in native mode, as `inference_multi_turn_FC`), a held-out
+turn (miss_func) as the message offering the held-out functions (in native mode BFCL's words
+alone, the functions going to the tools); `step_limit` the steps per turn after which the
+handler forces the entry to quit (MAXIMUM_STEP_LIMIT). In handler mode each entry also has
+`functions` (the functions the handler formats into every prompt), `chat` (the handler's
+messages after turn 0) and `prompt` (the text its `_format_prompt` makes of them: the first
+request, as `bfcl generate` sends it). In native mode each entry also has `tools` (its
+functions as chat tools, as BFCL's OpenAI FC handler compiles them: entries_program.native_tools)
+and `added_tools` ({turn: the held-out functions as tools}, which BFCL adds to the entry's
+functions at that turn before compiling them again).
 """
 
 import json
@@ -28,12 +33,13 @@ def main():
     sys.path.append(given["path"])
     from bfcl_eval.constants.category_mapping import MULTI_TURN_CATEGORY
     from bfcl_eval.constants.default_prompts import (
+        DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
         DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING,
         MAXIMUM_STEP_LIMIT,
     )
     from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
     from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
-    from entries_program import config_of  # this program's folder is first on its path
+    from entries_program import config_of, native_tools  # its folder is first on its path
 
     mode = given.get("mode", "prompting")
     if mode == "handler":
@@ -55,13 +61,17 @@ def main():
         truths = {e["id"]: e["ground_truth"] for e in load_ground_truth_entry(category)}
         rows = []
         for entry in load_dataset_entry(category):
-            data = handler._pre_query_processing_prompting(entry)  # the system prompt, into turn 0
             holdout = entry.get("missed_function", {})
+            if mode == "native":  # inference_multi_turn_FC: no system prompt, the tools apart
+                offer = {i: DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC for i in holdout}
+            else:
+                data = handler._pre_query_processing_prompting(entry)  # system prompt, in turn 0
+                offer = {i: DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING.format(
+                    functions=functions) for i, functions in holdout.items()}  # fmt: skip
             turns = [
-                [{"role": "user", "content": DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING
-                  .format(functions=holdout[str(i)])}] if str(i) in holdout else messages
+                [{"role": "user", "content": offer[str(i)]}] if str(i) in offer else messages
                 for i, messages in enumerate(entry["question"])
-            ]  # fmt: skip
+            ]
             row = {
                 "id": entry["id"],
                 "turns": turns,
@@ -70,6 +80,9 @@ def main():
                 "ground_truth": truths[entry["id"]],
                 "step_limit": MAXIMUM_STEP_LIMIT,
             }
+            if mode == "native":
+                row["tools"] = native_tools(entry["function"])
+                row["added_tools"] = {i: native_tools(f) for i, f in holdout.items()}
             if mode == "handler":
                 data = handler.add_first_turn_message_prompting(data, turns[0])
                 row["functions"], row["chat"] = data["function"], data["message"]

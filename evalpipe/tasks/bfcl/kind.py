@@ -1,7 +1,7 @@
 """The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, then multi-turn)
-or `bfcl:CATEGORY,...`, one task per category, in the preset's BFCL mode (modes.py; multi-turn
-in BFCL's prompting and handler modes, not native); a completed run keeps BFCL's per-category
-accuracy, its groups, its overall and the mode as its results document (results.py)."""
+or `bfcl:CATEGORY,...`, one task per category, in the preset's BFCL mode (modes.py); a
+completed run keeps BFCL's per-category accuracy, its groups, its overall and the mode as its
+results document (results.py)."""
 
 from __future__ import annotations
 
@@ -50,9 +50,6 @@ class BfclKind(TaskKind):
         wanted = preset.bfcl_mode if preset is not None else "prompting"
         model = preset.bfcl_model if preset is not None else None
         multi = [c for c in chosen if c in BFCL_MULTI_TURN]
-        if wanted == "native":
-            check_multi_turn(multi, named, wanted)
-            multi = []
         single = [c for c in chosen if c not in BFCL_MULTI_TURN]
         none = Entries(handler="", entries={})
         read = read_entries(single, wanted, model) if single else none
@@ -107,20 +104,6 @@ def check_mode(preset: Preset | None, backend: str) -> None:
             "calls the engine reads with the preset's tool parser, but it names none: set "
             "tool_parser to the vLLM tool-call parser its model card documents (e.g. hermes), "
             "or set bfcl_mode prompting or handler."
-        )
-
-
-def check_multi_turn(multi: Sequence[str], named: Sequence[str], mode: str) -> None:
-    """Multi-turn categories run in BFCL's modes (prompting, handler), not in native mode: named
-    there, they are refused (plain `bfcl` leaves them out, and its results name them as not
-    run)."""
-    asked = [c for c in multi if c in named]
-    if asked:
-        raise ConfigError(
-            f"BFCL's {', '.join(asked)} run in bfcl_mode prompting or handler, and this preset "
-            f"asks for bfcl_mode {mode}, whose tools would change between steps (a held-out "
-            "function), which evalpipe's episodes do not give the engine yet: leave them out, "
-            "or run them with bfcl_mode prompting or handler."
         )
 
 

@@ -1,13 +1,16 @@
 """One BFCL multi-turn category as an evalpipe task of episodes (run/episodes.py), as BFCL's
 `inference_multi_turn_prompting` runs an entry with a local handler: in prompting mode its
 generic OSS handler (the chat rendered with the model's template), in handler mode the
-registered model's own (Qwen's FC handler, …: its `_format_prompt` text, sent as it is). Each
+registered model's own (Qwen's FC handler, …: its `_format_prompt` text, sent as it is); or, in
+native mode, as `inference_multi_turn_FC` runs it with BFCL's OpenAI FC handler: the functions
+as chat tools (the held-out ones added at their turn), the calls the engine parsed. Each
 step's completion is decoded and its calls executed against BFCL's simulated APIs in the
 sandbox (steps_program.py), the results go back as tool messages (as the handler's
-`_add_execution_results_prompting` adds them) and the next step is generated; a turn ends when
-a completion decodes to no call, the next user turn follows, and an entry whose turn takes
-more steps than BFCL's limit is forced to quit. The finished trajectory is scored by BFCL's
-multi-turn checker (state and response checks), in the sandbox."""
+`_add_execution_results_prompting` or `_add_execution_results_FC`, with the calls' ids, adds
+them) and the next step is generated; a turn ends when a completion decodes to no call, the
+next user turn follows, and an entry whose turn takes more steps than BFCL's limit is forced to
+quit. The finished trajectory is scored by BFCL's multi-turn checker (state and response
+checks), in the sandbox."""
 
 from __future__ import annotations
 
@@ -17,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.records.episode import Ended, Step
+from evalpipe.records.episode import Ended, Step, StepRequest
 from evalpipe.records.prompt import Prompt, Rendered
 from evalpipe.records.sampling import SamplingSettings
+from evalpipe.records.tools import ToolCalls
 from evalpipe.sandbox.exchange import run_exchange
 from evalpipe.sandbox.pool import SandboxResult
 from evalpipe.tasks.base import Sample, Scored, check_limit
@@ -27,7 +31,7 @@ from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, ch
 from evalpipe.tasks.bfcl.episode_requests import episode_requests
 from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
-from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, scored
+from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +47,11 @@ INFERENCE_ERROR = "multi_turn:inference_error"
 class History:
     """An entry's recorded steps read as BFCL's handler holds them: the chat so far (the
     handler's messages), each turn's step texts (its model_result: the handler's reading of
-    each completion), the turn the next step belongs to, and the end."""
+    each completion; in native mode its FC response), the turn the next step belongs to, and
+    the end."""
 
     messages: list[dict[str, Any]]
-    texts: list[list[str]]
+    texts: list[list[Any]]
     ended: Ended | None = None
 
     @property
@@ -62,7 +67,7 @@ class BfclMultiTurnTask:
     bfcl_category: str
     version: str
     entries: Sequence[Mapping[str, Any]] = field(repr=False)
-    mode: Mode = PROMPTING  # prompting or handler (native: kind.check_multi_turn)
+    mode: Mode = PROMPTING
     sampling: SamplingSettings = SAMPLING
     category: str = "bfcl"
     runs_code = True  # BFCL's executor evals the model's calls: the sandbox must be checked
@@ -78,6 +83,14 @@ class BfclMultiTurnTask:
         return self.mode.name == "handler"
 
     @property
+    def _native(self) -> bool:
+        return self.mode.name == "native"
+
+    @property
+    def gives_tools(self) -> bool:
+        return self._native
+
+    @property
     def name(self) -> str:
         return PREFIX + self.bfcl_category
 
@@ -90,6 +103,7 @@ class BfclMultiTurnTask:
     def samples(self, limit: int | None = None) -> list[Sample]:
         check_limit(limit)
         return [Sample(id=e["id"], prompt=Rendered(e["prompt"]) if self._handler else e["turns"][0],
+                       tools=tuple(e["tools"]) if self._native else (),
                        target={"ground_truth": e["ground_truth"]})
                 for e in self.entries[:limit]]  # fmt: skip
 
@@ -108,23 +122,32 @@ class BfclMultiTurnTask:
         """The steps replayed through BFCL's loop: after a step with calls its results follow
         and the step count of the turn grows (over the limit: forced quit); after one without,
         the next turn's user message, or the end after the last turn. In handler mode the
-        messages each step added are the handler's own (recorded in its outcome)."""
+        messages each step added are the handler's own (recorded in its outcome); in native
+        mode the assistant's message holds its parsed calls, each result answers its call's
+        id."""
         entry = self._by_id[sample.id]
         turns = entry["turns"]
         messages = list(entry["chat"] if self._handler else turns[0])
-        texts: list[list[str]] = [[]]
+        texts: list[list[Any]] = [[]]
         count = 0
         for step in steps:
             outcome = step.outcome
-            texts[-1].append(outcome.get("response", step.text))
-            if self._handler:
+            read = fc_response(_parsed(step)) if self._native else outcome.get("response")
+            texts[-1].append(step.text if read is None else read)
+            if self._native:
+                messages.append(_assistant(step))
+            elif self._handler:
                 messages += outcome.get("messages", [])
             else:
                 messages.append({"role": "assistant", "content": step.text})
             if outcome.get(SANDBOX_FAILED):
                 return History(messages=messages, texts=texts, ended=Ended(reason=SANDBOX_FAILED))
             if outcome["calls"]:
-                if not self._handler:
+                if self._native:  # BFCL zips the results with the calls' ids
+                    messages += [{"role": "tool", "content": result,
+                                  "tool_call_id": step.call_id(i)}
+                                 for i, result in enumerate(outcome["results"])]  # fmt: skip
+                elif not self._handler:
                     messages += [{"role": "tool", "name": call, "content": result}
                                  for call, result in zip(outcome["calls"], outcome["results"],
                                                          strict=True)]  # fmt: skip
@@ -139,8 +162,11 @@ class BfclMultiTurnTask:
             count = 0
         return History(messages=messages, texts=texts)
 
-    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | Ended:
+    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | StepRequest | Ended:
         found = self.history(sample, steps)
+        if self._native:
+            tools = self.tools(sample.id, found.turn)
+            return found.ended or StepRequest(prompt=found.messages, tools=tools)
         prompt = self._prompts.pop((sample.id, len(steps)), None)
         if found.ended or not self._handler:
             return found.ended or found.messages
@@ -155,7 +181,15 @@ class BfclMultiTurnTask:
             prompt = answer[0]["prompt"]
         return Rendered(prompt)
 
-    def _item(self, sample: Sample, found: History, text: str | None) -> dict[str, Any]:
+    def tools(self, sample_id: str, turn: int) -> tuple[dict[str, Any], ...]:
+        """Native mode: the tools offered at `turn`, the entry's functions with the held-out
+        ones of the turns so far added, in BFCL's order (it extends the functions at a
+        held-out turn and compiles them again)."""
+        entry = self._by_id[sample_id]
+        added = entry["added_tools"]
+        return (*entry["tools"], *(t for i in range(turn + 1) for t in added.get(str(i), ())))
+
+    def _item(self, sample: Sample, found: History, text: Any) -> dict[str, Any]:
         """What steps_program.py is sent of a step of `sample` after its history `found`."""
         entry = self._by_id[sample.id]
         item = {"category": self.bfcl_category, "id": sample.id, "text": text,
@@ -186,7 +220,8 @@ class BfclMultiTurnTask:
             found = self.history(sample, steps)
             replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
                       for s in steps if s.outcome.get("calls")]  # fmt: skip
-            given.append({**self._item(sample, found, new.text), "replay": replay})
+            text = fc_response(_parsed(new)) if self._native else new.text
+            given.append({**self._item(sample, found, text), "replay": replay})
             turns.append(found.turn)
         answer, result = self._exchange(given)
         if answer is not None:
@@ -213,7 +248,9 @@ class BfclMultiTurnTask:
         records for a failed inference, a string, which its evaluation fails before anything
         else (multi_turn:inference_error); one whose calls broke the sandbox fails as
         SANDBOX_FAILED. Neither needs the checker's process. Metrics: accuracy, sandbox_failed
-        and step_limit."""
+        and step_limit; in native mode also unparsed, the entry's steps whose answer began a
+        tool call the preset's parser could not read (each such step ended its turn, as the
+        answer in words vLLM's server hands back ends BFCL's)."""
         checks = [{"category": self.bfcl_category, "id": sample.id,
                    "initial_config": self._by_id[sample.id]["initial_config"],
                    "involved_classes": self._by_id[sample.id]["involved_classes"],
@@ -222,7 +259,7 @@ class BfclMultiTurnTask:
                   for sample, steps, ended in items if ended.reason in CHECKED]  # fmt: skip
         verdicts = iter(check_in_sandbox(self.mode, checks) if checks else [])
         out = []
-        for _, _, ended in items:
+        for _, steps, ended in items:
             if ended.reason in CHECKED:
                 found = next(verdicts)
             else:
@@ -230,8 +267,29 @@ class BfclMultiTurnTask:
                 found = [{"valid": False, "error_type": failed}]
             result = scored(found)
             # `unparsed` counts single-turn decoder errors; a trajectory's steps in words are
-            # how its turns end, so it has none.
-            del result.scores["unparsed"]
+            # how its turns end, so in BFCL's modes it has none.
+            if self._native:
+                result.scores["unparsed"] = float(sum(bool(_parsed(s).unparsed) for s in steps))
+            else:
+                del result.scores["unparsed"]
             result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
             out.append(result)
         return out
+
+
+def _parsed(step: Step) -> ToolCalls:
+    """A native step's answer as the engine parsed it (its text alone when it offered no
+    tools)."""
+    return step.calls if step.calls is not None else ToolCalls(content=step.text)
+
+
+def _assistant(step: Step) -> dict[str, Any]:
+    """A native step as the assistant's message BFCL's OpenAI FC handler keeps (the server's
+    message: no content beside calls), its calls under the step's ids."""
+    parsed = _parsed(step)
+    if not parsed.calls:
+        return {"role": "assistant", "content": parsed.content}
+    calls = [{"id": step.call_id(i), "type": "function",
+              "function": {"name": c.name, "arguments": c.arguments}}
+             for i, c in enumerate(parsed.calls)]  # fmt: skip
+    return {"role": "assistant", "content": parsed.content or None, "tool_calls": calls}

@@ -6,7 +6,10 @@ handlers; imported alone, since importing the handler class costs a second a ste
 text as calls; in handler mode the registered model's handler reads the response
 (`_parse_query_response_prompting`), decodes it, adds the assistant's and the tools' messages to
 its chat (`_add_assistant_message_prompting`, `_add_execution_results_prompting`) and formats the
-next prompt (`_format_prompt`), as `bfcl generate` does. `execute_multi_turn_func_call` `eval`s
+next prompt (`_format_prompt`), as `bfcl generate` does; in native mode the step's text is its
+FC response (multiturn.py: its parsed calls as [{name: arguments JSON}], or its words),
+decoded as BFCL's OpenAI FC handlers decode one (their `decode_execute` is
+`convert_to_function_call`; imported alone, as above). `execute_multi_turn_func_call` `eval`s
 the calls against BFCL's simulated APIs: hence here.
 
 BFCL keeps each entry's API instances in its module's globals. This process is fresh, so it
@@ -16,8 +19,8 @@ entry's `initial_config`: the state the recorded steps left, as BFCL's own proce
 calls are compared with the recorded ones: `replay_equal`).
 
 stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
-"handler", "model": the registered model (handler mode; in prompting mode the name BFCL keys
-instances by), "config": the model's settings (entries_program.config_of: its handler's module,
+"handler" | "native", "model": the registered model (handler mode; otherwise the name BFCL
+keys instances by), "config": the model's settings (entries_program.config_of: its handler's module,
 class and arguments), "items": [{category, id, initial_config, involved_classes, replay: [{calls,
 results}], text}]}; in handler mode each item also has `functions`, `chat` (the handler's
 messages before the step) and `next_turn` (the user messages of the turn after the step's, or
@@ -56,6 +59,12 @@ def main():
             registry_name=given["model"], is_fc_model=config["is_fc_model"],
         )  # fmt: skip
         decode = handler.decode_execute
+    elif given["mode"] == "native":
+        from bfcl_eval.model_handler.utils import convert_to_function_call
+
+        def decode(response, has_tool_call_tag):
+            return convert_to_function_call(response)
+
     else:
         from bfcl_eval.model_handler.utils import default_decode_execute_prompting as decode
 

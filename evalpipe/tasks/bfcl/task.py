@@ -93,12 +93,18 @@ class BfclTask:
         return [scored(found) for found in check_in_sandbox(self.mode, checks)]
 
 
-def _fc_result(calls: ToolCalls) -> str:
-    """A native completion as BFCL's FC handlers record a response, as JSON: its calls as
-    [{name: arguments JSON}], or its text when it made none."""
+def fc_response(calls: ToolCalls) -> list[dict[str, str]] | str:
+    """A native completion as BFCL's FC handlers record a response (`_parse_query_response_FC`):
+    its calls as [{name: arguments JSON}], or its text when it made none (an unparsed call is
+    text, as vLLM's server hands it back)."""
     if calls.calls:
-        return json.dumps([{c.name: c.arguments} for c in calls.calls], ensure_ascii=False)
-    return json.dumps(calls.content, ensure_ascii=False)
+        return [{c.name: c.arguments} for c in calls.calls]
+    return calls.content
+
+
+def _fc_result(calls: ToolCalls) -> str:
+    """A native completion's FC response (fc_response) as JSON text."""
+    return json.dumps(fc_response(calls), ensure_ascii=False)
 
 
 def scored(verdicts: Sequence[Mapping[str, Any]]) -> Scored:

@@ -59,7 +59,7 @@ def message_of(step: Step) -> Message | None:
         if not isinstance(arguments, dict):
             return None
         requestor = "assistant" if step.by == "model" else "user"
-        calls.append({"id": f"call_{step.index}_{i}", "name": call.name,
+        calls.append({"id": step.call_id(i), "name": call.name,
                       "arguments": arguments, "requestor": requestor})  # fmt: skip
     text = content if content.strip() else None
     if text is None and not calls:
