@@ -106,6 +106,38 @@ def test_rendering_with_tools_is_the_tokenizer_s_own_chat_template(
     assert "<tools>" not in without  # no tools: the template's tools block stays out
 
 
+def test_a_conversation_with_calls_reaches_the_template_as_vllm_hands_it() -> None:
+    """An assistant step with calls and no text, its arguments a JSON string (OpenAI's form, as
+    episodes keep it): the template gets empty text and the arguments as an object, as vLLM's
+    own chat path (parse_chat_messages → _postprocess_messages) gives them."""
+    import copy
+
+    from vllm.renderers.chat_utils import _postprocess_messages
+
+    def call(arguments: str) -> dict[str, object]:
+        return {"id": "c0", "type": "function",
+                "function": {"name": "weather", "arguments": arguments}}  # fmt: skip
+
+    chat = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [call('{"city": "Oslo"}'), call("not json"), call("[1]"), call("")]},
+        {"role": "tool", "content": "rain", "tool_call_id": "c0"},
+        {"role": "assistant", "content": "Rain.", "tool_calls": []},
+    ]  # fmt: skip
+    theirs = [{**m, "content": m["content"] or ""} for m in copy.deepcopy(chat)]
+    _postprocess_messages(theirs)
+    ours = rendering.template_messages(chat)
+    assert ours == theirs
+    assert [c["function"]["arguments"] for c in ours[1]["tool_calls"]] == [
+        {"city": "Oslo"},
+        {},
+        {},
+        {},
+    ]
+    assert chat[1]["content"] is None  # the episode's own record is left as it is
+
+
 @pytest.fixture(scope="module")
 def hermes(tiny_random_path: Path):
     from transformers import AutoTokenizer

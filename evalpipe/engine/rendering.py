@@ -5,6 +5,7 @@ The one place prompts are rendered, so the in-process engine's generation and op
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ def render(
         return str(prompt), rendered_ids(tokenizer, prompt)
     if chat:
         text = tokenizer.apply_chat_template(
-            messages(prompt),
+            template_messages(messages(prompt)),
             tools=list(tools) or None,
             add_generation_prompt=True,
             tokenize=False,
@@ -42,6 +43,37 @@ def render(
     else:
         text = plain_text(prompt, preset=preset)
     return text, list(tokenizer.encode(text, add_special_tokens=not chat))
+
+
+def template_messages(chat: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages as vLLM's chat path hands them to the template (`LLM.chat` and `vllm
+    serve`: renderers/chat_utils.py, parse_chat_messages): a missing content is empty text, and
+    a tool call's JSON arguments string is an object, as templates read it (`arguments |
+    tojson`); arguments that are not a JSON object become {}, and an empty call list is dropped.
+    Episodes keep calls in OpenAI's form (arguments as a string), which endpoints are sent."""
+    out = []
+    for message in chat:
+        message = {**message, "content": message.get("content") or ""}
+        calls = message.get("tool_calls")
+        if message["role"] == "assistant" and isinstance(calls, list):
+            if calls:
+                message["tool_calls"] = [_object_arguments(call) for call in calls]
+            else:
+                del message["tool_calls"]
+        out.append(message)
+    return out
+
+
+def _object_arguments(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = dict(call["function"])
+    arguments = function.get("arguments")
+    if isinstance(arguments, str) and arguments:
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            arguments = None
+    function["arguments"] = arguments if isinstance(arguments, dict) else {}
+    return {**call, "function": function}
 
 
 def plain_text(prompt: Prompt, *, preset: str) -> str:
