@@ -313,3 +313,10 @@ def test_tau2_agreement_quick() -> None:
     rows = [line.split() for line in out.splitlines() if line.startswith(("mock ", "airline "))]
     # domain, mode, tasks, evalpipe's 1.0 count, τ²'s, seconds, verdict
     assert len(rows) == 4 and all(r[-1] == "agree" and r[3] == r[4] for r in rows), out
+
+
+@pytest.mark.bench
+def test_tau2_resume_quick() -> None:
+    out = quick("tau2_resume.py")
+    assert re.search(r"killed at steps \d+/\d+, \d+/\d+$", out, re.M), out
+    assert "(completions, scores, refusal): 6/6" in out and "equal to the run whole: 1/1" in out
