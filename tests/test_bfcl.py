@@ -52,7 +52,7 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
     assert main(argv) == exitcodes.ERROR
     said = capsys.readouterr().err
     assert "cannot run bfcl:memory_vector, bfcl:web_search_base yet" in said
-    for need in ("prerequisite conversations", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
+    for need in ("sentence-transformers", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
                  "bfcl alone runs simple_python"):  # fmt: skip
         assert need in said
     assert "memory_kv" not in said and not (tmp_path / "r").exists()
