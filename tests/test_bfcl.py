@@ -55,7 +55,7 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
     for need in ("sentence-transformers", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
                  "bfcl alone runs simple_python"):  # fmt: skip
         assert need in said
-    assert "memory_kv" not in said and not (tmp_path / "r").exists()
+    assert "bfcl:memory_kv" not in said and not (tmp_path / "r").exists()  # runs now
 
 
 def test_suite_tools_2026_runs_bfcl_and_tau2_and_gives_them_no_settings(tmp_path: Path) -> None:
