@@ -19,9 +19,11 @@ from bfcl_memory_scripted import MemoryModel, SilentModel, chain
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.core.errors import ConfigError
+from evalpipe.records.episode import Ended
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
 from evalpipe.tasks.bfcl.kind import KIND
+from evalpipe.tasks.bfcl.memory import MemoryChain
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.kindbase import LoadOptions
 
@@ -148,3 +150,26 @@ def test_questions_without_their_prerequisites_are_refused_not_left_waiting(
     questions = chain(loaded["memory_kv"], SCENARIO, 1, 1)[1]
     with pytest.raises(ConfigError, match="memory_kv_prereq_32-notetaker-0"):
         run(tmp_path, [questions], SilentModel())
+
+
+def test_limits_estimates_refusals_and_a_conversation_that_flushed_nothing(
+    loaded: dict[str, list[BfclMultiTurnTask]],
+) -> None:
+    prereqs, questions = loaded["memory_kv"]
+    # --limit: the first questions (customer's), and the conversations they wait for.
+    asked = questions.samples(2)
+    assert [s.id for s in prereqs.samples(2)] == questions.entries[0]["depends_on"]
+    # The estimate: a request per turn (a question's ground truth is answers, not calls).
+    turns = sum(len(e["turns"]) for e in prereqs.entries if e["id"] in
+                questions.entries[0]["depends_on"])  # fmt: skip
+    assert len(prereqs.request_prompts(2)) == turns and len(questions.request_prompts(2)) == 2
+    # A question whose step was refused fails as BFCL's failed agentic inference.
+    (refused,) = questions.score_episodes([(asked[0], [], Ended(reason="context_overflow"))])
+    assert refused.extracted == ("agentic:inference_error",) and refused.scores["accuracy"] == 0
+    # The memory after a conversation that flushed nothing is the one before it left.
+    chain = MemoryChain()
+    chain.end("a", {"snapshot": {"memory": "x"}, "content": "x"})
+    chain.end("b", None)
+    assert chain.waiting(["a", "b", "c"]) == ("c",)
+    assert chain.latest(["a", "b"]) == {"snapshot": {"memory": "x"}, "content": "x"}
+    assert chain.latest(["b"]) is None
