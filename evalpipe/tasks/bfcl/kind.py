@@ -55,7 +55,7 @@ class BfclKind(TaskKind):
         if wanted == "native":
             check_multi_turn(multi, named, wanted)
             multi = []
-        single = [c for c in chosen if c not in multi and c not in BFCL_MEMORY]
+        single = [c for c in chosen if c not in BFCL_MULTI_TURN and c not in BFCL_MEMORY]
         none = Entries(handler="", entries={})
         read = read_entries(single, wanted, model) if single else none
         check_prompting_only(read.skipped, named, wanted)
