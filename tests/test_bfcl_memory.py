@@ -18,7 +18,7 @@ from bfcl_memory_scripted import MemoryModel, SilentModel, chain
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
-from evalpipe.core.errors import ConfigError
+from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.records.episode import Ended
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
@@ -173,3 +173,12 @@ def test_limits_estimates_refusals_and_a_conversation_that_flushed_nothing(
     assert chain.waiting(["a", "b", "c"]) == ("c",)
     assert chain.latest(["a", "b"]) == {"snapshot": {"memory": "x"}, "content": "x"}
     assert chain.latest(["b"]) is None
+
+
+def test_a_bfcl_folder_without_rank_bm25_is_refused_naming_the_reinstall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "bfcl_eval" / "data").mkdir(parents=True)  # installed before memory_kv ran
+    monkeypatch.setenv("EVALPIPE_BFCL_DIR", str(tmp_path))
+    with pytest.raises(MissingDependencyError, match=r"rank-bm25.*bash scripts/bfcl\.sh"):
+        KIND.load(expand_refs(["bfcl:memory_kv"]), LoadOptions())

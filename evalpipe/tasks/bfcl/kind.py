@@ -18,7 +18,7 @@ from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MEMORY, BFCL_MULTI_T
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.bfcl.entries import Entries, read_entries, read_episodes
-from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
+from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version, check_memory_kv
 from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain
 from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, Mode, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
@@ -55,6 +55,8 @@ class BfclKind(TaskKind):
         if wanted == "native":
             check_multi_turn(multi, named, wanted)
             multi = []
+        if "memory_kv" in multi:
+            check_memory_kv()
         single = [c for c in chosen if c not in BFCL_MULTI_TURN and c not in BFCL_MEMORY]
         none = Entries(handler="", entries={})
         read = read_entries(single, wanted, model) if single else none
