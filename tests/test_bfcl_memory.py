@@ -237,7 +237,8 @@ def test_each_request_result_and_snapshot_equal_bfcls_own_loop(
     for row in sorted(recorded, key=lambda r: r["index"]):
         by_id.setdefault(row["sample_id"], []).append(Step.from_dict(row))
     for task in tasks:
-        task.restore({k: v for k, v in by_id.items() if k in task._by_id}, set(task._by_id))
+        ids = {e["id"] for e in task.entries}
+        task.restore({k: v for k, v in by_id.items() if k in ids}, ids)
     order = {t.bfcl_category.removesuffix("_prereq"): [] for t in tasks}  # type: dict[str, list]
     for task in tasks:
         order[task.bfcl_category.removesuffix("_prereq")] += [e["id"] for e in task.entries]
