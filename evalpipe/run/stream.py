@@ -271,7 +271,11 @@ def run_stream(
                 deliver(scoring.popleft().result())
             busy = next_turns or in_flight or unscored or scoring or resolver.pending
             if exhausted and not busy and parked:
-                _check_parked(parked)
+                # Nothing else left to run: unless what they wait for ended meanwhile (then
+                # they are admitted next round), they would wait for ever.
+                if not any(episodes.open_step(item) is not None for item in parked):
+                    resolver.close()
+                    raise _waiting_for_ever(parked)
             elif exhausted and not busy:
                 resolver.close()
                 return True
@@ -285,16 +289,13 @@ def run_stream(
     return False
 
 
-def _check_parked(parked: Sequence[Item]) -> None:
-    """With nothing else left to run, a parked episode that still waits will wait for ever:
-    ConfigError naming what it waits for (episodes this run does not hold, e.g. in another
-    shard)."""
-    if any(episodes.open_step(item) is not None for item in parked):
-        return  # what it waited for ended meanwhile: admitted next round
+def _waiting_for_ever(parked: Sequence[Item]) -> ConfigError:
+    """The error for parked episodes whose awaited episodes this run does not hold (e.g. they
+    are in another shard), naming them."""
     item = parked[0]
     found = item.task.next_request(item.sample, item.steps)  # type: ignore[attr-defined]
     after = ", ".join(getattr(found, "after", ()))
-    raise ConfigError(
+    return ConfigError(
         f"{len(parked)} episode(s) of task {item.task.name!r} (e.g. {item.sample.id!r}) wait for "
         f"{after}, which this run neither holds nor finished before: run them in the same "
         "run (the same shard) as the episodes that wait for them."
