@@ -52,10 +52,10 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
     assert main(argv) == exitcodes.ERROR
     said = capsys.readouterr().err
     assert "cannot run bfcl:memory_vector, bfcl:web_search_base yet" in said
-    for need in ("prerequisite conversations", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
+    for need in ("sentence-transformers", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
                  "bfcl alone runs simple_python"):  # fmt: skip
         assert need in said
-    assert "memory_kv" not in said and not (tmp_path / "r").exists()
+    assert "bfcl:memory_kv" not in said and not (tmp_path / "r").exists()  # runs now
 
 
 def test_suite_tools_2026_runs_bfcl_and_tau2_and_gives_them_no_settings(tmp_path: Path) -> None:
@@ -92,7 +92,10 @@ def test_bfcl_selects_every_category_in_the_packages_order(every: dict[str, Bfcl
     assert not {"result", "score"} & {p.name for p in bfcl_dir().iterdir()}
     assert all(t.sampling.temperature == 0.001 and t.sampling.max_tokens == 4096
                for t in tasks.values())  # fmt: skip
-    assert list(tasks) == list(BFCL_CATEGORIES)
+    # A memory category's prerequisite conversations are a task of their own, just before it.
+    assert [c for c in tasks if not c.endswith("_prereq")] == list(BFCL_CATEGORIES)
+    assert list(tasks)[-4:] == ["memory_kv_prereq", "memory_kv", "memory_rec_sum_prereq",
+                                "memory_rec_sum"]  # fmt: skip
     simple = tasks["simple_python"].samples(2)
     assert [s.id for s in simple] == ["simple_python_0", "simple_python_1"]
     system, user = simple[0].prompt

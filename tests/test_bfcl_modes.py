@@ -71,6 +71,9 @@ def test_bad_mode_settings_are_refused_naming_the_fix(
 ) -> None:
     with pytest.raises(ConfigError, match=r"native mode .* names none: set tool_parser"):
         load(preset(bfcl_mode="native"), "bfcl:simple_python")
+    native = preset(bfcl_mode="native", tool_parser="hermes")
+    with pytest.raises(ConfigError, match=r"memory_kv run in bfcl_mode prompting or handler"):
+        load(native, "bfcl:simple_python,memory_kv")
     models = ["Qwen/Qwen3-8B-FCX", "gpt-4o-2024-11-20-FC", "THUDM/glm-4-9b-chat"]
     given = {"bfcl": str(bfcl_dir()), "program": str(entries.PROGRAM), "models": models}
     with tempfile.TemporaryDirectory() as root:

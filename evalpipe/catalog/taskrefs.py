@@ -240,27 +240,26 @@ def _simpleqa_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> l
 
 # BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
 # (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks, and its NON_SCORING_CATEGORY
-# format_sensitivity), then the multi-turn ones (its MULTI_TURN_CATEGORY), run as episodes.
+# format_sensitivity), then the multi-turn ones (its MULTI_TURN_CATEGORY), run as episodes, then
+# the memory ones whose backends need nothing from the network, after their prerequisite
+# conversations (episodes too).
 BFCL_MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                    "multi_turn_long_context")  # fmt: skip
+BFCL_MEMORY = ("memory_kv", "memory_rec_sum")
 BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
-                   "live_relevance", "format_sensitivity", *BFCL_MULTI_TURN)  # fmt: skip
-_MEMORY = (
-    "its prerequisite conversations run first, as BFCL runs them "
-    "(data/memory_prereq_conversation), which evalpipe does not build yet"
-)
+                   "live_relevance", "format_sensitivity", *BFCL_MULTI_TURN,
+                   *BFCL_MEMORY)  # fmt: skip
 _WEB_SEARCH = (
     "live HTTP and your SerpAPI key (SERPAPI_API_KEY): BFCL's web search tools call "
     "SerpAPI and fetch pages, which evalpipe's sandbox (no network) does not allow"
 )
 # BFCL v4's categories that need more than evalpipe has (docs/bfcl.md, "Not run"): what each needs.
 BFCL_NEEDS = {
-    "memory_kv": _MEMORY,
-    "memory_vector": _MEMORY + "; and the sentence-transformers model all-MiniLM-L6-v2 from "
-                     "the Hugging Face hub, cached by you",
-    "memory_rec_sum": _MEMORY,
+    "memory_vector": "the sentence-transformers model all-MiniLM-L6-v2 from the Hugging Face "
+                     "hub, cached by you, and the sentence-transformers and faiss-cpu packages "
+                     "beside bfcl-eval, which evalpipe does not install",
     "web_search_base": _WEB_SEARCH,
     "web_search_no_snippet": _WEB_SEARCH,
 }  # fmt: skip

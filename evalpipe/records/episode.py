@@ -1,6 +1,6 @@
 """The values of an episode (a sample whose next request comes from its recorded history and an
-environment): the request of its next step, one resolved step, and the end of an episode with
-its reason."""
+environment): the request of its next step, one resolved step, the end of an episode with its
+reason, and an episode that may not start yet."""
 
 from __future__ import annotations
 
@@ -87,3 +87,11 @@ class Ended:
     """An episode with no next request: why (the task's word: "finished", "step_limit", …)."""
 
     reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Blocked:
+    """An episode that may not start before other episodes of the run ended (BFCL's memory
+    questions after their prerequisite conversations): the ids of those it waits for."""
+
+    after: tuple[str, ...]

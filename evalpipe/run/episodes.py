@@ -8,6 +8,11 @@ that the episode ended (with its reason). The next request is admitted ahead of 
 beside other episodes' steps, as a multi-turn chat's next turn is. A resumed run starts each
 episode from its recorded steps, so nothing resolved before a kill is asked again.
 
+An episode whose task says it is Blocked (it waits for other episodes to end: BFCL's memory
+questions after their prerequisite conversations) is parked by the loop and asked again each
+round; a task whose episodes wait so is told, before a resumed run streams, which of its
+episodes ended before (`Restores`).
+
 A step's request (StepRequest) carries its own tools and says who answers it: the evaluated
 model, or an agent task's user simulator, whose requests go to the user simulator's engine
 (run/usersim.py) under ids that start with USER_SIM_ID.
@@ -17,13 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evalpipe.core.errors import EngineError
 from evalpipe.records.completion import Completion, Generation
-from evalpipe.records.episode import Ended, Step, StepRequest
+from evalpipe.records.episode import Blocked, Ended, Step, StepRequest
 from evalpipe.records.prompt import Prompt
 from evalpipe.rundir.steps import StepRecord
 from evalpipe.tasks.base import Sample, Scored
@@ -42,10 +48,13 @@ USER_SIM_ID = "user-sim:"
 class Episodic(Protocol):
     """A task whose samples are episodes."""
 
-    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | StepRequest | Ended:
+    def next_request(
+        self, sample: Sample, steps: Sequence[Step]
+    ) -> Prompt | StepRequest | Ended | Blocked:
         """The request of the step after `steps` (the history as recorded; a bare prompt: the
-        model answers it with the sample's tools), or the episode's end and why. Pure: it runs
-        on the loop's thread and again on resume, from the record."""
+        model answers it with the sample's tools), the episode's end and why, or Blocked when
+        it may not start yet. Runs on the loop's thread and again on resume, from the record
+        (and, for a Blocked one, from what the task was told of the others' ends)."""
         ...
 
     def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
@@ -60,14 +69,28 @@ class Episodic(Protocol):
         ...
 
 
+@runtime_checkable
+class Restores(Protocol):
+    """An episodic task whose episodes wait for others (Blocked): told what a resumed run
+    recorded before its loop starts."""
+
+    def restore(self, steps: Mapping[str, Sequence[Step]], written: AbstractSet[str]) -> None:
+        """`steps`: the recorded steps of the task's samples, by sample id; `written`: the ids
+        of its samples already written (finished)."""
+        ...
+
+
 def is_episode(item: Item) -> bool:
     return isinstance(item.task, Episodic)
 
 
-def open_step(item: Item) -> Item:
-    """The item with its next request, or with `ended` set when there is none."""
+def open_step(item: Item) -> Item | None:
+    """The item with its next request, or with `ended` set when there is none; None when it
+    is Blocked (the loop asks again later)."""
     assert isinstance(item.task, Episodic)  # the loop asks is_episode first
     found = item.task.next_request(item.sample, item.steps)
+    if isinstance(found, Blocked):
+        return None
     if isinstance(found, Ended):
         return dataclasses.replace(item, ended=found)
     if not isinstance(found, StepRequest):

@@ -14,7 +14,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,6 +30,8 @@ from evalpipe.engine.factory import check_backend
 from evalpipe.engine.protocol import Engine, EngineSettings, Slots
 from evalpipe.estimate.lengths import PastLengths
 from evalpipe.monitor.devicesummary import DeviceSummary
+from evalpipe.records.episode import Step
+from evalpipe.run import episodes
 from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
 from evalpipe.run.kindfiles import write_run_results
@@ -534,6 +537,7 @@ def _evaluate(
             # their stored steps (steps.jsonl).
             answered = stored_answers(RunDir(out_dir).turns)
             resolved = stored_steps(RunDir(out_dir).steps)
+            _restore(tasks, resolved, done)
             items, run.manifest.admission = admission_order(
                 [
                     Item(
@@ -705,6 +709,19 @@ def _stopping(stop: StopFlag | None) -> bool:
 def _phase(sampler: PhaseMonitor | None, name: str) -> None:
     if sampler is not None:
         sampler.set_phase(name)
+
+
+def _restore(
+    tasks: Sequence[Task],
+    resolved: Mapping[tuple[str, str], Sequence[Step]],
+    done: AbstractSet[tuple[str, str]],
+) -> None:
+    """Tell each task whose episodes wait for others (BFCL's memory questions) what the run
+    recorded before: its samples' steps and which of them were written."""
+    for task in tasks:
+        if isinstance(task, episodes.Restores):
+            steps = {sample: s for (name, sample), s in resolved.items() if name == task.name}
+            task.restore(steps, {sample for name, sample in done if name == task.name})
 
 
 def _close(engine: Engine | None, sampler: PhaseMonitor | None, run: _Run) -> None:

@@ -14,7 +14,8 @@ is scored and written as the sample's record.
 
 An episode (a task with the methods of episodes.Episodic: BFCL's multi-turn categories) goes
 the same way, one request per step, its next request given by its task from the recorded steps
-once its environment has resolved the last one (run/episodes.py).
+once its environment has resolved the last one (run/episodes.py). An episode that may not
+start yet (Blocked: it waits for others to end) is parked and asked again each round.
 
 A request the engine refuses (a prompt longer than its context, or any other per-request
 refusal) fails its sample, not the run: the sample is written with the refusal, its
@@ -189,6 +190,7 @@ def run_stream(
     queue: Iterator[Item | Wait] = iter(items)
     in_flight: dict[str, Item] = {}
     next_turns: deque[Item] = deque()  # admitted before new samples: a conversation goes on
+    parked: list[Item] = []  # episodes waiting for others to end, asked again each round
     scoring: deque[Future[_Scored]] = deque()
     # Finished while the scoring thread was busy: scored as one batch once it is free, so a task
     # that starts a process per batch (BFCL's checker: seconds of imports) pays that once per
@@ -218,6 +220,8 @@ def run_stream(
                 break
             batch: list[Request] = []
             waiting = False
+            next_turns.extend(parked)
+            parked.clear()
             while len(in_flight) < limit and (next_turns or not exhausted):
                 item = next_turns.popleft() if next_turns else next(queue, None)
                 if item is None:
@@ -227,7 +231,11 @@ def run_stream(
                     waiting = True
                     break
                 if episodes.is_episode(item) and item.ask is None:
-                    item = episodes.open_step(item)
+                    opened = episodes.open_step(item)
+                    if opened is None:
+                        parked.append(item)
+                        continue
+                    item = opened
                     if item.ended is not None:  # no next step: it goes to scoring
                         unscored.append((item, episodes.ended_completion(item)))
                         continue
@@ -262,7 +270,13 @@ def run_stream(
             while scoring and (scoring[0].done() or not (in_flight or resolver.pending)):
                 deliver(scoring.popleft().result())
             busy = next_turns or in_flight or unscored or scoring or resolver.pending
-            if exhausted and not busy:
+            if exhausted and not busy and parked:
+                # Nothing else left to run: unless what they wait for ended meanwhile (then
+                # they are admitted next round), they would wait for ever.
+                if not any(episodes.open_step(item) is not None for item in parked):
+                    resolver.close()
+                    raise _waiting_for_ever(parked)
+            elif exhausted and not busy:
                 resolver.close()
                 return True
             if waiting and not in_flight:
@@ -273,6 +287,19 @@ def run_stream(
         while scoring:  # what finished before the stop is kept
             deliver(scoring.popleft().result())
     return False
+
+
+def _waiting_for_ever(parked: Sequence[Item]) -> ConfigError:
+    """The error for parked episodes whose awaited episodes this run does not hold (e.g. they
+    are in another shard), naming them."""
+    item = parked[0]
+    found = item.task.next_request(item.sample, item.steps)  # type: ignore[attr-defined]
+    after = ", ".join(getattr(found, "after", ()))
+    return ConfigError(
+        f"{len(parked)} episode(s) of task {item.task.name!r} (e.g. {item.sample.id!r}) wait for "
+        f"{after}, which this run neither holds nor finished before: run them in the same "
+        "run (the same shard) as the episodes that wait for them."
+    )
 
 
 def _check_refusals(done: Sequence[Completion]) -> bool:

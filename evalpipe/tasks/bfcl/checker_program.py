@@ -1,15 +1,17 @@
 """The program evalpipe's sandbox runs to score BFCL completions (sent by
 evalpipe/tasks/bfcl/checking.py; never imported by evalpipe): BFCL's own per-entry evaluation,
 as `bfcl evaluate` runs it (`_evaluate_single_ast_entry`, `_evaluate_single_relevance_entry`,
-`_evaluate_single_multi_turn_entry`), with the mode's handler's decoder, which may `eval` parts
-of the model's text, and the multi-turn checker, which `eval`s its calls: hence here.
+`_evaluate_single_multi_turn_entry`, and for memory `_evaluate_single_agentic_entry`), with the
+mode's handler's decoder, which may `eval` parts of the model's text, and the multi-turn
+checker, which `eval`s its calls: hence here.
 
 stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
 "handler" | "native", "model": the registered model the checker is told, "config": its
 settings (entries_program.config_of; without them the package's own model_config is imported),
 "items": [{category, id, function, ground_truth, texts}]}; a multi-turn item has
 initial_config and involved_classes instead of function, and each of its texts is a trajectory
-(per turn, per step, the model's text) or, for an entry whose inference failed, a string.
+(per turn, per step, the model's text) or, for an entry whose inference failed, a string; a
+memory item's likewise (its ground_truth the answers one of which its last message must hold).
 Per mode, a single-turn text is
 - prompting: the completion, decoded by the generic OSS handler (QuickTestingOSSHandler);
 - handler: the completion, read by the registered model's handler as `bfcl generate` reads
@@ -84,12 +86,14 @@ def main():
         stand_in(given["config"])
     from bfcl_eval.constants.enums import Language, ReturnFormat
     from bfcl_eval.eval_checker.eval_runner import (
+        _evaluate_single_agentic_entry,
         _evaluate_single_ast_entry,
         _evaluate_single_multi_turn_entry,
         _evaluate_single_relevance_entry,
     )
     from bfcl_eval.model_handler.utils import parse_prompt_variation_params
     from bfcl_eval.utils import (
+        is_agentic,
         is_format_sensitivity,
         is_java,
         is_js,
@@ -118,6 +122,16 @@ def main():
                 state = {k: item[k] for k in ("id", "initial_config", "involved_classes")}
                 found = _evaluate_single_multi_turn_entry(
                     handler, item["id"], text, item["ground_truth"], state, model, category
+                )
+            elif is_agentic(category):
+                found = _evaluate_single_agentic_entry(
+                    handler,
+                    item["id"],
+                    text,
+                    item["ground_truth"],
+                    {"question": None},
+                    model,
+                    category,
                 )
             elif is_relevance_or_irrelevance(category):
                 found = _evaluate_single_relevance_entry(

@@ -14,6 +14,7 @@ from evalpipe.catalog.preset import BfclMode
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.tasks.bfcl.child import run_program
 from evalpipe.tasks.bfcl.install import bfcl_dir
+from evalpipe.tasks.bfcl.memory import MEMORY_CONTENT
 from evalpipe.tasks.bfcl.modes import checker_model
 
 PROGRAM = Path(__file__).with_name("entries_program.py")
@@ -55,7 +56,8 @@ def read_episodes(
     """The multi-turn categories' entries for `mode` (prompting or handler;
     episode_entries_program.py); ConfigError and DatasetError as read_entries."""
     found = run_program(EPISODES, categories, "multi-turn entries", mode=mode, model=model,
-                        checker=checker_model(mode, model))  # fmt: skip
+                        checker=checker_model(mode, model),
+                        memory_content=MEMORY_CONTENT)  # fmt: skip
     found = _accepted(found, model)
     return Entries(handler=found["handler"], entries=_known(found, categories),
                    config=found["config"])  # fmt: skip

@@ -21,11 +21,18 @@ messages after turn 0) and `prompt` (the text its `_format_prompt` makes of them
 request, as `bfcl generate` sends it). In native mode each entry also has `tools` (its
 functions as chat tools, as BFCL's OpenAI FC handler compiles them: entries_program.native_tools)
 and `added_tools` ({turn: the held-out functions as tools}, which BFCL adds to the entry's
-functions at that turn before compiling them again).
+functions at that turn before compiling them again). A memory category
+(memory_kv, memory_rec_sum) holds its prerequisite conversations first (`prereq`: true, BFCL's
+`memory_CATEGORY_prereq_*` ids), then its questions, each with BFCL's `scenario` and
+`depends_on` (the prerequisites that must end before it starts); turn 0 carries BFCL's memory
+instruction (`add_memory_instruction_system_prompt`) with the mark `memory_content` where the
+memory's content goes once its prerequisites ended, and `empty_memory` is what BFCL writes there
+when they left no snapshot; stdin's "memory_content" is that mark.
 """
 
 import json
 import sys
+from types import SimpleNamespace
 
 
 def main():
@@ -37,8 +44,16 @@ def main():
         DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING,
         MAXIMUM_STEP_LIMIT,
     )
+    from bfcl_eval.constants.executable_backend_config import CLASS_FILE_PATH_MAPPING
     from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
-    from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
+    from bfcl_eval.model_handler.utils import add_memory_instruction_system_prompt
+    from bfcl_eval.utils import (
+        extract_test_category_from_id,
+        is_memory,
+        is_memory_prereq,
+        load_dataset_entry,
+        load_ground_truth_entry,
+    )
     from entries_program import config_of, native_tools  # its folder is first on its path
 
     mode = given.get("mode", "prompting")
@@ -56,11 +71,26 @@ def main():
         )
     out = {}
     for category in given["categories"]:
-        if category not in MULTI_TURN_CATEGORY:
+        if category not in (*MULTI_TURN_CATEGORY, *MEMORY):
             continue  # the caller names it as unknown
-        truths = {e["id"]: e["ground_truth"] for e in load_ground_truth_entry(category)}
+        # Memory answers keep the file's ids ("memory_0-customer-0"); the entries, the category's.
+        truths = {e["id"].replace("memory", category, 1): e["ground_truth"]
+                  for e in load_ground_truth_entry(category)}  # fmt: skip
         rows = []
         for entry in load_dataset_entry(category):
+            memory = {}
+            if is_memory(category):
+                # inference_multi_turn_prompting's first step for a memory entry, before the
+                # handler's: the instruction holding the memory that its prerequisites left.
+                empty = load_class(CLASS_FILE_PATH_MAPPING, entry["involved_classes"][0])
+                stub = SimpleNamespace(_dump_core_memory_to_context=lambda: given["memory_content"])
+                entry["question"] = add_memory_instruction_system_prompt(
+                    entry["question"], extract_test_category_from_id(entry["id"]),
+                    entry["scenario"], stub,
+                )  # fmt: skip
+                memory = {"prereq": is_memory_prereq(entry["id"]), "scenario": entry["scenario"],
+                          "depends_on": entry["depends_on"],
+                          "empty_memory": empty._dump_core_memory_to_context()}  # fmt: skip
             holdout = entry.get("missed_function", {})
             if mode == "native":  # inference_multi_turn_FC: no system prompt, the tools apart
                 offer = {i: DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC for i in holdout}
@@ -77,8 +107,9 @@ def main():
                 "turns": turns,
                 "initial_config": entry.get("initial_config", {}),
                 "involved_classes": entry["involved_classes"],
-                "ground_truth": truths[entry["id"]],
+                "ground_truth": truths.get(entry["id"], []),  # a prerequisite has none
                 "step_limit": MAXIMUM_STEP_LIMIT,
+                **memory,
             }
             if mode == "native":
                 row["tools"] = native_tools(entry["function"])
@@ -89,9 +120,21 @@ def main():
                 row["prompt"] = handler._format_prompt(data["message"], data["function"])
             rows.append(row)
         out[category] = rows
-    found = {"known": MULTI_TURN_CATEGORY, "handler": type(handler).__name__, "entries": out}
+    found = {"known": [*MULTI_TURN_CATEGORY, *MEMORY], "handler": type(handler).__name__,
+             "entries": out}  # fmt: skip
     found["config"] = config_of(given["checker"])
     sys.stdout.write("\n" + json.dumps(found) + "\n")
+
+
+# The memory categories evalpipe runs (memory_vector needs a hub model: refused before this).
+MEMORY = ("memory_kv", "memory_rec_sum")
+
+
+def load_class(paths, name):
+    """A fresh instance of BFCL's simulated API class `name` (nothing loaded into it)."""
+    import importlib
+
+    return getattr(importlib.import_module(paths[name]), name)()
 
 
 if __name__ == "__main__":

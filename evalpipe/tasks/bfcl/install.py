@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from evalpipe.core.errors import MissingDependencyError
 from evalpipe.tasks.apart import ApartInstall
 
 # Where scripts/bfcl.sh installs it, beside the checkout; EVALPIPE_BFCL_DIR names another.
@@ -19,6 +20,17 @@ BFCL_EVAL = ApartInstall(needed_by="BFCL tasks need bfcl-eval", folder="bfcl-eva
 def bfcl_dir() -> Path:
     """The folder holding bfcl_eval, or MissingDependencyError naming the install command."""
     return BFCL_EVAL.path()
+
+
+def check_memory_kv() -> None:
+    """memory_kv's simulated API imports rank-bm25, which scripts/bfcl.sh installs beside
+    bfcl-eval (a folder installed before memory_kv ran lacks it): MissingDependencyError naming
+    the reinstall, before anything loads."""
+    if not (bfcl_dir() / "rank_bm25.py").exists():
+        raise MissingDependencyError(
+            f"BFCL's memory_kv needs rank-bm25 (its simulated memory API imports it), which "
+            f"{bfcl_dir()} lacks. Reinstall it with: {BFCL_EVAL.install}"
+        )
 
 
 def bfcl_version() -> str:

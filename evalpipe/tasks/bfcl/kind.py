@@ -1,7 +1,8 @@
-"""The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, then multi-turn)
-or `bfcl:CATEGORY,...`, one task per category, in the preset's BFCL mode (modes.py); a
-completed run keeps BFCL's per-category accuracy, its groups, its overall and the mode as its
-results document (results.py)."""
+"""The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, multi-turn, then
+memory) or `bfcl:CATEGORY,...`, one task per category (a memory category two: its prerequisite
+conversations, then its questions; memory.py), in the preset's BFCL mode (modes.py; memory in
+BFCL's prompting and handler modes, not native); a completed run keeps BFCL's per-category
+accuracy, its groups, its overall and the mode as its results document (results.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Any
 from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
-from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MULTI_TURN, TaskRef
+from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MEMORY, BFCL_MULTI_TURN, TaskRef
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.bfcl.entries import Entries, read_entries, read_episodes
-from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version
-from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, registered
+from evalpipe.tasks.bfcl.install import bfcl_dir, bfcl_version, check_memory_kv
+from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain
+from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, Mode, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
@@ -49,8 +51,13 @@ class BfclKind(TaskKind):
         version = bfcl_version()
         wanted = preset.bfcl_mode if preset is not None else "prompting"
         model = preset.bfcl_model if preset is not None else None
-        multi = [c for c in chosen if c in BFCL_MULTI_TURN]
-        single = [c for c in chosen if c not in BFCL_MULTI_TURN]
+        multi = [c for c in chosen if c in BFCL_MULTI_TURN or c in BFCL_MEMORY]
+        if wanted == "native":
+            check_memory_native([c for c in multi if c in BFCL_MEMORY], named, wanted)
+            multi = [c for c in multi if c not in BFCL_MEMORY]
+        if "memory_kv" in multi:
+            check_memory_kv()
+        single = [c for c in chosen if c not in BFCL_MULTI_TURN and c not in BFCL_MEMORY]
         none = Entries(handler="", entries={})
         read = read_entries(single, wanted, model) if single else none
         check_prompting_only(read.skipped, named, wanted)
@@ -65,9 +72,8 @@ class BfclKind(TaskKind):
         return Loaded(tasks=(
             *(BfclTask(bfcl_category=c, version=version, entries=read.entries[c], mode=mode)
               for c in single),
-            *(BfclMultiTurnTask(bfcl_category=c, version=version, entries=episodes.entries[c],
-                                mode=mode)
-              for c in multi),
+            *(task for c in multi
+              for task in episode_tasks(c, version, episodes.entries[c], mode)),
         ))  # fmt: skip
 
     def ask(self, task: Task) -> Ask:
@@ -81,7 +87,8 @@ class BfclKind(TaskKind):
         )
 
     def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
-        bfcl = [t for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)]
+        bfcl = [t for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)
+                and not t.name.endswith(PREREQ)]  # BFCL scores no prerequisite  # fmt: skip
         names = [t.name for t in bfcl]
         return accuracy_document(names, scores, bfcl[0].mode.to_dict()) if bfcl else None
 
@@ -91,6 +98,25 @@ class BfclKind(TaskKind):
         names = {PREFIX + c for doc in shards.values() for c in doc.get("categories", {})}
         mode = next((_mode_of(doc) for doc in shards.values()), _mode_of({}))
         return accuracy_document(sorted(names), scores, mode) if names else None
+
+
+def episode_tasks(
+    category: str, version: str, entries: Sequence[Mapping[str, Any]], mode: Mode
+) -> tuple[BfclMultiTurnTask, ...]:
+    """A multi-turn category's task; a memory category's two, sharing its chain: its
+    prerequisite conversations (`bfcl_CATEGORY_prereq`), then its questions."""
+    if category not in BFCL_MEMORY:
+        return (BfclMultiTurnTask(bfcl_category=category, version=version, entries=entries,
+                                  mode=mode),)  # fmt: skip
+    chain = MemoryChain()
+    prereqs = [e for e in entries if e["prereq"]]
+    questions = [e for e in entries if not e["prereq"]]
+    return (
+        BfclMultiTurnTask(bfcl_category=category + PREREQ, version=version, entries=prereqs,
+                          mode=mode, chain=chain, questions=questions),
+        BfclMultiTurnTask(bfcl_category=category, version=version, entries=questions, mode=mode,
+                          chain=chain),
+    )  # fmt: skip
 
 
 def check_mode(preset: Preset | None, backend: str) -> None:
@@ -104,6 +130,20 @@ def check_mode(preset: Preset | None, backend: str) -> None:
             "calls the engine reads with the preset's tool parser, but it names none: set "
             "tool_parser to the vLLM tool-call parser its model card documents (e.g. hermes), "
             "or set bfcl_mode prompting or handler."
+        )
+
+
+def check_memory_native(memory: Sequence[str], named: Sequence[str], mode: str) -> None:
+    """The memory categories run in BFCL's prompting and handler modes, not in native mode:
+    named there, they are refused (plain `bfcl` leaves them out, and its results name them as
+    not run)."""
+    asked = [c for c in memory if c in named]
+    if asked:
+        raise ConfigError(
+            f"BFCL's {', '.join(asked)} run in bfcl_mode prompting or handler, and this preset "
+            f"asks for bfcl_mode {mode}: evalpipe runs the memory categories' prerequisite "
+            "conversations and questions with BFCL's prompts only. Leave them out, or run them "
+            "with bfcl_mode prompting or handler."
         )
 
 

@@ -10,17 +10,24 @@ sandbox (steps_program.py), the results go back as tool messages (as the handler
 them) and the next step is generated; a turn ends when a completion decodes to no call, the
 next user turn follows, and an entry whose turn takes more steps than BFCL's limit is forced to
 quit. The finished trajectory is scored by BFCL's multi-turn checker (state and response
-checks), in the sandbox."""
+checks), in the sandbox.
+
+A memory category runs the same way (memory.py): its prerequisite conversations as one task
+(`bfcl_memory_kv_prereq`, each scored by whether it left a memory), its questions as another,
+each episode `Blocked` until its prerequisites ended and then started from the memory they left;
+the questions are scored by BFCL's agentic checker (the last answer holds an expected value)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.records.episode import Ended, Step, StepRequest
+from evalpipe.records.episode import Blocked, Ended, Step, StepRequest
 from evalpipe.records.prompt import Prompt, Rendered
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.records.tools import ToolCalls
@@ -30,6 +37,7 @@ from evalpipe.tasks.base import Sample, Scored, check_limit
 from evalpipe.tasks.bfcl.checking import PER_TEXT_S, SANDBOX_FAILED, START_S, check_in_sandbox
 from evalpipe.tasks.bfcl.episode_requests import episode_requests
 from evalpipe.tasks.bfcl.install import sandbox_data
+from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain, with_memory
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
 
@@ -40,7 +48,8 @@ PROGRAM = Path(__file__).with_name("steps_program.py")
 # calls broke the sandboxed process (BFCL's own run would have died with it).
 STEP_LIMIT = "step_limit"
 CHECKED = ("finished", STEP_LIMIT)  # ends whose trajectory BFCL's checker reads
-INFERENCE_ERROR = "multi_turn:inference_error"
+# What a prerequisite conversation is scored by: it left a memory (BFCL scores none of them).
+LEFT_MEMORY = "left_memory"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +62,13 @@ class History:
     messages: list[dict[str, Any]]
     texts: list[list[Any]]
     ended: Ended | None = None
+    count: int = 0  # the steps of the current turn that made calls
+
+    def ends_at(self, entry: Mapping[str, Any]) -> dict[str, bool]:
+        """Whether the next step ends the entry, if it makes calls (BFCL's step limit) and if
+        it makes none (in the last turn)."""
+        return {"call": self.count + 1 > entry["step_limit"],
+                "no_call": self.turn == len(entry["turns"]) - 1}  # fmt: skip
 
     @property
     def turn(self) -> int:
@@ -71,9 +87,14 @@ class BfclMultiTurnTask:
     sampling: SamplingSettings = SAMPLING
     category: str = "bfcl"
     runs_code = True  # BFCL's executor evals the model's calls: the sandbox must be checked
+    # A memory category's prerequisites (shared by its two tasks; memory.py), and for its
+    # prerequisites' task the questions' entries, whose --limit decides which of them run.
+    chain: MemoryChain | None = field(default=None, repr=False)
+    questions: Sequence[Mapping[str, Any]] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         self._by_id = {e["id"]: e for e in self.entries}
+        self._with_memory: dict[str, dict[str, Any]] = {}  # entries whose memory is known
         # Handler mode: the next prompt the sandbox formatted with each resolved step, by
         # (entry, steps recorded); a resumed entry's is formatted again (next_request).
         self._prompts: dict[tuple[str, int], str] = {}
@@ -100,17 +121,44 @@ class BfclMultiTurnTask:
                 **self.mode.to_dict(),
                 "entries": len(self.entries), "step_limit": step_limit}  # fmt: skip
 
-    def samples(self, limit: int | None = None) -> list[Sample]:
+    @property
+    def _prereq(self) -> bool:
+        return self.bfcl_category.endswith(PREREQ)
+
+    def _entries(self, limit: int | None) -> list[Mapping[str, Any]]:
+        """The first `limit` entries; a prerequisites' task's, those the first `limit`
+        questions wait for."""
         check_limit(limit)
+        if not self._prereq:
+            return list(self.entries[:limit])
+        needed = {d for question in self.questions[:limit] for d in question["depends_on"]}
+        return [e for e in self.entries if e["id"] in needed]
+
+    def samples(self, limit: int | None = None) -> list[Sample]:
         return [Sample(id=e["id"], prompt=Rendered(e["prompt"]) if self._handler else e["turns"][0],
                        tools=tuple(e["tools"]) if self._native else (),
                        target={"ground_truth": e["ground_truth"]})
-                for e in self.entries[:limit]]  # fmt: skip
+                for e in self._entries(limit)]  # fmt: skip
 
     def request_prompts(self, limit: int | None) -> list[Prompt]:
-        """The requests the first `limit` entries make, for `plan --estimate`."""
-        check_limit(limit)
-        return episode_requests(self.entries[:limit])
+        """The requests the first `limit` entries make, for `plan --estimate` (a memory
+        entry's ground truth is answers, not calls: a request per turn)."""
+        entries = self._entries(limit)
+        if self.chain is not None:
+            entries = [{**e, "ground_truth": [[] for _ in e["turns"]]} for e in entries]
+        return episode_requests(entries)
+
+    def _entry(self, sample_id: str) -> Mapping[str, Any]:
+        """The entry as its episode runs it: a memory entry's with the memory its
+        prerequisites left (asked once they ended: next_request waits for them)."""
+        entry = self._by_id[sample_id]
+        if self.chain is None:
+            return entry
+        if sample_id not in self._with_memory:
+            memory = self.chain.latest(entry["depends_on"])
+            content = memory["content"] if memory else entry["empty_memory"]
+            self._with_memory[sample_id] = with_memory(entry, content)
+        return self._with_memory[sample_id]
 
     def score(self, sample: Sample, texts: Sequence[str]) -> Scored:
         raise TypeError(f"{self.name} scores whole episodes (score_episodes), not texts.")
@@ -125,7 +173,10 @@ class BfclMultiTurnTask:
         messages each step added are the handler's own (recorded in its outcome); in native
         mode the assistant's message holds its parsed calls, each result answers its call's
         id."""
-        entry = self._by_id[sample.id]
+        return self._history(sample.id, steps)
+
+    def _history(self, sample_id: str, steps: Sequence[Step]) -> History:
+        entry = self._entry(sample_id)
         turns = entry["turns"]
         messages = list(entry["chat"] if self._handler else turns[0])
         texts: list[list[Any]] = [[]]
@@ -160,9 +211,15 @@ class BfclMultiTurnTask:
             messages += turns[len(texts)]
             texts.append([])
             count = 0
-        return History(messages=messages, texts=texts)
+        return History(messages=messages, texts=texts, count=count)
 
-    def next_request(self, sample: Sample, steps: Sequence[Step]) -> Prompt | StepRequest | Ended:
+    def next_request(
+        self, sample: Sample, steps: Sequence[Step]
+    ) -> Prompt | StepRequest | Ended | Blocked:
+        if self.chain is not None and not steps:
+            waiting = self.chain.waiting(self._by_id[sample.id]["depends_on"])
+            if waiting:
+                return Blocked(after=waiting)
         found = self.history(sample, steps)
         if self._native:
             tools = self.tools(sample.id, found.turn)
@@ -171,7 +228,7 @@ class BfclMultiTurnTask:
         if found.ended or not self._handler:
             return found.ended or found.messages
         if not steps:
-            return Rendered(self._by_id[sample.id]["prompt"])
+            return Rendered(self._entry(sample.id)["prompt"])
         if prompt is None:  # resumed: the handler formats the recorded chat again
             answer, result = self._exchange([self._item(sample, found, None)])
             if answer is None:
@@ -191,10 +248,15 @@ class BfclMultiTurnTask:
 
     def _item(self, sample: Sample, found: History, text: Any) -> dict[str, Any]:
         """What steps_program.py is sent of a step of `sample` after its history `found`."""
-        entry = self._by_id[sample.id]
+        entry = self._entry(sample.id)
         item = {"category": self.bfcl_category, "id": sample.id, "text": text,
                 "initial_config": entry["initial_config"],
                 "involved_classes": entry["involved_classes"]}  # fmt: skip
+        if self.chain is not None:
+            memory = self.chain.latest(entry["depends_on"])
+            item["memory"] = {"scenario": entry["scenario"], "prereq": self._prereq,
+                              "snapshot": memory["snapshot"] if memory else None,
+                              "flush_if": found.ends_at(entry)}  # fmt: skip
         if self._handler:
             turns = entry["turns"]
             after = turns[found.turn + 1] if found.turn + 1 < len(turns) else None
@@ -235,11 +297,34 @@ class BfclMultiTurnTask:
                 prompt = found.pop("prompt", None)
                 if prompt is not None:
                     self._prompts[(sample.id, len(steps) + 1)] = prompt
-            return [{"turn": turn, **found} for turn, found in zip(turns, answer, strict=True)]
+            outcomes = [{"turn": turn, **found} for turn, found in zip(turns, answer, strict=True)]
+            for (sample, steps, new), outcome in zip(items, outcomes, strict=True):
+                self._ended(sample.id, [*steps, dataclasses.replace(new, outcome=outcome)])
+            return outcomes
         if len(items) > 1:
             return [found for item in items for found in self.resolve([item])]
-        return [{"turn": self.history(items[0][0], items[0][1]).turn, "calls": [],
-                 "results": [], SANDBOX_FAILED: f"{result.status}: {result.detail}"}]  # fmt: skip
+        sample, steps, new = items[0]
+        failed = {"turn": self.history(sample, steps).turn, "calls": [], "results": [],
+                  SANDBOX_FAILED: f"{result.status}: {result.detail}"}  # fmt: skip
+        self._ended(sample.id, [*steps, dataclasses.replace(new, outcome=failed)])
+        return [failed]
+
+    def _ended(self, sample_id: str, steps: Sequence[Step]) -> None:
+        """A prerequisite conversation whose `steps` end it ends in the chain, with the memory
+        its last step flushed (none when it broke the sandbox, as BFCL's would have died)."""
+        if self._prereq and self.chain is not None and self._history(sample_id, steps).ended:
+            self.chain.end(sample_id, steps[-1].outcome.get("memory"))
+
+    def restore(self, steps: Mapping[str, Sequence[Step]], written: AbstractSet[str]) -> None:
+        """A resumed run's prerequisite conversations that ended before it (written, or their
+        recorded steps end them) end in the chain, with the memory their last step left."""
+        for entry in self.entries if self._prereq and self.chain is not None else ():
+            recorded = steps.get(entry["id"], ())
+            if entry["id"] in written:
+                last = recorded[-1].outcome.get("memory") if recorded else None
+                self.chain.end(entry["id"], last)  # type: ignore[union-attr]
+            elif recorded:
+                self._ended(entry["id"], recorded)
 
     def score_episodes(self, items: Sequence[tuple[Sample, Sequence[Step], Ended]]) -> list[Scored]:
         """BFCL's multi-turn checker on each trajectory (per turn, per step, the model's text),
@@ -250,7 +335,12 @@ class BfclMultiTurnTask:
         SANDBOX_FAILED. Neither needs the checker's process. Metrics: accuracy, sandbox_failed
         and step_limit; in native mode also unparsed, the entry's steps whose answer began a
         tool call the preset's parser could not read (each such step ended its turn, as the
-        answer in words vLLM's server hands back ends BFCL's)."""
+        answer in words vLLM's server hands back ends BFCL's). A memory question is checked by
+        BFCL's agentic checker; a prerequisite conversation, which BFCL does not score, by
+        whether it left a memory (LEFT_MEMORY), and it ends in the chain (one whose step was
+        refused ends here)."""
+        if self._prereq:
+            return [self._left_memory(sample, steps) for sample, steps, _ in items]
         checks = [{"category": self.bfcl_category, "id": sample.id,
                    "initial_config": self._by_id[sample.id]["initial_config"],
                    "involved_classes": self._by_id[sample.id]["involved_classes"],
@@ -263,7 +353,7 @@ class BfclMultiTurnTask:
             if ended.reason in CHECKED:
                 found = next(verdicts)
             else:
-                failed = SANDBOX_FAILED if ended.reason == SANDBOX_FAILED else INFERENCE_ERROR
+                failed = SANDBOX_FAILED if ended.reason == SANDBOX_FAILED else self._error
                 found = [{"valid": False, "error_type": failed}]
             result = scored(found)
             # `unparsed` counts single-turn decoder errors; a trajectory's steps in words are
@@ -275,6 +365,18 @@ class BfclMultiTurnTask:
             result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
             out.append(result)
         return out
+
+    @property
+    def _error(self) -> str:
+        """BFCL's error type for an entry whose inference failed."""
+        return f"{'agentic' if self.chain is not None else 'multi_turn'}:inference_error"
+
+    def _left_memory(self, sample: Sample, steps: Sequence[Step]) -> Scored:
+        memory = steps[-1].outcome.get("memory") if steps else None
+        assert self.chain is not None  # a prerequisites' task has its chain
+        self.chain.end(sample.id, memory)
+        return Scored(extracted=("memory" if memory else "no_memory",),
+                      scores={LEFT_MEMORY: float(memory is not None)})  # fmt: skip
 
 
 def _parsed(step: Step) -> ToolCalls:

@@ -18,11 +18,21 @@ entry's `initial_config`: the state the recorded steps left, as BFCL's own proce
 (the APIs draw from random generators seeded by the scenario, and the results of the replayed
 calls are compared with the recorded ones: `replay_equal`).
 
+A memory entry (memory_kv, memory_rec_sum) loads the memory its prerequisites left as BFCL
+loads it: its item's `memory` holds the snapshot (or null), written where BFCL's
+`MemoryAPI._prepare_snapshot` reads it (`{scenario}_final.json` under this process's result
+folder, its initial_config as `populate_initial_settings_for_memory_test_cases` builds it). A
+prerequisite conversation's step that ends it (`memory.flush_if`, for a step with calls and for
+one without: the last turn's, or the step limit's) flushes the memory as
+`inference_multi_turn_prompting` does (`_flush_memory_to_local_file`) and answers it as
+"memory": {"snapshot": the file's JSON, "content": `_dump_core_memory_to_context()`}.
+
 stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
 "handler" | "native", "model": the registered model (handler mode; otherwise the name BFCL
 keys instances by), "config": the model's settings (entries_program.config_of: its handler's module,
 class and arguments), "items": [{category, id, initial_config, involved_classes, replay: [{calls,
-results}], text}]}; in handler mode each item also has `functions`, `chat` (the handler's
+results}], text, memory (memory entries: {scenario, prereq, snapshot, flush_if: {call,
+no_call}})}]}; in handler mode each item also has `functions`, `chat` (the handler's
 messages before the step) and `next_turn` (the user messages of the turn after the step's, or
 null after the last), and an item whose `text` is null only asks for the prompt of `chat`.
 stdout's last line: per item, {"calls": the decoded calls ([] when none), "results": their
@@ -37,14 +47,38 @@ import json
 import os
 import sys
 import tempfile
+from pathlib import Path
 from types import SimpleNamespace
+
+
+def memory_config(item, root):
+    """A memory entry's initial_config, its snapshot (if any) written where BFCL loads it."""
+    from bfcl_eval.utils import extract_test_category_from_id, get_directory_structure_by_id
+
+    memory, folder = item["memory"], Path(root) / "result"
+    if memory["snapshot"] is not None:
+        snapshots = folder / get_directory_structure_by_id(item["id"]) / "memory_snapshot"
+        snapshots.mkdir(parents=True, exist_ok=True)
+        path = snapshots / f"{memory['scenario']}_final.json"
+        path.write_text(json.dumps(memory["snapshot"]))
+    config = {"model_result_dir": folder, "scenario": memory["scenario"], "test_id": item["id"],
+              "test_category": extract_test_category_from_id(item["id"])}  # fmt: skip
+    return {item["involved_classes"][0]: config}
+
+
+def flushed(instances):
+    """The memory of a prerequisite conversation's end, as BFCL flushes it."""
+    (instance,) = instances.values()
+    instance._flush_memory_to_local_file()
+    return {"snapshot": json.loads(instance.latest_snapshot_file.read_text()),
+            "content": instance._dump_core_memory_to_context()}  # fmt: skip
 
 
 def main():
     given = json.load(sys.stdin)
     sys.path[:0] = given["path"]
     sys.path.append(given["bfcl"])
-    os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="bfcl-")  # the sandbox's /tmp
+    root = os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="bfcl-")  # the sandbox's /tmp
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (
         execute_multi_turn_func_call,
         is_empty_execute_response,
@@ -71,12 +105,14 @@ def main():
     usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0)
     out = []
     for item in given["items"]:
+        memory = item.get("memory")
+        config = memory_config(item, root) if memory else item["initial_config"]
 
-        def execute(calls, item=item):
+        def execute(calls, item=item, config=config):
             return execute_multi_turn_func_call(
-                calls, item["initial_config"], item["involved_classes"], given["model"],
+                calls, config, item["involved_classes"], given["model"],
                 item["id"], long_context="long_context" in item["category"], is_evaL_run=False,
-            )[0]  # fmt: skip
+            )  # fmt: skip
 
         if item["text"] is None:  # a resumed entry's next prompt
             out.append({"prompt": handler._format_prompt(item["chat"], item["functions"])})
@@ -93,10 +129,14 @@ def main():
             found["decode_error"] = str(exc)
             calls = []
         made = not is_empty_execute_response(calls)
-        if made:
+        flush = memory and memory["prereq"] and memory["flush_if"]["call" if made else "no_call"]
+        if made or flush:
             for step in item["replay"]:
-                found["replay_equal"] &= execute(step["calls"]) == step["results"]
-            found["calls"], found["results"] = calls, execute(calls)
+                found["replay_equal"] &= execute(step["calls"])[0] == step["results"]
+        if made:
+            found["calls"], found["results"] = calls, execute(calls)[0]
+        if flush:
+            found["memory"] = flushed(execute([])[1])
         if handler is not None:
             data = {"message": list(item["chat"]), "function": item["functions"]}
             data = handler._add_assistant_message_prompting(data, read)
