@@ -73,7 +73,7 @@ def test_bad_mode_settings_are_refused_naming_the_fix(
         load(preset(bfcl_mode="native"), "bfcl:simple_python")
     native = preset(bfcl_mode="native", tool_parser="hermes")
     with pytest.raises(ConfigError, match=r"memory_kv run in bfcl_mode prompting or handler"):
-        load(native, "bfcl:simple_python,memory_kv")
+        load(native, "bfcl:simple_python", "bfcl:memory_kv")
     models = ["Qwen/Qwen3-8B-FCX", "gpt-4o-2024-11-20-FC", "THUDM/glm-4-9b-chat"]
     given = {"bfcl": str(bfcl_dir()), "program": str(entries.PROGRAM), "models": models}
     with tempfile.TemporaryDirectory() as root:
