@@ -19,11 +19,13 @@ from evalpipe.core.span import Span, fmt_span, total
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.calibration import Calibration
 from evalpipe.estimate.history import PastJob, TaskRecord
-from evalpipe.estimate.throughput import Rates, from_smoke, per_token, roofline
+from evalpipe.estimate.stepfit import StepFit, fit_steps
+from evalpipe.estimate.throughput import Rates, from_smoke, from_steps, per_token, roofline
 from evalpipe.estimate.workmodel import TaskWork
 from evalpipe.planning.memory import GIB
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.stepprofile import StepProfile
 
 SCHEMA = 1
 # What a vLLM engine achieves of the roofline (time = roofline time / share): the bound itself,
@@ -71,9 +73,10 @@ def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str)
     of every prompt (at the task's mean prompt length: its attention share, which grows with the
     square, is then a lower bound where lengths spread), then the decode with the batch kept
     full across tasks (the streaming runner never drains it), then the longest sequence
-    finishing alone."""
+    finishing alone; or, where one batch holds every sequence, as many steps as the longest
+    answer, the batch emptying as the shorter ones end."""
     prefill = decode = streams = weighted_ctx = 0.0
-    seq_peak = tail = 0.0
+    seq_peak = tail = longest = 0.0
     for t in tasks:
         prompt = _end(t.prompt_tokens, end)
         length = _end(t.generated_tokens, end)
@@ -87,12 +90,19 @@ def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str)
         # The longest completion decodes its last steps alone, whichever end of the range the
         # mean is taken at: the range's high end is the longest seen (or max_tokens).
         tail = max(tail, t.generated_tokens.high - length if not t.ranked else 0.0)
+        longest = max(longest, t.generated_tokens.high if not t.ranked else 0.0)
     if not streams:
         return 0.0
     share = 1.0 / replicas
     ctx = weighted_ctx / decode if decode else 0.0
     seconds = prefill * share
-    seconds += rates.decode_s(decode * share, streams * share, ctx, seq_peak)
+    tokens, sequences = decode * share, streams * share
+    if tokens > 0 and rates.batch(sequences, seq_peak) >= sequences:
+        # A task's tail below counts from its own mean; here every answer decodes beside the
+        # longest (a pilot's short answers end while its long ones run on).
+        steps = max(longest, tokens / sequences)
+        return seconds + steps * rates.step_s(tokens / steps, ctx)
+    seconds += rates.decode_s(tokens, sequences, ctx, seq_peak)
     seconds += tail * rates.step_s(1.0, ctx)
     return seconds
 
@@ -297,14 +307,22 @@ def basis(
     jobs: Sequence[PastJob] = (),
 ) -> Basis:
     """The rates and start-up to estimate with: a smoke calibration of this preset/GPU/layout
-    if there is one (else the roofline), corrected by finished jobs of the same preset/GPU/
-    layout when there are any. Raises EstimateError when neither roofline nor smoke exists."""
+    if there is one (else the roofline, else the finished jobs' own engine steps), corrected
+    by finished jobs of the same preset/GPU/layout when there are any. Raises EstimateError
+    when neither roofline nor smoke exists."""
     smoke = _matching_calibration(calibrations, preset, plan)
     past = _matching_jobs(jobs, preset, plan)
     on: list[str] = []
+    narrow: StepFit | None = None  # steps too alike in batch to fit a line: priced per token
     if smoke is None and past and not gpu.bf16_tflops:
-        # No roofline (the CPU engine): the finished jobs' own seconds per token price the work.
-        rates = per_token(preset, gpu)
+        # No roofline (the CPU engine): a line fitted to the finished jobs' decode steps, or
+        # where they do not tell its slope (or recorded none), their seconds per token.
+        fit = fit_steps(StepProfile.merged(j.steps for j in past))
+        if fit is not None and fit.fitted:
+            rates = from_steps(fit, preset, gpu, plan)
+            on.append(rates.basis)
+        else:
+            rates, narrow = per_token(preset, gpu), fit
         factor = CALIBRATED
         load = uncalibrated_load(preset, plan)
     elif smoke is not None:
@@ -330,6 +348,11 @@ def basis(
         ]
         if ratios:
             factor = _spread(ratios)
+        if narrow is not None:
+            # A step that cost the same at any batch: a full batch's tokens this much cheaper.
+            low = factor.low * min(1.0, narrow.mean_batch / rates.max_seqs)
+            factor = Span(low, factor.mid, factor.high)
+            on.append(f"the finished jobs' own engine steps on {gpu.name}, {narrow.line()}")
         load = _spread([j.load_s / j.attempts for j in past])
         overhead = _spread([j.overhead_s / j.attempts for j in past])
         watts = [
