@@ -68,3 +68,22 @@ def test_a_bad_length_prior_names_the_value_and_the_fix(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         load_task(str(_gsm8k(tmp_path, f"length_prior: {prior}")))
+
+
+def _preset(tmp_path: Path, priors: str) -> Path:
+    copy = tmp_path / "mymodel.yaml"
+    text = (Path(config_dir()) / "presets" / "llama3_3_70b.yaml").read_text()
+    copy.write_text(text + "\nlength_priors:\n" + priors)
+    return copy
+
+
+def test_a_presets_length_prior_for_the_task_comes_before_the_task_files(tmp_path: Path) -> None:
+    card = '  - {task: gsm8k, tokens: 240, source: "the model card, Evaluation"}\n'
+    preset = load_preset(str(_preset(tmp_path, card)))
+    task = load_task(str(_gsm8k(tmp_path, PRIOR)))
+    work = task_work(task, preset, limit=None, history=[], counter=None)
+    assert work.generated_tokens.mid == 240
+    assert work.sources[1].endswith("240 tok mean answer, from the model card, Evaluation")
+    twice = card + '  - {task: gsm8k, tokens: 300, source: "elsewhere"}\n'
+    with pytest.raises(ConfigError, match="length_priors names task 'gsm8k' twice"):
+        load_preset(str(_preset(tmp_path, twice)))

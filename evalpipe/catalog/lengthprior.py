@@ -25,3 +25,15 @@ class LengthPrior:
                 f'length_prior.source must say where the mean is published (e.g. "Qwen3 '
                 f'technical report, Table 4"), got {self.source!r}'
             )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskLengthPrior(LengthPrior):
+    """A preset's prior for one of its tasks (a model card's figure for that benchmark)."""
+
+    task: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.task, str) or not self.task:
+            raise ValueError(f"length_priors: task must name a task, got {self.task!r}")

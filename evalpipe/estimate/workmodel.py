@@ -301,7 +301,9 @@ def task_work(
     n = task.sampling.n
     max_tokens = task.sampling.max_tokens
     generated = [t for t in past if t.completions]
-    prior = task.config.length_prior if isinstance(task, ConfiguredTask) else None
+    prior = preset.length_prior(task.name) or (
+        task.config.length_prior if isinstance(task, ConfiguredTask) else None
+    )
     if ranked:
         lengths, length_source = Span.exact(1.0), "options ranked in one step"
     elif generated:
