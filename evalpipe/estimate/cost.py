@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.catalog.gpus import Gpu
@@ -19,7 +19,7 @@ from evalpipe.core.span import Span, fmt_span, total
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.calibration import Calibration
 from evalpipe.estimate.history import PastJob, TaskRecord
-from evalpipe.estimate.stepfit import StepFit, fit_steps
+from evalpipe.estimate.stepfit import fit_steps
 from evalpipe.estimate.throughput import Rates, from_smoke, from_steps, per_token, roofline
 from evalpipe.estimate.workmodel import TaskWork
 from evalpipe.planning.memory import GIB
@@ -58,10 +58,15 @@ class Basis:
     power_w: Span | None  # per GPU
     power_measured: bool
     calibrated_on: tuple[str, ...]
+    # Other rates at the estimate's low and high ends (a fitted line's slope interval).
+    ends: dict[str, Rates] = field(default_factory=dict)
 
     @property
     def calibrated(self) -> bool:
         return bool(self.calibrated_on)
+
+    def rates_at(self, end: str) -> Rates:
+        return self.ends.get(end, self.rates)
 
 
 def _end(span: Span, end: str) -> float:
@@ -313,16 +318,17 @@ def basis(
     smoke = _matching_calibration(calibrations, preset, plan)
     past = _matching_jobs(jobs, preset, plan)
     on: list[str] = []
-    narrow: StepFit | None = None  # steps too alike in batch to fit a line: priced per token
+    ends: dict[str, Rates] = {}
     if smoke is None and past and not gpu.bf16_tflops:
         # No roofline (the CPU engine): a line fitted to the finished jobs' decode steps, or
-        # where they do not tell its slope (or recorded none), their seconds per token.
+        # where they recorded none, their seconds per token.
         fit = fit_steps(StepProfile.merged(j.steps for j in past))
-        if fit is not None and fit.fitted:
+        if fit is not None:
             rates = from_steps(fit, preset, gpu, plan)
+            ends = {end: from_steps(fit, preset, gpu, plan, end) for end in ("low", "high")}
             on.append(rates.basis)
         else:
-            rates, narrow = per_token(preset, gpu), fit
+            rates = per_token(preset, gpu)
         factor = CALIBRATED
         load = uncalibrated_load(preset, plan)
     elif smoke is not None:
@@ -348,11 +354,6 @@ def basis(
         ]
         if ratios:
             factor = _spread(ratios)
-        if narrow is not None:
-            # A step that cost the same at any batch: a full batch's tokens this much cheaper.
-            low = factor.low * min(1.0, narrow.mean_batch / rates.max_seqs)
-            factor = Span(low, factor.mid, factor.high)
-            on.append(f"the finished jobs' own engine steps on {gpu.name}, {narrow.line()}")
         load = _spread([j.load_s / j.attempts for j in past])
         overhead = _spread([j.overhead_s / j.attempts for j in past])
         watts = [
@@ -370,6 +371,7 @@ def basis(
         power_w=power,
         power_measured=measured_power,
         calibrated_on=tuple(on),
+        ends=ends,
     )
 
 
@@ -388,7 +390,7 @@ def estimate(
     per_replica = plan.total_gpus // plan.replicas
     share = [t.shard(shards) for t in tasks]
     generation = _span(
-        lambda end: generate_s(how.rates, share, copies, end) * _end(how.rate_factor, end)
+        lambda end: generate_s(how.rates_at(end), share, copies, end) * _end(how.rate_factor, end)
     )
     scoring = total(t.score_s.scale(t.samples) for t in share)
     wall = how.overhead_s + how.load_s + generation.combine(scoring, max)

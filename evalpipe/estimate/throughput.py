@@ -173,14 +173,15 @@ def per_token(preset: Preset, gpu: Gpu) -> Rates:
     )
 
 
-def from_steps(fit: StepFit, preset: Preset, gpu: Gpu, plan: Plan) -> Rates:
-    """The line fitted to finished jobs' own decode steps (a pilot's), for a device with no
-    roofline and no smoke record. Prompts are priced within it, as in `per_token`: those jobs
-    correct the line by their measured generation, prompts included, and their mix of prompts
-    and answers, and of contexts, is the run's."""
+def from_steps(fit: StepFit, preset: Preset, gpu: Gpu, plan: Plan, end: str = "mid") -> Rates:
+    """The line fitted to finished jobs' own decode steps (a pilot's) at the estimate's `end`
+    (StepFit.line), for a device with no roofline and no smoke record. Prompts are priced
+    within it, as in `per_token`: those jobs correct the line by their measured generation,
+    prompts included, and their mix of prompts and answers, and of contexts, is the run's."""
+    fixed, per_seq = fit.line(end)
     return Rates(
-        fixed_s=fit.fixed_s,
-        seq_s=fit.seq_s,
+        fixed_s=fixed,
+        seq_s=per_seq,
         ctx_s=0.0,
         prefill_s=0.0,
         max_seqs=max_seqs(preset, gpu),
@@ -188,7 +189,7 @@ def from_steps(fit: StepFit, preset: Preset, gpu: Gpu, plan: Plan) -> Rates:
         attention=Attention.of(preset.architecture),
         attention_flop_s=0.0,
         overlap=False,
-        basis=f"the finished jobs' own engine steps on {gpu.name}, {fit.line()}",
+        basis=f"the finished jobs' own engine steps on {gpu.name}, {fit.describe()}",
     )
 
 
