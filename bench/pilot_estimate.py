@@ -15,9 +15,10 @@ each), --limit samples of each (sized for three repetitions in about 20 minutes 
 Before the repetitions (unless --no-smoke), `evalpipe smoke --local --gpu cpu` once: the
 engine's decode steps against batch size, which the pilot's job then corrects (a pilot's
 batch is small; its seconds per token alone may price the full run's large batches wrongly).
-The pilot's estimate is given both ways: with the smoke record, and from the pilot alone. The
-no-history estimate prices every answer at its max_tokens: at the smoke record's rates, or
-with --no-smoke at the pilot's seconds per token (the difference is then the lengths alone).
+The pilot's estimate is given both ways: with the smoke record, and from the pilot alone (a
+step cost fitted to its own engine steps against their batch). The no-history estimate prices
+every answer at its max_tokens: at the smoke record's rates, or with --no-smoke at the pilot's
+(the difference is then the lengths alone).
 The first repetition then resumes the pilot's directory as the full run, counts what it
 generated (none of the pilot's samples again) and sets its completions and scores beside the
 full run's.
@@ -104,7 +105,7 @@ def _no_history(
     args: argparse.Namespace, found: PilotEstimate, selection: Selection, smoke: Path
 ) -> Estimate:
     """Every answer at its max_tokens (no past run): at the smoke record's rates, or without
-    one at the pilot's seconds per token (the difference is then the lengths alone)."""
+    one at the pilot's own (the difference is then the lengths alone)."""
     if args.no_smoke:
         bounded = tuple(
             w if w.ranked else dataclasses.replace(w, generated_tokens=Span.exact(w.max_tokens))
@@ -135,7 +136,7 @@ def main() -> int:
     parser.add_argument(
         "--no-smoke",
         action="store_true",
-        help="no smoke record: the pilot's own seconds per token price the run, as `evalpipe "
+        help="no smoke record: the pilot's own engine steps price the run, as `evalpipe "
         "run --pilot` does on a CPU without one (the no-history estimate then at those rates)",
     )
     args = parse_args(parser, {"reps": 1, "preset": QUICK_PRESET, "limit": 6, "pilot": "2"})
@@ -201,7 +202,7 @@ def _table(rows: list[dict], check: dict | None) -> None:
         ("no-history estimate (max_tokens)", bound, f"{bound / full - 1:+.0%}"),
         ("pilot's estimate (smoke record corrected by the pilot)", est, f"{error:+.0%}"),
         (
-            "pilot's estimate, pilot alone (its seconds per token)",
+            "pilot's estimate, pilot alone (its own engine steps)",
             alone,
             f"{alone / full - 1:+.0%}",
         ),

@@ -269,3 +269,32 @@ def test_an_estimate_without_pilot_or_past_run_says_it_is_a_bound_and_how_to_nar
         "tiny_random --tasks arithmetic --pilot --cluster CLUSTER` measures the answer lengths "
         "on up to 94 samples a task first (docs/planner.md, Pilot)"
     ]
+
+
+def test_budget_names_fewer_completions_for_repeated_sampling_with_the_hours_saved() -> None:
+    from evalpipe.catalog.gpus import get_gpu
+    from evalpipe.core.span import Span
+    from evalpipe.estimate.budget import check_budget
+    from evalpipe.estimate.cost import basis, estimate
+    from evalpipe.estimate.workmodel import TaskWork
+    from evalpipe.planning import planner
+
+    tiny, h100 = preset(), get_gpu("h100-80gb")
+    plan = planner.plan(tiny, h100, gpus_per_node=1, read_model_config=False)
+    how = basis(tiny, h100, plan)
+
+    def hours(work: list[TaskWork]) -> float:
+        return estimate(tiny, plan, work, how).gpu_hours.mid
+
+    once = TaskWork(task="once", category="", samples=2000, completions=1,
+                    prompt_tokens=Span.exact(100), generated_tokens=Span.exact(500),
+                    max_tokens=1000, score_s=Span.exact(0), sources=())  # fmt: skip
+    repeated = dataclasses.replace(once, task="repeated", completions=16)
+    k = {n: hours([once, dataclasses.replace(repeated, completions=n)]) for n in (4, 5, 16)}
+    with pytest.raises(ConfigError) as refused:
+        check_budget((k[4] + k[5]) / 2, [once, repeated],
+                     lambda work: estimate(tiny, plan, work, how))  # fmt: skip
+    assert (
+        f"repeated with 4 completions a sample instead of 16 (then {k[4]:.3g} GPU-hours, "
+        f"{k[16] - k[4]:.3g} saved)"
+    ) in str(refused.value)

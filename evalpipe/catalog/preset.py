@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from evalpipe.catalog.configpath import names, resolve
-from evalpipe.core.configio import ENV_NAME, build, check_positive, read_yaml
+from evalpipe.catalog.lengthprior import LengthPrior, TaskLengthPrior
+from evalpipe.core.configio import ENV_NAME, build, check_positive, first_repeat, read_yaml
 from evalpipe.core.errors import ConfigError
 from evalpipe.core.redact import looks_like_key, redact_url
 from evalpipe.records.reasoning import REASONING_PARSERS
@@ -325,8 +326,13 @@ class Preset:
     # Extra keyword arguments for the tokenizer's chat template, e.g. {enable_thinking: false}.
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     endpoint: Endpoint = field(default_factory=Endpoint)  # where `--backend openai` finds it
+    # Published mean answer lengths of this model per task, with their sources: the estimate's
+    # prior where nothing was run (before a task file's own length_prior).
+    length_priors: tuple[TaskLengthPrior, ...] = ()
 
     def __post_init__(self) -> None:
+        if (twice := first_repeat(p.task for p in self.length_priors)) is not None:
+            raise ValueError(f"length_priors names task {twice!r} twice; keep one figure per task")
         if self.generation_config not in GENERATION_CONFIG_RULES:
             raise ValueError(
                 f"generation_config {self.generation_config!r} is not one of "
@@ -378,6 +384,10 @@ class Preset:
             raise ValueError(
                 f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization!r}"
             )
+
+    def length_prior(self, task: str) -> LengthPrior | None:
+        """The model's published mean answer length on `task`, where the preset records one."""
+        return next((p for p in self.length_priors if p.task == task), None)
 
 
 def with_endpoint(preset: Preset, **overrides: Any) -> Preset:

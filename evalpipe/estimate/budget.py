@@ -32,13 +32,14 @@ def _largest_limit(work: Sequence[TaskWork], estimate_of: Estimator, budget: flo
 
 def _fewest_completions(
     work: Sequence[TaskWork], task: TaskWork, estimate_of: Estimator, budget: float
-) -> int:
-    """The most completions per sample of repeated-sampling `task` that fit (0: none do)."""
+) -> tuple[int, float]:
+    """The most completions per sample of repeated-sampling `task` that fit, and the GPU-hours
+    then ((0, 0.0): none do)."""
     for n in range(task.completions - 1, 0, -1):
         fewer = [dataclasses.replace(w, completions=n) if w is task else w for w in work]
-        if _hours(estimate_of(fewer)) <= budget:
-            return n
-    return 0
+        if (hours := _hours(estimate_of(fewer))) <= budget:
+            return n, hours
+    return 0, 0.0
 
 
 def check_budget(
@@ -62,9 +63,12 @@ def check_budget(
         if rest and _hours(estimate_of(rest)) <= budget:
             fits.append(f"leave out {task.task} (then {_hours(estimate_of(rest)):.3g} GPU-hours)")
     for task in (w for w in work if w.completions > 1):
-        n = _fewest_completions(work, task, estimate_of, budget)
+        n, then = _fewest_completions(work, task, estimate_of, budget)
         if n:
-            fits.append(f"{task.task} with {n} completions a sample instead of {task.completions}")
+            fits.append(
+                f"{task.task} with {n} completions a sample instead of {task.completions} "
+                f"(then {then:.3g} GPU-hours, {hours - then:.3g} saved)"
+            )
     limit = _largest_limit(work, estimate_of, budget)
     if limit:
         fits.append(f"--limit {limit} (at most {limit} samples a task)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from evalpipe.catalog.gpus import Gpu
@@ -19,11 +19,13 @@ from evalpipe.core.span import Span, fmt_span, total
 from evalpipe.core.textable import format_table
 from evalpipe.estimate.calibration import Calibration
 from evalpipe.estimate.history import PastJob, TaskRecord
-from evalpipe.estimate.throughput import Rates, from_smoke, per_token, roofline
+from evalpipe.estimate.stepfit import fit_steps
+from evalpipe.estimate.throughput import Rates, from_smoke, from_steps, per_token, roofline
 from evalpipe.estimate.workmodel import TaskWork
 from evalpipe.planning.memory import GIB
 from evalpipe.planning.planner import Plan
 from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.stepprofile import StepProfile
 
 SCHEMA = 1
 # What a vLLM engine achieves of the roofline (time = roofline time / share): the bound itself,
@@ -56,10 +58,15 @@ class Basis:
     power_w: Span | None  # per GPU
     power_measured: bool
     calibrated_on: tuple[str, ...]
+    # Other rates at the estimate's low and high ends (a fitted line's slope interval).
+    ends: dict[str, Rates] = field(default_factory=dict)
 
     @property
     def calibrated(self) -> bool:
         return bool(self.calibrated_on)
+
+    def rates_at(self, end: str) -> Rates:
+        return self.ends.get(end, self.rates)
 
 
 def _end(span: Span, end: str) -> float:
@@ -71,9 +78,10 @@ def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str)
     of every prompt (at the task's mean prompt length: its attention share, which grows with the
     square, is then a lower bound where lengths spread), then the decode with the batch kept
     full across tasks (the streaming runner never drains it), then the longest sequence
-    finishing alone."""
+    finishing alone; or, where one batch holds every sequence, as many steps as the longest
+    answer, the batch emptying as the shorter ones end."""
     prefill = decode = streams = weighted_ctx = 0.0
-    seq_peak = tail = 0.0
+    seq_peak = tail = longest = 0.0
     for t in tasks:
         prompt = _end(t.prompt_tokens, end)
         length = _end(t.generated_tokens, end)
@@ -87,12 +95,19 @@ def generate_s(rates: Rates, tasks: Sequence[TaskWork], replicas: int, end: str)
         # The longest completion decodes its last steps alone, whichever end of the range the
         # mean is taken at: the range's high end is the longest seen (or max_tokens).
         tail = max(tail, t.generated_tokens.high - length if not t.ranked else 0.0)
+        longest = max(longest, t.generated_tokens.high if not t.ranked else 0.0)
     if not streams:
         return 0.0
     share = 1.0 / replicas
     ctx = weighted_ctx / decode if decode else 0.0
     seconds = prefill * share
-    seconds += rates.decode_s(decode * share, streams * share, ctx, seq_peak)
+    tokens, sequences = decode * share, streams * share
+    if tokens > 0 and rates.batch(sequences, seq_peak) >= sequences:
+        # A task's tail below counts from its own mean; here every answer decodes beside the
+        # longest (a pilot's short answers end while its long ones run on).
+        steps = max(longest, tokens / sequences)
+        return seconds + steps * rates.step_s(tokens / steps, ctx)
+    seconds += rates.decode_s(tokens, sequences, ctx, seq_peak)
     seconds += tail * rates.step_s(1.0, ctx)
     return seconds
 
@@ -297,14 +312,23 @@ def basis(
     jobs: Sequence[PastJob] = (),
 ) -> Basis:
     """The rates and start-up to estimate with: a smoke calibration of this preset/GPU/layout
-    if there is one (else the roofline), corrected by finished jobs of the same preset/GPU/
-    layout when there are any. Raises EstimateError when neither roofline nor smoke exists."""
+    if there is one (else the roofline, else the finished jobs' own engine steps), corrected
+    by finished jobs of the same preset/GPU/layout when there are any. Raises EstimateError
+    when neither roofline nor smoke exists."""
     smoke = _matching_calibration(calibrations, preset, plan)
     past = _matching_jobs(jobs, preset, plan)
     on: list[str] = []
+    ends: dict[str, Rates] = {}
     if smoke is None and past and not gpu.bf16_tflops:
-        # No roofline (the CPU engine): the finished jobs' own seconds per token price the work.
-        rates = per_token(preset, gpu)
+        # No roofline (the CPU engine): a line fitted to the finished jobs' decode steps, or
+        # where they recorded none, their seconds per token.
+        fit = fit_steps(StepProfile.merged(j.steps for j in past))
+        if fit is not None:
+            rates = from_steps(fit, preset, gpu, plan)
+            ends = {end: from_steps(fit, preset, gpu, plan, end) for end in ("low", "high")}
+            on.append(rates.basis)
+        else:
+            rates = per_token(preset, gpu)
         factor = CALIBRATED
         load = uncalibrated_load(preset, plan)
     elif smoke is not None:
@@ -347,6 +371,7 @@ def basis(
         power_w=power,
         power_measured=measured_power,
         calibrated_on=tuple(on),
+        ends=ends,
     )
 
 
@@ -365,7 +390,7 @@ def estimate(
     per_replica = plan.total_gpus // plan.replicas
     share = [t.shard(shards) for t in tasks]
     generation = _span(
-        lambda end: generate_s(how.rates, share, copies, end) * _end(how.rate_factor, end)
+        lambda end: generate_s(how.rates_at(end), share, copies, end) * _end(how.rate_factor, end)
     )
     scoring = total(t.score_s.scale(t.samples) for t in share)
     wall = how.overhead_s + how.load_s + generation.combine(scoring, max)

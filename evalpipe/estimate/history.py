@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
 from evalpipe.rundir.samplelog import read_samples
+from evalpipe.rundir.stepprofile import StepProfile
 from evalpipe.rundir.timings import Timings
 
 _FAMILY = re.compile(r"[a-z]+[0-9.]*")
@@ -66,6 +67,7 @@ class PastJob:
     gpus: int  # GPUs the monitor saw in use (0 on the CPU)
     energy_j: float | None  # the GPUs' measured energy, None if not measured
     tasks: tuple[TaskRecord, ...]
+    steps: StepProfile = field(default_factory=StepProfile)  # its decode steps by batch
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -157,6 +159,7 @@ def _job(part: RunDir, gpus: Mapping[str, Gpu]) -> PastJob | None:
         if energy and None not in energy
         else None,
         tasks=_tasks(part.samples, timings),
+        steps=manifest.occupancy.steps,
     )
 
 

@@ -220,7 +220,8 @@ def pilot_estimate(
 ) -> PilotEstimate:
     """The full run's estimate from the pilot in `run`, on the pilot's GPU and layout: its
     rates those of a smoke record in `calibration_dirs` (or the roofline) corrected by the
-    pilot's job, or where neither exists the pilot's seconds per token."""
+    pilot's job, or where neither exists a step cost fitted to the pilot's own engine steps
+    (its seconds per token where its batches were too alike to fit one)."""
     manifest, _ = pilot_manifest(run)
     gpu, plan = _plan(preset, manifest, run)
     full_selection = dataclasses.replace(selection, pilot=None, pilot_seed=None)

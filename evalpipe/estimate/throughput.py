@@ -13,6 +13,7 @@ from evalpipe.catalog.gpus import Gpu
 from evalpipe.catalog.preset import Architecture, Preset
 from evalpipe.core.errors import EstimateError
 from evalpipe.estimate.calibration import Calibration
+from evalpipe.estimate.stepfit import StepFit
 from evalpipe.planning.memory import GIB, max_seqs, vllm_batch_defaults
 from evalpipe.planning.planner import Plan
 
@@ -169,6 +170,26 @@ def per_token(preset: Preset, gpu: Gpu) -> Rates:
         attention_flop_s=0.0,  # prompts, attention included, are priced within the token's rate
         overlap=False,
         basis=f"seconds per generated token on {gpu.name}, as measured by finished jobs",
+    )
+
+
+def from_steps(fit: StepFit, preset: Preset, gpu: Gpu, plan: Plan, end: str = "mid") -> Rates:
+    """The line fitted to finished jobs' own decode steps (a pilot's) at the estimate's `end`
+    (StepFit.line), for a device with no roofline and no smoke record. Prompts are priced
+    within it, as in `per_token`: those jobs correct the line by their measured generation,
+    prompts included, and their mix of prompts and answers, and of contexts, is the run's."""
+    fixed, per_seq = fit.line(end)
+    return Rates(
+        fixed_s=fixed,
+        seq_s=per_seq,
+        ctx_s=0.0,
+        prefill_s=0.0,
+        max_seqs=max_seqs(preset, gpu),
+        kv_tokens=_kv(plan)[1],
+        attention=Attention.of(preset.architecture),
+        attention_flop_s=0.0,
+        overlap=False,
+        basis=f"the finished jobs' own engine steps on {gpu.name}, {fit.describe()}",
     )
 
 

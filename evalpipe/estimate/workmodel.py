@@ -1,6 +1,7 @@
 """The work a task asks of the engine: samples, prompt tokens, generated tokens and scoring,
-each with where it came from (the data and the model's tokenizer, past runs, the sizes the task
-file records, or bounds), so an estimate can say what it rests on.
+each with where it came from (the data and the model's tokenizer, past runs, the sizes and the
+published mean answer length the task file records, or bounds), so an estimate can say what it
+rests on.
 
 Hub data is never loaded here (the `datasets` library pulls in pandas, and a login node may not
 have the data): hub tasks are counted from the task file's `rows` and `prompt_bytes`, or from
@@ -43,6 +44,9 @@ SCORE_S = Span(0.0002, 0.001, 0.005)
 PROGRAM_S = Span(0.004, 0.01, 0.05)
 TIMED_OUT_SHARE = 0.05  # the high end assumes this share of programs runs into the timeout
 SANDBOX_WORKERS = 2
+# A task file's published mean answer length (its length_prior) as the estimate's range: the
+# mean ×(1 ± this), the high end within max_tokens.
+PRIOR_SPREAD = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -321,6 +325,9 @@ def task_work(
     n = task.sampling.n
     max_tokens = task.sampling.max_tokens
     generated = [t for t in past if t.completions]
+    prior = preset.length_prior(task.name) or (
+        task.config.length_prior if isinstance(task, ConfiguredTask) else None
+    )
     if ranked:
         lengths, length_source = Span.exact(1.0), "options ranked in one step"
     elif generated:
@@ -332,6 +339,13 @@ def task_work(
             mean * (1 - spread), mean, min(float(max_tokens), max(mean * (1 + spread), longest))
         )
         length_source = f"generated lengths of {len(generated)} past job(s) of this {scope}"
+    elif prior is not None:
+        # Published for another setup (hardware, sampling, often another model): widely ranged.
+        mean = float(min(prior.tokens, max_tokens))
+        lengths = Span(mean * (1 - PRIOR_SPREAD), mean, min(max_tokens, mean * (1 + PRIOR_SPREAD)))
+        length_source = (
+            f"length prior (not measured here): {prior.tokens} tok mean answer, from {prior.source}"
+        )
     else:
         lengths = Span.exact(float(max_tokens))
         length_source = f"no past run of the task: max_tokens {max_tokens} as an upper bound"
@@ -348,7 +362,7 @@ def task_work(
         score_s=score_s,
         sources=(prompt_source, length_source, *([score_source] if score_source else [])),
         long_prompt=long,
-        length_bound=not ranked and not generated,
+        length_bound=not ranked and not generated and prior is None,
     )
 
 

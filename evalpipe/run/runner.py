@@ -661,8 +661,10 @@ class _RunHooks(Hooks):
             self._run.add_time(phase("generate", category), seconds / len(categories))
         self._progress("an engine step finished")
 
-    def occupied(self, seconds: float, slots: Slots) -> None:
-        self._run.manifest.occupancy.add(seconds, slots.busy, slots.total, slots.preempted)
+    def occupied(self, seconds: float, slots: Slots, admitted: bool) -> None:
+        self._run.manifest.occupancy.add(
+            seconds, slots.busy, slots.total, slots.preempted, admitted=admitted
+        )
 
     def scored(self, category: str, seconds: float) -> None:
         self._run.add_time(phase("score", category), seconds)

@@ -139,9 +139,10 @@ class Hooks:
         """On the loop's thread: one engine step took `seconds` while samples of `categories`
         were in flight."""
 
-    def occupied(self, seconds: float, slots: Slots) -> None:
+    def occupied(self, seconds: float, slots: Slots, admitted: bool) -> None:
         """On the loop's thread, after `stepped`, where the engine reports its slots: how many
-        sequence slots were busy in the step of `seconds`."""
+        sequence slots were busy in the step of `seconds`; `admitted`: requests were added
+        just before it (so it prefilled their prompts)."""
 
     def scored(self, category: str, seconds: float) -> None:
         """On the loop's thread, just before `written` for the same batch: the scoring thread
@@ -256,7 +257,7 @@ def run_stream(
                 hooks.stepped(seconds, categories)
                 slots = engine.slots()
                 if slots is not None:
-                    hooks.occupied(seconds, slots)
+                    hooks.occupied(seconds, slots, admitted=bool(batch))
                 if done:
                     answered = answered or _check_refusals(done)
                     finished = [(in_flight.pop(c.id), c) for c in done]

@@ -4,15 +4,18 @@ A step in which fewer than half of the engine's sequence slots held a sequence i
 tail (long completions finishing with a nearly empty batch). The record keeps the seconds and
 tokens of tail steps and of the rest, summed over attempts, so the summary can say how much of
 the generation wall the tail took and how slowly it went, and how many sequences the engine
-preempted (its KV cache full: their cache freed, their tokens computed again later).
+preempted (its KV cache full: their cache freed, their tokens computed again later), and
+the decode steps by batch size (rundir/stepprofile.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from evalpipe.rundir.stepprofile import StepProfile
 
 # The record's sums: a run's jobs (shards, replicas) add up to the run's.
 SUMS = ("tail_s", "tail_tokens", "rest_s", "rest_tokens", "preemptions")
@@ -29,11 +32,17 @@ class Occupancy:
     rest_s: float = 0.0
     rest_tokens: int = 0
     preemptions: int = 0
+    steps: StepProfile = field(default_factory=StepProfile)
 
-    def add(self, seconds: float, busy: int, total: int, preempted: int = 0) -> None:
+    def add(
+        self, seconds: float, busy: int, total: int, preempted: int = 0, admitted: bool = False
+    ) -> None:
         """One engine step of `seconds` with `busy` of `total` slots holding a sequence (each
-        made one token), in which `preempted` sequences were preempted."""
+        made one token), in which `preempted` sequences were preempted; `admitted`: requests
+        were added before it (it prefilled their prompts too)."""
         self.slots = max(self.slots, total)
+        if not admitted:
+            self.steps.add(seconds, busy)
         self.preemptions += preempted
         if 2 * busy < total:
             self.tail_s += seconds
@@ -64,6 +73,7 @@ class Occupancy:
             "rest_s": round(self.rest_s, 6),
             "rest_tokens": self.rest_tokens,
             "preemptions": self.preemptions,
+            "steps": self.steps.to_dict(),
         }
 
     @classmethod
@@ -77,6 +87,7 @@ class Occupancy:
             rest_s=float(data.get("rest_s") or 0.0),
             rest_tokens=int(data.get("rest_tokens") or 0),
             preemptions=int(data.get("preemptions") or 0),
+            steps=StepProfile.from_dict(data.get("steps")),
         )
 
     def summary(self) -> OccupancySummary | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from evalpipe.catalog.lengthprior import LengthPrior
 from evalpipe.catalog.preset import GENERATION_CONFIG_RULES
 from evalpipe.catalog.taskfiles import MC_METHODS
 from evalpipe.core.configio import build, read_yaml
@@ -300,9 +301,14 @@ class TaskConfig:
     # Only rows dated within the window (LiveCodeBench's contest dates); --since/--until
     # override its ends.
     dates: DateWindow | None = None
+    # A published mean answer length with its source: the estimate's prior where no run or
+    # pilot measured the task.
+    length_prior: LengthPrior | None = None
 
     # Added after runs were recorded: left at their defaults they stay out of a run's fingerprint.
     LATER: ClassVar[tuple[str, ...]] = ("shuffle", "dates")
+    # For estimates only: no sample depends on it, so a run's fingerprint leaves it out.
+    UNRECORDED: ClassVar[tuple[str, ...]] = ("length_prior",)
 
     def __post_init__(self) -> None:
         if self.generation_config is not None and self.generation_config not in (
