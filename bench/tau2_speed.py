@@ -141,6 +141,14 @@ def main() -> int:
         help="τ²'s --max-concurrency values to run",
     )
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--engine-core",
+        choices=("in-process", "process"),
+        default="in-process",
+        help="where evalpipe's run keeps vLLM's engine core: in its own process "
+        "(evalpipe's default on the CPU) or in one of its own, as the server "
+        "does (VLLM_ENABLE_V1_MULTIPROCESSING=1, which evalpipe honours)",
+    )
     quick = {
         "preset": QUICK_PRESET,
         "limit": 2,
@@ -154,10 +162,13 @@ def main() -> int:
     print(f"at start: {load_average()}")
     print(f"preset {args.preset} as agent and user, tau2:{args.domain}, "
           f"{args.limit or 'all'} tasks, 1 trial, max steps {args.max_steps}, max_tokens "
-          f"{args.max_tokens}, temperature 0, seed 300")  # fmt: skip
+          f"{args.max_tokens}, temperature 0, seed 300; evalpipe's engine core "
+          f"{args.engine_core}")  # fmt: skip
     env = child_env(**VLLM_ENV, **QUIET)
     # A server keeps vLLM's own engine-core process (evalpipe's engine sets this one itself).
     server_env = {k: v for k, v in env.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    separate = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # set: evalpipe keeps the user's value
+    ours_env = env if args.engine_core == "in-process" else dict(env, **separate)
     ours: list[EvalpipeRun] = []
     theirs: dict[str, list[Timing]] = {}
     ends: dict[str, list[dict[str, Any]]] = {}
@@ -170,7 +181,7 @@ def main() -> int:
         def run_ours() -> None:
             out = folder / f"run-{len(ours)}"
             ours.append(evalpipe_run(str(preset_path), f"tau2:{args.domain}", args.limit, out,
-                                     env, "--user-sim", args.preset,
+                                     ours_env, "--user-sim", args.preset,
                                      "--tau2-max-steps", str(args.max_steps),
                                      "--max-tokens", str(args.max_tokens)))  # fmt: skip
             print(f"  {OURS}: wall {ours[-1].timing.wall_s:.2f} s", flush=True)
