@@ -3,6 +3,7 @@ serve`), whole processes, interleaved, medians. Target: evalpipe ≤ 0.6× τ²'
 
     python bench/tau2_speed.py [--preset smollm2_135m] [--domain mock] [--limit N]
                                [--max-steps 8] [--max-tokens 48] [--concurrency 3,8] [--reps 3]
+    python bench/tau2_speed.py --engine-core process   # evalpipe's vLLM engine core apart
     python bench/tau2_speed.py --quick   # tiny_random, 2 tasks, 2 steps, 4 tokens, once
 
 The same model as agent and user simulator on both sides, the same τ² tasks (the ones
