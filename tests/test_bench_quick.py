@@ -320,3 +320,24 @@ def test_tau2_resume_quick() -> None:
     out = quick("tau2_resume.py")
     assert re.search(r"killed at steps \d+/\d+, \d+/\d+$", out, re.M), out
     assert "(completions, scores, refusal): 6/6" in out and "equal to the run whole: 1/1" in out
+
+
+@pytest.mark.bench
+@pytest.mark.vllm
+def test_tau2_smollm2_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("tau2_smollm2.py")
+    figures(out, "exit 0, wall")
+    # Both episodes ended and were scored, each reward equal to τ²'s re-scoring of its records.
+    assert "rewards equal to τ²'s: 2/2" in out, out
+
+
+@pytest.mark.bench
+@pytest.mark.vllm
+def test_tau2_speed_quick(vllm_env: dict[str, str], tiny_random_path: Path) -> None:
+    out = quick("tau2_speed.py")
+    figures(out, "evalpipe run: wall", "tau2 run --max-concurrency 3: wall",
+            "tau2 run --max-concurrency 3 (server up): wall", "evalpipe / it")  # fmt: skip
+    assert "rewards equal to τ²'s: 2/2" in out, out
+    # τ²'s CLI ran and scored both of evalpipe's episodes, in each of its two runs.
+    scored = re.findall(r"'s episodes: .*; rewards \[([0-9.]+), ([0-9.]+)\]$", out, re.M)
+    assert len(scored) == 2, out

@@ -50,6 +50,7 @@ WALK: dict[str, tuple[list[str], list[str]]] = {
     "--until": (["2025-05-01"], []),
     "--allow-unsafe-code": ([], []),
     "--tau2-trials": (["3"], []),
+    "--tau2-max-steps": (["12"], []),
     "--pilot": (["0.05"], []),
     "--pilot-seed": (["3"], ["--pilot", "0.05"]),
     "--ruler-lengths": (["4096,8192"], []),

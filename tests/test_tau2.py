@@ -303,8 +303,14 @@ def test_trials_limits_and_left_out_tasks(tmp_path: Path) -> None:
     drawn = random.Random(300)  # τ²'s run_tasks: random.seed(seed), then a draw per trial
     assert [task.seed_of(s) for s in samples[::2]] == [drawn.randint(0, 1_000_000)
                                                        for _ in range(3)]  # fmt: skip
+    assert task.definition()["max_steps"] == 200  # τ²'s default
     preset = load_preset("tiny_random")
-    assert LoadOptions.selected(Selection(tau2_trials=3), preset).tau2_trials == 3
+    selection = Selection(tau2_trials=3, tau2_max_steps=12)
+    selected = LoadOptions.selected(selection, preset, backend="fake")
+    assert selected.tau2_trials == 3
+    (short,) = KIND.load(expand_refs(["tau2:mock"]), selected).tasks
+    assert isinstance(short, Tau2Task)
+    assert short.limits.max_steps == 12 and short.definition()["max_steps"] == 12
 
 
 def test_a_step_that_outgrows_the_context_ends_its_episode_only(tmp_path: Path) -> None:

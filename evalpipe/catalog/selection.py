@@ -75,6 +75,11 @@ class Selection:
         group=SELECTION,
         help="episodes per τ²-bench task (τ²'s num_trials), for its pass^k (default: 1)",
     )
+    tau2_max_steps: int | None = count_option(
+        flag="--tau2-max-steps",
+        group=SELECTION,
+        help="end each τ²-bench episode after N steps, as τ²'s --max-steps (default: τ²'s, 200)",
+    )
     allow_unsafe_code: bool = switch(
         flag="--allow-unsafe-code",
         group=SELECTION,

@@ -44,6 +44,7 @@ class LoadOptions:
     baseline: Baseline | None = None  # --judge-baseline, read
     allow_unsafe_code: bool = False  # lm-eval tasks that execute the model's code, sandboxed
     tau2_trials: int = 1  # episodes per τ² task (--tau2-trials)
+    tau2_max_steps: int | None = None  # steps per τ² episode (--tau2-max-steps; None: τ²'s)
     ruler_lengths: tuple[int, ...] | None = None  # --ruler-lengths (None: RULER's default)
 
     @classmethod
@@ -59,6 +60,7 @@ class LoadOptions:
             until=selection.until,
             allow_unsafe_code=selection.allow_unsafe_code,
             tau2_trials=selection.tau2_trials or 1,
+            tau2_max_steps=selection.tau2_max_steps,
             ruler_lengths=selection.ruler_lengths,
             **given,  # type: ignore[arg-type]
         )

@@ -1,7 +1,7 @@
 """The τ² kind: `--tasks tau2` (airline, retail and telecom, each on its default split) or
-`tau2:DOMAIN[@SPLIT],...`, one task per domain, `--tau2-trials` episodes per τ² task; a
-completed run keeps each domain's average reward and pass^k, and the overall, as its results
-document (results.py)."""
+`tau2:DOMAIN[@SPLIT],...`, one task per domain, `--tau2-trials` episodes per τ² task of at most
+`--tau2-max-steps` steps; a completed run keeps each domain's average reward and pass^k, and
+the overall, as its results document (results.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from evalpipe.tasks.tau2.domain import Domain
 from evalpipe.tasks.tau2.install import tau2_dir
 from evalpipe.tasks.tau2.results import results_document
 from evalpipe.tasks.tau2.task import PREFIX, Tau2Task
+from evalpipe.tasks.tau2.trajectory import Limits
 
 DEFAULT_SPLIT = "base"
 # Backends whose engine reads the agent's calls with the preset's tool_parser.
@@ -58,8 +59,10 @@ class Tau2Kind(TaskKind):
                 "tool-call parser its model card documents (e.g. hermes)."
             )
         domains = chosen([ref.name for ref, _ in refs])
+        steps = options.tau2_max_steps
+        limits = Limits() if steps is None else Limits(max_steps=steps)
         return Loaded(tasks=tuple(
-            Tau2Task(domain=Domain.load(d, split), trials=options.tau2_trials)
+            Tau2Task(domain=Domain.load(d, split), trials=options.tau2_trials, limits=limits)
             for d, split in domains.items()
         ))  # fmt: skip
 
