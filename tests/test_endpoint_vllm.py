@@ -4,6 +4,7 @@ near-ties: the server is another process with its own batches)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -220,3 +221,22 @@ def test_serve_dry_run_prints_the_server_command_with_the_engine_arguments(
     assert f"--model {tiny_random_path}" in command and "--port 8123" in command
     # The CPU build's KV cache default and the preset's engine_kwargs, as in-process.
     assert "--kv-cache-memory-bytes 16777216" in command and "--enforce-eager" in command
+
+
+def test_a_preset_with_a_tool_parser_is_served_with_it(
+    tiny_random_path: Path, vllm_env: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The server parses tool calls with the preset's parser, as the in-process engine does."""
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from evalpipe.engine.protocol import EngineSettings
+    from evalpipe.run.vllmserver import server_kwargs
+
+    tools = dataclasses.replace(load_preset("tiny_random"), tool_parser="hermes")
+    parser = make_arg_parser(FlexibleArgumentParser())
+    kwargs = server_kwargs(tools, EngineSettings(), 1)
+    parsed = parser.parse_args(server_argv(kwargs, name="m", host="h", port=1, parser=parser))
+    assert (parsed.enable_auto_tool_choice, parsed.tool_call_parser) == (True, "hermes")
+    plain = server_kwargs(load_preset("tiny_random"), EngineSettings(), 1)
+    assert "tool_call_parser" not in plain and "enable_auto_tool_choice" not in plain

@@ -42,12 +42,18 @@ def served_name(preset: Preset) -> str:
 
 
 def server_kwargs(preset: Preset, settings: EngineSettings, replicas: int) -> dict[str, Any]:
-    """vLLM engine arguments for serving: the in-process engine's, plus data parallelism."""
+    """vLLM engine arguments for serving: the in-process engine's, plus data parallelism, and
+    the preset's tool-call parser (the server then answers chat `tools` with parsed
+    `tool_calls`, as the in-process engine parses them: a user simulator's or a native BFCL
+    model's calls)."""
     from evalpipe.engine.vllm import engine_kwargs
 
     _, kwargs, _ = engine_kwargs(preset, settings)
     if replicas > 1:
         kwargs["data_parallel_size"] = replicas
+    if preset.tool_parser is not None:
+        kwargs["enable_auto_tool_choice"] = True
+        kwargs["tool_call_parser"] = preset.tool_parser
     return kwargs
 
 
