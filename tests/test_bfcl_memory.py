@@ -4,7 +4,8 @@ prerequisites and answers the questions from the memory alone scores 1.0 (so the
 prerequisites left reached the questions: the snapshot for memory_kv's tool, the prompt for
 memory_rec_sum's); one that answers nothing scores 0; a run stopped between prerequisites
 resumes to the same steps and scores; BFCL's overall counts the categories run; questions
-whose prerequisites the run does not hold are refused rather than left waiting."""
+whose prerequisites the run does not hold are refused rather than left waiting, and a pilot or
+a shard, which would split them from their prerequisites, is refused before the run starts."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.records.episode import Ended, Step
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.shard import Shard
 from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.memory import MemoryChain
@@ -190,6 +192,21 @@ def test_questions_without_their_prerequisites_are_refused_not_left_waiting(
     questions = chain(loaded["memory_kv"], SCENARIO, 1, 1)[1]
     with pytest.raises(ConfigError, match="memory_kv_prereq_32-notetaker-0"):
         run(tmp_path, [questions], SilentModel())
+
+
+@pytest.mark.parametrize(
+    "split", [{"pilot": "2"}, {"shard": Shard(index=0, count=2)}], ids=["pilot", "shard"]
+)
+def test_a_memory_category_under_a_pilot_or_a_shard_is_refused_before_anything_runs(
+    loaded: dict[str, list[BfclMultiTurnTask]], tmp_path: Path, split: dict[str, Any]
+) -> None:
+    out = tmp_path / "run"
+    refused = r"bfcl_memory_kv_prereq.* cannot run under --(pilot|shard 0/2).*Run it whole"
+    with pytest.raises(ConfigError, match=refused):
+        run_evaluation(lambda settings: SilentModel(), chain(loaded["memory_kv"], SCENARIO, 1, 1),
+                       out, preset=load_preset("tiny_random"),
+                       options=RunOptions(backend="fake", **split))  # fmt: skip
+    assert not out.exists()
 
 
 def test_limits_estimates_refusals_and_a_conversation_that_flushed_nothing(

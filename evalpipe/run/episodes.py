@@ -84,13 +84,13 @@ def is_episode(item: Item) -> bool:
     return isinstance(item.task, Episodic)
 
 
-def open_step(item: Item) -> Item | None:
-    """The item with its next request, or with `ended` set when there is none; None when it
-    is Blocked (the loop asks again later)."""
+def open_step(item: Item) -> Item | Blocked:
+    """The item with its next request, or with `ended` set when there is none; its task's
+    Blocked when it may not start yet (the loop parks it and asks again later)."""
     assert isinstance(item.task, Episodic)  # the loop asks is_episode first
     found = item.task.next_request(item.sample, item.steps)
     if isinstance(found, Blocked):
-        return None
+        return found
     if isinstance(found, Ended):
         return dataclasses.replace(item, ended=found)
     if not isinstance(found, StepRequest):

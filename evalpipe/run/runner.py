@@ -72,7 +72,7 @@ from evalpipe.rundir.timings import LOAD, phase
 from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params
 from evalpipe.rundir.turns import TurnRecord, stored_answers
 from evalpipe.sandbox.pool import require_isolation
-from evalpipe.tasks.base import Sample, Task, check_limit, gives_tools, runs_code
+from evalpipe.tasks.base import Sample, Task, check_limit, gives_tools, kept_whole, runs_code
 from evalpipe.tasks.bounds import needed_model_len
 from evalpipe.tasks.packages import check_sources, sources_of, task_packages
 from evalpipe.tasks.pilotdraw import draw
@@ -221,6 +221,13 @@ def select_samples(task: Task, options: RunOptions) -> list[Sample]:
         raise ConfigError(
             f"Task {task.name!r} yields sample id {repeated!r} twice; sample ids must be "
             "unique so that resume and merge can key on them."
+        )
+    why = kept_whole(task)
+    if why is not None and (options.pilot is not None or options.shard):
+        split = "--pilot" if options.pilot is not None else f"--shard {options.shard}"
+        raise ConfigError(
+            f"Task {task.name!r} cannot run under {split}: {why}. Run it whole, in a run "
+            f"without {split.split()[0]} (the other tasks may keep it)."
         )
     if options.pilot is not None:
         size = PilotSize.parse(options.pilot).samples(task.name, len(samples))

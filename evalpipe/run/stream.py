@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from evalpipe.core.errors import ConfigError, EngineError
 from evalpipe.engine.protocol import Engine, Slots
 from evalpipe.records.completion import Completion, Generation, Loglikelihood
-from evalpipe.records.episode import Ended, Step, StepRequest
+from evalpipe.records.episode import Blocked, Ended, Step, StepRequest
 from evalpipe.records.request import Request
 from evalpipe.run import episodes
 from evalpipe.rundir.samplelog import SampleRecord
@@ -191,7 +191,9 @@ def run_stream(
     queue: Iterator[Item | Wait] = iter(items)
     in_flight: dict[str, Item] = {}
     next_turns: deque[Item] = deque()  # admitted before new samples: a conversation goes on
-    parked: list[Item] = []  # episodes waiting for others to end, asked again each round
+    # Episodes waiting for others to end, with what they wait for; asked again each round.
+    parked: list[tuple[Item, Blocked]] = []
+    stalled = False  # the last round ended with parked episodes and nothing else to run
     scoring: deque[Future[_Scored]] = deque()
     # Finished while the scoring thread was busy: scored as one batch once it is free, so a task
     # that starts a process per batch (BFCL's checker: seconds of imports) pays that once per
@@ -221,7 +223,7 @@ def run_stream(
                 break
             batch: list[Request] = []
             waiting = False
-            next_turns.extend(parked)
+            next_turns.extend(item for item, _ in parked)
             parked.clear()
             while len(in_flight) < limit and (next_turns or not exhausted):
                 item = next_turns.popleft() if next_turns else next(queue, None)
@@ -233,8 +235,8 @@ def run_stream(
                     break
                 if episodes.is_episode(item) and item.ask is None:
                     opened = episodes.open_step(item)
-                    if opened is None:
-                        parked.append(item)
+                    if isinstance(opened, Blocked):
+                        parked.append((item, opened))
                         continue
                     item = opened
                     if item.ended is not None:  # no next step: it goes to scoring
@@ -272,12 +274,15 @@ def run_stream(
                 deliver(scoring.popleft().result())
             busy = next_turns or in_flight or unscored or scoring or resolver.pending
             if exhausted and not busy and parked:
-                # Nothing else left to run: unless what they wait for ended meanwhile (then
-                # they are admitted next round), they would wait for ever.
-                if not any(episodes.open_step(item) is not None for item in parked):
+                # Nothing else left to run. The first such round may have ended what they wait
+                # for (they are asked again next round); a second one in a row ended nothing.
+                if stalled:
                     resolver.close()
                     raise _waiting_for_ever(parked)
-            elif exhausted and not busy:
+                stalled = True
+                continue
+            stalled = False
+            if exhausted and not busy:
                 resolver.close()
                 return True
             if waiting and not in_flight:
@@ -290,16 +295,15 @@ def run_stream(
     return False
 
 
-def _waiting_for_ever(parked: Sequence[Item]) -> ConfigError:
-    """The error for parked episodes whose awaited episodes this run does not hold (e.g. they
-    are in another shard), naming them."""
-    item = parked[0]
-    found = item.task.next_request(item.sample, item.steps)  # type: ignore[attr-defined]
-    after = ", ".join(getattr(found, "after", ()))
+def _waiting_for_ever(parked: Sequence[tuple[Item, Blocked]]) -> ConfigError:
+    """The error for parked episodes whose awaited episodes this run does not hold (a run
+    given the questions without their conversations), naming them."""
+    item, blocked = parked[0]
+    after = ", ".join(blocked.after)
     return ConfigError(
         f"{len(parked)} episode(s) of task {item.task.name!r} (e.g. {item.sample.id!r}) wait for "
         f"{after}, which this run neither holds nor finished before: run them in the same "
-        "run (the same shard) as the episodes that wait for them."
+        "run as the episodes that wait for them."
     )
 
 

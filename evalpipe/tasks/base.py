@@ -124,6 +124,14 @@ def gives_tools(task: Task) -> bool:
     return getattr(task, "gives_tools", False) is True
 
 
+def kept_whole(task: Task) -> str | None:
+    """Why `task`'s samples may not be split by a pilot's draw or a shard's slice (some wait
+    for others of the run: BFCL's memory questions for their prerequisite conversations): a
+    task says so with a `kept_whole` text (none: its samples stand alone)."""
+    why = getattr(task, "kept_whole", None)
+    return why if isinstance(why, str) else None
+
+
 @runtime_checkable
 class ScoresResponses(Protocol):
     """A task that scores the engine's responses as they came (every option's log-likelihood

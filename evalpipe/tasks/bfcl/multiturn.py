@@ -112,6 +112,13 @@ class BfclMultiTurnTask:
         return self._native
 
     @property
+    def kept_whole(self) -> str | None:
+        if self.chain is None:
+            return None
+        return ("a memory category's questions start from the memory its prerequisite "
+                "conversations leave, so both run in one run, every one of them")  # fmt: skip
+
+    @property
     def name(self) -> str:
         return PREFIX + self.bfcl_category
 
