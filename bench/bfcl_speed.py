@@ -278,6 +278,11 @@ def report(
         print(f"  wall-time ratio evalpipe / {side}: {ratio:.3f} (per repetition "
               f"{', '.join(f'{r:.3f}' for r in ratios)}); target ≤ {TARGET}: "
               f"{verdict(ratio, TARGET)}")  # fmt: skip
+        if side == ALONE:  # generation against generation: neither side's model load counted
+            phases = [o.phase("generate") / t.wall_s for o, (t, _) in zip(ours, runs, strict=True)]
+            print(f"  evalpipe's generate phase / {side}: {median(phases):.3f} (per repetition "
+                  f"{', '.join(f'{r:.3f}' for r in phases)}); target ≤ {TARGET}: "
+                  f"{verdict(median(phases), TARGET)}")  # fmt: skip
     print(f"at end: {load_average()}")
     return 1 if failed else 0
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchlib import REPO, child_env, parse_args
+from benchlib import REPO, child_env, children_cpu, parse_args
 
 # The synthetic run directories are a test fixture (tests/synthetic_runs.py), not in the package.
 sys.path.insert(0, str(REPO / "tests"))
@@ -54,13 +53,6 @@ def build(root: Path, *, runs: int, tasks: int, samples: int) -> int:
     return runs * tasks * samples
 
 
-def _children_cpu_s() -> float:
-    """User + system CPU seconds of finished child processes (less noisy than wall time on a
-    busy machine)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
@@ -73,7 +65,7 @@ def main() -> None:
         n = build(Path(tmp), runs=args.runs, tasks=args.tasks, samples=args.samples)
         built = time.perf_counter() - start
         start = time.perf_counter()
-        cpu_before = _children_cpu_s()
+        cpu_before = children_cpu()
         proc = subprocess.run(
             [sys.executable, "-m", "evalpipe", "report", tmp, "--format", args.format],
             env=child_env(),
@@ -83,7 +75,7 @@ def main() -> None:
             check=True,
         )
         wall = time.perf_counter() - start
-        cpu = _children_cpu_s() - cpu_before
+        cpu = children_cpu() - cpu_before
     print(f"built {args.runs} run dirs ({n:,} samples) in {built:.1f} s")
     print(
         f"evalpipe report --format {args.format}: {wall:.2f} s wall, {cpu:.2f} s CPU for "

@@ -47,8 +47,8 @@ from benchlib import (
     VLLM_ENV,
     EvalpipeRun,
     Timing,
-    _children_cpu,
     child_env,
+    children_cpu,
     evalpipe_run,
     interleave,
     load_average,
@@ -118,14 +118,14 @@ def simulations(out: Path) -> list[dict[str, Any]]:
 def served(options: Sequence[str], model: str, env: Mapping[str, str], log: Path,
            run: Callable[[str], None]) -> Timing:  # fmt: skip
     """Start the server, call `run` with its URL, stop it: the whole as one timing."""
-    cpu0, t0 = _children_cpu(), time.perf_counter()
+    cpu0, t0 = children_cpu(), time.perf_counter()
     server = shared_server(options, model, env, log)
     try:
         run(f"http://127.0.0.1:{options[options.index('--port') + 1]}/v1")
     finally:
         server.terminate()
         server.wait(timeout=60)
-    return Timing(wall_s=time.perf_counter() - t0, cpu_s=_children_cpu() - cpu0)
+    return Timing(wall_s=time.perf_counter() - t0, cpu_s=children_cpu() - cpu0)
 
 
 def main() -> int:
