@@ -13,18 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import HLE_MAX_TOKENS, TaskRef
 from evalpipe.core.errors import ConfigError, DatasetError
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.base import Sample
 from evalpipe.tasks.config import SourceConfig
 from evalpipe.tasks.datasets import load_rows, read_copy
 from evalpipe.tasks.gradings import BenchmarkCategory
 from evalpipe.tasks.hlegrading import PREDICTIONS, SOURCE, HleGrading, hle_grading
-from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind, longest_prompt_bytes
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.packaged import package_constant
 from evalpipe.tasks.packages import Source
 
@@ -112,6 +111,7 @@ class HleKind(TaskKind):
     """`hle` (text-only) or `hle:all`; it honours --max-tokens."""
 
     name = "hle"
+    measures_prompts = True
 
     def load(
         self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
@@ -121,14 +121,6 @@ class HleKind(TaskKind):
         grading: HleGrading = hle_grading()
         task = hle_task(read_rows("hle", options.judge_data))
         return Loaded(tasks=(task,), gradings={task.name: grading}, published=PUBLISHED_JUDGE)
-
-    def ask(self, task: Task) -> Ask:
-        assert isinstance(task, HleTask)  # this kind loads only these
-        return Ask(
-            name=task.name,
-            max_tokens=task.sampling.max_tokens,
-            prompt_bytes=longest_prompt_bytes(task),
-        )
 
 
 KIND = HleKind()

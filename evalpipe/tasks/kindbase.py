@@ -89,6 +89,9 @@ class TaskKind:
     """A kind of task reference. `load` is the one hook every kind implements."""
 
     name: str  # its KINDS key
+    # Whether `ask` measures the loaded task's prompts (longest_prompt_bytes), for kinds whose
+    # prompts no task file records a size of.
+    measures_prompts = False
 
     @property
     def spec(self) -> KindSpec:
@@ -106,8 +109,11 @@ class TaskKind:
                        about=spec.summary)]  # fmt: skip
 
     def ask(self, task: Task) -> Ask:
-        """What one loaded task asks of the context (its prompts' size unknown by default)."""
-        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, n=task.sampling.n)
+        """What one loaded task asks of the context (its prompts' size unknown unless the kind
+        measures them)."""
+        measured = longest_prompt_bytes(task) if self.measures_prompts else None
+        return Ask(name=task.name, max_tokens=task.sampling.max_tokens, n=task.sampling.n,
+                   prompt_bytes=measured)  # fmt: skip
 
     def with_max_tokens(self, task: Task, max_tokens: int) -> Task:
         """`task` generating at most `max_tokens` per answer."""

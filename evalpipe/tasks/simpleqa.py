@@ -14,15 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import SIMPLEQA_MAX_TOKENS, TaskRef
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.tasks.base import Sample, Task
+from evalpipe.tasks.base import Sample
 from evalpipe.tasks.config import SourceConfig
 from evalpipe.tasks.datasets import load_rows, read_copy
 from evalpipe.tasks.gradings import BenchmarkCategory, JudgeAsk
-from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind, longest_prompt_bytes
+from evalpipe.tasks.kindbase import Loaded, LoadOptions, TaskKind
 from evalpipe.tasks.packaged import SOURCES, package_constant
 from evalpipe.tasks.packages import Source
 
@@ -125,6 +124,7 @@ class SimpleQaKind(TaskKind):
     """`simpleqa`; it honours --max-tokens."""
 
     name = "simpleqa"
+    measures_prompts = True
 
     def load(
         self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
@@ -138,14 +138,6 @@ class SimpleQaKind(TaskKind):
             rows=tuple(read_rows(options.judge_data)),
         )
         return Loaded(tasks=(task,), gradings={task.name: grading}, published=PUBLISHED_JUDGE)
-
-    def ask(self, task: Task) -> Ask:
-        assert isinstance(task, SimpleQaTask)  # this kind loads only these
-        return Ask(
-            name=task.name,
-            max_tokens=task.sampling.max_tokens,
-            prompt_bytes=longest_prompt_bytes(task),
-        )
 
 
 KIND = SimpleQaKind()

@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.budgets import Ask
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
 from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MEMORY, BFCL_MULTI_TURN, TaskRef
@@ -29,7 +28,6 @@ from evalpipe.tasks.kindbase import (
     Loaded,
     LoadOptions,
     TaskKind,
-    longest_prompt_bytes,
 )
 
 # Backends whose engine reads tool calls with the preset's tool_parser (the endpoint's server
@@ -39,6 +37,9 @@ PARSED_HERE = ("vllm", "fake")
 
 class BfclKind(TaskKind):
     name = "bfcl"
+    # A multi-turn entry's first step is the prompt of its samples; its later steps, with the
+    # history grown, are priced by its request_prompts.
+    measures_prompts = True
 
     def load(
         self, refs: Sequence[tuple[TaskRef, SuiteEntry | None]], options: LoadOptions
@@ -75,16 +76,6 @@ class BfclKind(TaskKind):
             *(task for c in multi
               for task in episode_tasks(c, version, episodes.entries[c], mode)),
         ))  # fmt: skip
-
-    def ask(self, task: Task) -> Ask:
-        # A multi-turn entry's first step (the prompt of its samples); its later steps, with
-        # the history grown, are priced by its request_prompts.
-        assert isinstance(task, BfclTask | BfclMultiTurnTask)  # this kind loads only these
-        return Ask(
-            name=task.name,
-            max_tokens=task.sampling.max_tokens,
-            prompt_bytes=longest_prompt_bytes(task),
-        )
 
     def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
         bfcl = [t for t in tasks if isinstance(t, BfclTask | BfclMultiTurnTask)
