@@ -15,7 +15,11 @@ checks), in the sandbox.
 A memory category runs the same way (memory.py): its prerequisite conversations as one task
 (`bfcl_memory_kv_prereq`, each scored by whether it left a memory), its questions as another,
 each episode `Blocked` until its prerequisites ended and then started from the memory they left;
-the questions are scored by BFCL's agentic checker (the last answer holds an expected value)."""
+the questions are scored by BFCL's agentic checker (the last answer holds an expected value).
+
+A web search category runs the same way, scored by the agentic checker too; its calls reach the
+live web, so each step is decoded in the sandbox without network, then its calls gated and
+executed in a networked one (websearch.py, steps_program.py)."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain, with_memory
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
+from evalpipe.tasks.bfcl.websearch import WEB_SEARCH, certificates, web_network
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,8 @@ STEP_LIMIT = "step_limit"
 CHECKED = ("finished", STEP_LIMIT)  # ends whose trajectory BFCL's checker reads
 # What a prerequisite conversation is scored by: it left a memory (BFCL scores none of them).
 LEFT_MEMORY = "left_memory"
+# A web search entry's calls that were not executed (steps_program.literal_call refused them).
+REFUSED_CALLS = "refused_calls"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,6 +113,10 @@ class BfclMultiTurnTask:
     @property
     def _native(self) -> bool:
         return self.mode.name == "native"
+
+    @property
+    def _web(self) -> bool:
+        return self.bfcl_category in WEB_SEARCH
 
     @property
     def gives_tools(self) -> bool:
@@ -265,10 +276,21 @@ class BfclMultiTurnTask:
 
     def _exchange(self, items: Sequence[Mapping[str, Any]]) -> tuple[Any, SandboxResult]:
         """steps_program.py's answer for `items` (None when it did not end cleanly), and how
-        its sandboxed process ended."""
+        its sandboxed process ended. Web search steps (with text) are decoded without the
+        network first, then gated and executed with it."""
+        if self._web and items and items[0]["text"] is not None:
+            decoded, result = self._run(items, phase="decode")
+            if decoded is None:
+                return None, result
+            items = [{**item, "decoded": d} for item, d in zip(items, decoded, strict=True)]
+            return self._run(items, network=web_network(), certificates=certificates())
+        return self._run(items)
+
+    def _run(self, items: Sequence[Mapping[str, Any]], **how: Any) -> tuple[Any, SandboxResult]:
+        network = how.pop("network", None)
         data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
-                            config=dict(self.mode.config), items=list(items))  # fmt: skip
-        return run_exchange(PROGRAM.read_text(), data,
+                            config=dict(self.mode.config), items=list(items), **how)  # fmt: skip
+        return run_exchange(PROGRAM.read_text(), data, network=network,
                             timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
 
     def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
@@ -280,8 +302,9 @@ class BfclMultiTurnTask:
         given, turns = [], []
         for sample, steps, new in items:
             found = self.history(sample, steps)
+            # Web search keeps no state to replay (steps_program.py), and would fetch again.
             replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
-                      for s in steps if s.outcome.get("calls")]  # fmt: skip
+                      for s in steps if s.outcome.get("calls") and not self._web]  # fmt: skip
             text = fc_response(_parsed(new)) if self._native else new.text
             given.append({**self._item(sample, found, text), "replay": replay})
             turns.append(found.turn)
@@ -363,13 +386,17 @@ class BfclMultiTurnTask:
             else:
                 del result.scores["unparsed"]
             result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
+            if self._web:
+                refused = sum(len(s.outcome.get("refused", ())) for s in steps)
+                result.scores[REFUSED_CALLS] = float(refused)
             out.append(result)
         return out
 
     @property
     def _error(self) -> str:
         """BFCL's error type for an entry whose inference failed."""
-        return f"{'agentic' if self.chain is not None else 'multi_turn'}:inference_error"
+        agentic = self.chain is not None or self._web
+        return f"{'agentic' if agentic else 'multi_turn'}:inference_error"
 
     def _left_memory(self, sample: Sample, steps: Sequence[Step]) -> Scored:
         memory = steps[-1].outcome.get("memory") if steps else None
