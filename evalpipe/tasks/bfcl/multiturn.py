@@ -44,7 +44,7 @@ from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain, with_memory
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
-from evalpipe.tasks.bfcl.websearch import WEB_SEARCH, certificates, web_network
+from evalpipe.tasks.bfcl.websearch import REFUSED_CALLS, WEB_SEARCH, certificates, web_network
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,6 @@ STEP_LIMIT = "step_limit"
 CHECKED = ("finished", STEP_LIMIT)  # ends whose trajectory BFCL's checker reads
 # What a prerequisite conversation is scored by: it left a memory (BFCL scores none of them).
 LEFT_MEMORY = "left_memory"
-# A web search entry's calls that were not executed (steps_program.literal_call refused them).
-REFUSED_CALLS = "refused_calls"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,7 +354,8 @@ class BfclMultiTurnTask:
         records for a failed inference, a string, which its evaluation fails before anything
         else (multi_turn:inference_error); one whose calls broke the sandbox fails as
         SANDBOX_FAILED. Neither needs the checker's process. Metrics: accuracy, sandbox_failed
-        and step_limit; in native mode also unparsed, the entry's steps whose answer began a
+        and step_limit; for web search also refused_calls (its calls the gate did not let
+        execute); in native mode also unparsed, the entry's steps whose answer began a
         tool call the preset's parser could not read (each such step ended its turn, as the
         answer in words vLLM's server hands back ends BFCL's). A memory question is checked by
         BFCL's agentic checker; a prerequisite conversation, which BFCL does not score, by

@@ -15,6 +15,9 @@ from evalpipe.sandbox.pool import Network
 from evalpipe.tasks.bfcl.install import BFCL_EVAL, bfcl_dir
 
 WEB_SEARCH = BFCL_WEB_SEARCH
+# A web search entry's calls that were not executed (steps_program.literal_call refused them):
+# its metric, and its category's sum in bfcl_results.json.
+REFUSED_CALLS = "refused_calls"
 KEY = "SERPAPI_API_KEY"  # what bfcl-eval's web_search.py reads
 KEY_PAGE = "https://serpapi.com/manage-api-key"
 # What users behind a proxy need, in both spellings requests reads.
