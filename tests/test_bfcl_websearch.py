@@ -246,6 +246,11 @@ def test_the_key_is_in_no_file_of_the_run_directory(whole: tuple[Path, int], web
     assert [p for p in files if SECRET.encode() in p.read_bytes()] == []
 
 
+def test_the_estimate_prices_a_request_per_question(loaded: list[BfclMultiTurnTask]) -> None:
+    prompts = loaded[0].request_prompts(3)  # its answers are not calls
+    assert [p[-1]["content"] for p in prompts] == [question(e) for e in loaded[0].entries[:3]]
+
+
 def test_without_the_key_web_search_is_refused_when_named_and_left_out_of_plain_bfcl(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

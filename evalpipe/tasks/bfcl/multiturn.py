@@ -150,10 +150,10 @@ class BfclMultiTurnTask:
                 for e in self._entries(limit)]  # fmt: skip
 
     def request_prompts(self, limit: int | None) -> list[Prompt]:
-        """The requests the first `limit` entries make, for `plan --estimate` (a memory
-        entry's ground truth is answers, not calls: a request per turn)."""
+        """The requests the first `limit` entries make, for `plan --estimate` (a memory or
+        web search entry's ground truth is answers, not calls: a request per turn)."""
         entries = self._entries(limit)
-        if self.chain is not None:
+        if self.chain is not None or self._web:
             entries = [{**e, "ground_truth": [[] for _ in e["turns"]]} for e in entries]
         return episode_requests(entries)
 
