@@ -30,7 +30,7 @@ from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
-from evalpipe.tasks.bfcl import steps_program
+from evalpipe.tasks.bfcl import multiturn, steps_program
 from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
@@ -209,6 +209,21 @@ def test_a_hostile_call_is_not_executed_and_is_recorded(whole: tuple[Path, int],
 ])  # fmt: skip
 def test_only_literal_web_search_calls_pass_the_gate(call: Any, runs: bool) -> None:
     assert steps_program.literal_call(call) is runs
+
+
+@pytest.mark.parametrize(("answer", "ok"), [
+    ([{"calls": ["search_engine_query(keywords='a')"], "decode_error": None}], True),
+    ([{"calls": [], "decode_error": "bad"}], True),
+    ([{"calls": [], "decode_error": None}] * 2, False),  # more items than were sent
+    ([{"calls": [["nested"]], "decode_error": None}], False),
+    ([{"calls": "search_engine_query(keywords='a')", "decode_error": None}], False),
+    (None, False),
+])  # fmt: skip
+def test_the_decoding_process_answer_is_checked_before_use(answer: Any, ok: bool) -> None:
+    """The decoding process ran BFCL's decoders on model text, which may have rewritten its
+    answer: one of another shape fails the step (as sandbox_failed) instead of reaching the
+    networked process, which gates each call anyway."""
+    assert multiturn._decoded(answer, 1) is ok
 
 
 def test_literal_calls_give_what_bfcls_own_executor_gives(whole: tuple[Path, int]) -> None:

@@ -278,7 +278,7 @@ class BfclMultiTurnTask:
         network first, then gated and executed with it."""
         if self._web and items and items[0]["text"] is not None:
             decoded, result = self._run(items, phase="decode")
-            if decoded is None:
+            if not _decoded(decoded, len(items)):
                 return None, result
             items = [{**item, "decoded": d} for item, d in zip(items, decoded, strict=True)]
             return self._run(items, network=web_network(), certificates=certificates())
@@ -403,6 +403,16 @@ class BfclMultiTurnTask:
         self.chain.end(sample.id, memory)
         return Scored(extracted=("memory" if memory else "no_memory",),
                       scores={LEFT_MEMORY: float(memory is not None)})  # fmt: skip
+
+
+def _decoded(answer: Any, count: int) -> bool:
+    """Whether the decoding process answered `count` items, each its calls (strings) and its
+    decoder's error: that process ran BFCL's decoders on the model's text, so its answer is
+    checked before the networked process is sent it (which gates each call again)."""
+    return (isinstance(answer, list) and len(answer) == count
+            and all(isinstance(a, dict) and isinstance(a.get("calls"), list)
+                    and all(isinstance(c, str) for c in a["calls"])
+                    and isinstance(a.get("decode_error"), str | None) for a in answer))  # fmt: skip
 
 
 def _parsed(step: Step) -> ToolCalls:
