@@ -43,10 +43,11 @@ def web_search_asked(chosen: Sequence[str], named: Sequence[str]) -> list[str]:
         asked = [c for c in web if c in named]
         if asked:
             raise ConfigError(
-                f"BFCL's {', '.join(asked)} search the web through SerpAPI with your key, and "
-                f"{KEY} is not set: get a key at {KEY_PAGE} and export {KEY}=... before "
-                "evalpipe run (or evalpipe submit, whose job inherits it). evalpipe passes it "
-                "to the web search's sandbox alone and records it nowhere. Or leave them out."
+                f"BFCL's web search categories ({', '.join(asked)}) search through SerpAPI "
+                f"with your key, and {KEY} is not set: get a key at {KEY_PAGE} and export "
+                f"{KEY}=... before evalpipe run (or evalpipe submit, whose job inherits it). "
+                "evalpipe passes it to the web search's sandbox alone and records it nowhere. "
+                "Or leave them out."
             )
         return []
     missing = [m for m in MODULES if not any((bfcl_dir() / n).exists() for n in (m, f"{m}.py"))]
