@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, TaskRef, check_selection, expand_refs
+from evalpipe.catalog.taskrefs import (
+    BFCL_CATEGORIES,
+    BFCL_WEB_SEARCH,
+    TaskRef,
+    check_selection,
+    expand_refs,
+)
 from evalpipe.cli import main
 from evalpipe.core import exitcodes
 from evalpipe.core.errors import ConfigError, MissingDependencyError
@@ -19,6 +25,7 @@ from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.sensitivity import format_of
 from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
+from evalpipe.tasks.bfcl.websearch import KEY
 from evalpipe.tasks.kindbase import LoadOptions
 
 
@@ -48,12 +55,11 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
 ) -> None:
     monkeypatch.setenv("EVALPIPE_BFCL_DIR", str(tmp_path))  # not reached: nothing loads
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--out", str(tmp_path / "r"),
-            "--tasks", "bfcl:simple_python,memory_vector,web_search_base"]  # fmt: skip
+            "--tasks", "bfcl:simple_python,memory_vector"]  # fmt: skip
     assert main(argv) == exitcodes.ERROR
     said = capsys.readouterr().err
-    assert "cannot run bfcl:memory_vector, bfcl:web_search_base yet" in said
-    for need in ("sentence-transformers", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
-                 "bfcl alone runs simple_python"):  # fmt: skip
+    assert "cannot run bfcl:memory_vector yet" in said
+    for need in ("sentence-transformers", "all-MiniLM-L6-v2", "bfcl alone runs simple_python"):
         assert need in said
     assert "bfcl:memory_kv" not in said and not (tmp_path / "r").exists()  # runs now
 
@@ -82,8 +88,10 @@ def test_bfcl_eval_missing_is_one_message_naming_the_install(
 
 @pytest.fixture(scope="module")
 def every() -> dict[str, BfclTask]:
-    """Plain `bfcl`'s tasks, read once (~12 s)."""
-    return load("bfcl")
+    """Plain `bfcl`'s tasks without SERPAPI_API_KEY (web search left out), read once (~12 s)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(KEY, raising=False)
+        return load("bfcl")
 
 
 def test_bfcl_selects_every_category_in_the_packages_order(every: dict[str, BfclTask]) -> None:
@@ -93,7 +101,8 @@ def test_bfcl_selects_every_category_in_the_packages_order(every: dict[str, Bfcl
     assert all(t.sampling.temperature == 0.001 and t.sampling.max_tokens == 4096
                for t in tasks.values())  # fmt: skip
     # A memory category's prerequisite conversations are a task of their own, just before it.
-    assert [c for c in tasks if not c.endswith("_prereq")] == list(BFCL_CATEGORIES)
+    assert [c for c in tasks if not c.endswith("_prereq")] == [
+        c for c in BFCL_CATEGORIES if c not in BFCL_WEB_SEARCH]  # fmt: skip
     assert list(tasks)[-4:] == ["memory_kv_prereq", "memory_kv", "memory_rec_sum_prereq",
                                 "memory_rec_sum"]  # fmt: skip
     simple = tasks["simple_python"].samples(2)

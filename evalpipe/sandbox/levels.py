@@ -7,11 +7,16 @@ from collections.abc import Iterable, Sequence
 from evalpipe.core.isolation import IsolationLevel
 
 FULL_ISOLATION = ("network", "filesystem", "pid")  # the parts that make a level full
+# The part a server asked to keep the host's network has instead of "network" (pool.Network).
+HOST_NETWORK = "host-network"
 
 
 def isolation_level(parts: Iterable[str]) -> IsolationLevel:
-    """`full` where every part of FULL_ISOLATION held, else `weak`."""
-    return "full" if set(FULL_ISOLATION) <= set(parts) else "weak"
+    """`full` where every part of FULL_ISOLATION held (a server that was asked for the host's
+    network: every other part), else `weak`."""
+    held = set(parts)
+    needed = set(FULL_ISOLATION) - ({"network"} if HOST_NETWORK in held else set())
+    return "full" if needed <= held else "weak"
 
 
 def weak_refused(notes: Sequence[str]) -> str:

@@ -13,6 +13,11 @@ kept for reuse across calls); docs/sandbox.md gives the threat model and the lim
 
 Programs run only where the machine gives `full` isolation unless `require_isolation("weak")`
 was called: elsewhere every run raises SandboxError saying what is missing.
+
+`network=Network(env={...})` runs a program in a server of its own that keeps the host's
+network (and sees those environment variables), all other isolation alike: for trusted
+programs that gate what they run (BFCL's web search, docs/sandbox.md); every other program
+has no network.
 """
 
 from __future__ import annotations
@@ -29,9 +34,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Literal
 
@@ -110,6 +115,18 @@ class SandboxResult:
         return {**asdict(self), "isolation": list(self.isolation)}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Network:
+    """The host's network for a program, and what its environment adds to PROGRAM_ENV (a key,
+    proxy settings): never shown, so no repr, log or record carries them."""
+
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def key(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.env.items()))
+
+
 def _program(item: str | Program) -> Program:
     return item if isinstance(item, Program) else Program(source=item)
 
@@ -122,12 +139,12 @@ def _check_timeout(timeout_s: float) -> None:
 class _Server:
     """One warm sandbox server process; runs one program at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, network: Network | None = None) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER)],
+            [sys.executable, "-I", "-S", str(WORKER), *(["--network"] if network else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=PROGRAM_ENV,
+            env={**PROGRAM_ENV, **(network.env if network else {})},
             cwd="/",
             start_new_session=True,
         )
@@ -200,10 +217,12 @@ class _ServerPool:
     An idle server only waits on its stdin; it exits by itself when this process does.
     """
 
-    def __init__(self) -> None:
+    accept: IsolationLevel = "full"  # the weakest level programs may run under (every pool)
+
+    def __init__(self, network: Network | None = None) -> None:
         self._idle: list[_Server] = []
         self._lock = threading.Lock()
-        self.accept: IsolationLevel = "full"  # the weakest level programs may run under
+        self._network = network
 
     def forget(self) -> None:
         """In a forked child: the inherited servers belong to the parent; start afresh."""
@@ -214,7 +233,7 @@ class _ServerPool:
         with self._lock:
             server = self._idle.pop() if self._idle else None
         if server is None:
-            server = _Server()
+            server = _Server(self._network)
         if self.accept == "full" and isolation_level(server.isolation) == "weak":
             self.give_back(server)
             raise SandboxError(weak_refused(server.notes))
@@ -239,13 +258,33 @@ class _ServerPool:
 
 
 _POOL = _ServerPool()
-atexit.register(_POOL.close)
-os.register_at_fork(after_in_child=_POOL.forget)
+# Networked servers, one pool per environment they were given (Network.key).
+_NETWORKED: dict[tuple[tuple[str, str], ...], _ServerPool] = {}
+_NETWORKED_LOCK = threading.Lock()
+
+
+def _pool(network: Network | None) -> _ServerPool:
+    if network is None:
+        return _POOL
+    with _NETWORKED_LOCK:
+        return _NETWORKED.setdefault(network.key, _ServerPool(network))
+
+
+def _forget() -> None:
+    global _NETWORKED_LOCK
+    _POOL.forget()
+    _NETWORKED.clear()
+    _NETWORKED_LOCK = threading.Lock()
 
 
 def shutdown() -> None:
     """Stop the idle sandbox servers now (they also stop when this process exits)."""
-    _POOL.close()
+    for pool in (_POOL, *_NETWORKED.values()):
+        pool.close()
+
+
+atexit.register(shutdown)
+os.register_at_fork(after_in_child=_forget)
 
 
 def require_isolation(accept: IsolationLevel = "full") -> IsolationLevel:
@@ -257,18 +296,23 @@ def require_isolation(accept: IsolationLevel = "full") -> IsolationLevel:
         raise ConfigError(
             f"Sandbox isolation {accept!r} is not one of {', '.join(ISOLATION_LEVELS)}."
         )
-    _POOL.accept = accept
+    _ServerPool.accept = accept
     server = _POOL.server()
     _POOL.give_back(server)
     return isolation_level(server.isolation)
 
 
 def run_program(
-    source: str | Program, *, timeout_s: float = 10.0, limits: Limits | None = None
+    source: str | Program,
+    *,
+    timeout_s: float = 10.0,
+    limits: Limits | None = None,
+    network: Network | None = None,
 ) -> SandboxResult:
-    """Run one Python program in the sandbox and say whether it ran to its end cleanly."""
+    """Run one Python program in the sandbox and say whether it ran to its end cleanly (with
+    `network`, in a server that keeps the host's network)."""
     _check_timeout(timeout_s)
-    return _POOL.run(_program(source), timeout_s, limits or Limits())
+    return _pool(network).run(_program(source), timeout_s, limits or Limits())
 
 
 def default_workers() -> int:

@@ -21,7 +21,9 @@ messages after turn 0) and `prompt` (the text its `_format_prompt` makes of them
 request, as `bfcl generate` sends it). In native mode each entry also has `tools` (its
 functions as chat tools, as BFCL's OpenAI FC handler compiles them: entries_program.native_tools)
 and `added_tools` ({turn: the held-out functions as tools}, which BFCL adds to the entry's
-functions at that turn before compiling them again). A memory category
+functions at that turn before compiling them again). A web search category (web_search_base,
+web_search_no_snippet: the same questions) has the initial_config `bfcl generate` gives it
+(`show_snippet`, populate_initial_settings_for_web_search_test_cases). A memory category
 (memory_kv, memory_rec_sum) holds its prerequisite conversations first (`prereq`: true, BFCL's
 `memory_CATEGORY_prereq_*` ids), then its questions, each with BFCL's `scenario` and
 `depends_on` (the prerequisites that must end before it starts); turn 0 carries BFCL's memory
@@ -51,8 +53,10 @@ def main():
         extract_test_category_from_id,
         is_memory,
         is_memory_prereq,
+        is_web_search,
         load_dataset_entry,
         load_ground_truth_entry,
+        populate_initial_settings_for_web_search_test_cases,
     )
     from entries_program import config_of, native_tools  # its folder is first on its path
 
@@ -71,13 +75,17 @@ def main():
         )
     out = {}
     for category in given["categories"]:
-        if category not in (*MULTI_TURN_CATEGORY, *MEMORY):
+        if category not in (*MULTI_TURN_CATEGORY, *MEMORY, *WEB_SEARCH):
             continue  # the caller names it as unknown
-        # Memory answers keep the file's ids ("memory_0-customer-0"); the entries, the category's.
-        truths = {e["id"].replace("memory", category, 1): e["ground_truth"]
+        # Memory and web search answers keep the file's ids ("memory_0-customer-0",
+        # "web_search_0"); the entries, the category's.
+        shared = "web_search" if is_web_search(category) else "memory"
+        truths = {e["id"].replace(shared, category, 1): e["ground_truth"]
                   for e in load_ground_truth_entry(category)}  # fmt: skip
+        entries = populate_initial_settings_for_web_search_test_cases(  # show_snippet
+            load_dataset_entry(category))  # fmt: skip
         rows = []
-        for entry in load_dataset_entry(category):
+        for entry in entries:
             memory = {}
             if is_memory(category):
                 # inference_multi_turn_prompting's first step for a memory entry, before the
@@ -120,14 +128,15 @@ def main():
                 row["prompt"] = handler._format_prompt(data["message"], data["function"])
             rows.append(row)
         out[category] = rows
-    found = {"known": [*MULTI_TURN_CATEGORY, *MEMORY], "handler": type(handler).__name__,
-             "entries": out}  # fmt: skip
+    found = {"known": [*MULTI_TURN_CATEGORY, *MEMORY, *WEB_SEARCH],
+             "handler": type(handler).__name__, "entries": out}  # fmt: skip
     found["config"] = config_of(given["checker"])
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 
 # The memory categories evalpipe runs (memory_vector needs a hub model: refused before this).
 MEMORY = ("memory_kv", "memory_rec_sum")
+WEB_SEARCH = ("web_search_base", "web_search_no_snippet")  # initial_config: show_snippet
 
 
 def load_class(paths, name):

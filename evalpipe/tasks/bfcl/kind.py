@@ -1,6 +1,7 @@
-"""The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, multi-turn, then
-memory) or `bfcl:CATEGORY,...`, one task per category (a memory category two: its prerequisite
-conversations, then its questions; memory.py), in the preset's BFCL mode (modes.py; memory in
+"""The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, multi-turn,
+memory, then web search where SERPAPI_API_KEY is set; websearch.py) or `bfcl:CATEGORY,...`,
+one task per category (a memory category two: its prerequisite conversations, then its
+questions; memory.py), in the preset's BFCL mode (modes.py; memory in
 BFCL's prompting and handler modes, not native); a completed run keeps BFCL's per-category
 accuracy, its groups, its overall and the mode as its results document (results.py)."""
 
@@ -13,7 +14,13 @@ from typing import Any
 
 from evalpipe.catalog.preset import Preset
 from evalpipe.catalog.suites import SuiteEntry
-from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_MEMORY, BFCL_MULTI_TURN, TaskRef
+from evalpipe.catalog.taskrefs import (
+    BFCL_CATEGORIES,
+    BFCL_MEMORY,
+    BFCL_MULTI_TURN,
+    BFCL_WEB_SEARCH,
+    TaskRef,
+)
 from evalpipe.core.errors import ConfigError
 from evalpipe.tasks.base import Task
 from evalpipe.tasks.bfcl.entries import Entries, read_entries, read_episodes
@@ -23,6 +30,7 @@ from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, Mode, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
+from evalpipe.tasks.bfcl.websearch import web_search_asked
 from evalpipe.tasks.kindbase import (
     FinishedScores,
     Loaded,
@@ -49,16 +57,19 @@ class BfclKind(TaskKind):
         check_mode(preset, options.backend)
         named = [ref.name for ref, _ in refs]
         chosen = [c for c in BFCL_CATEGORIES if self.name in named or c in named]
+        web = web_search_asked(chosen, named)  # SERPAPI_API_KEY, before anything loads
+        chosen = [c for c in chosen if c not in BFCL_WEB_SEARCH or c in web]
         version = bfcl_version()
         wanted = preset.bfcl_mode if preset is not None else "prompting"
         model = preset.bfcl_model if preset is not None else None
-        multi = [c for c in chosen if c in BFCL_MULTI_TURN or c in BFCL_MEMORY]
+        episodic = (*BFCL_MULTI_TURN, *BFCL_MEMORY, *BFCL_WEB_SEARCH)
+        multi = [c for c in chosen if c in episodic]
         if wanted == "native":
             check_memory_native([c for c in multi if c in BFCL_MEMORY], named, wanted)
             multi = [c for c in multi if c not in BFCL_MEMORY]
         if "memory_kv" in multi:
             check_memory_kv()
-        single = [c for c in chosen if c not in BFCL_MULTI_TURN and c not in BFCL_MEMORY]
+        single = [c for c in chosen if c not in episodic]
         none = Entries(handler="", entries={})
         read = read_entries(single, wanted, model) if single else none
         check_prompting_only(read.skipped, named, wanted)

@@ -15,7 +15,11 @@ checks), in the sandbox.
 A memory category runs the same way (memory.py): its prerequisite conversations as one task
 (`bfcl_memory_kv_prereq`, each scored by whether it left a memory), its questions as another,
 each episode `Blocked` until its prerequisites ended and then started from the memory they left;
-the questions are scored by BFCL's agentic checker (the last answer holds an expected value)."""
+the questions are scored by BFCL's agentic checker (the last answer holds an expected value).
+
+A web search category runs the same way, scored by the agentic checker too; its calls reach the
+live web, so each step is decoded in the sandbox without network, then its calls gated and
+executed in a networked one (websearch.py, steps_program.py)."""
 
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain, with_memory
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
+from evalpipe.tasks.bfcl.websearch import REFUSED_CALLS, WEB_SEARCH, certificates, web_network
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +113,10 @@ class BfclMultiTurnTask:
         return self.mode.name == "native"
 
     @property
+    def _web(self) -> bool:
+        return self.bfcl_category in WEB_SEARCH
+
+    @property
     def gives_tools(self) -> bool:
         return self._native
 
@@ -148,10 +157,10 @@ class BfclMultiTurnTask:
                 for e in self._entries(limit)]  # fmt: skip
 
     def request_prompts(self, limit: int | None) -> list[Prompt]:
-        """The requests the first `limit` entries make, for `plan --estimate` (a memory
-        entry's ground truth is answers, not calls: a request per turn)."""
+        """The requests the first `limit` entries make, for `plan --estimate` (a memory or
+        web search entry's ground truth is answers, not calls: a request per turn)."""
         entries = self._entries(limit)
-        if self.chain is not None:
+        if self.chain is not None or self._web:
             entries = [{**e, "ground_truth": [[] for _ in e["turns"]]} for e in entries]
         return episode_requests(entries)
 
@@ -272,10 +281,21 @@ class BfclMultiTurnTask:
 
     def _exchange(self, items: Sequence[Mapping[str, Any]]) -> tuple[Any, SandboxResult]:
         """steps_program.py's answer for `items` (None when it did not end cleanly), and how
-        its sandboxed process ended."""
+        its sandboxed process ended. Web search steps (with text) are decoded without the
+        network first, then gated and executed with it."""
+        if self._web and items and items[0]["text"] is not None:
+            decoded, result = self._run(items, phase="decode")
+            if not _decoded(decoded, len(items)):
+                return None, result
+            items = [{**item, "decoded": d} for item, d in zip(items, decoded, strict=True)]
+            return self._run(items, network=web_network(), certificates=certificates())
+        return self._run(items)
+
+    def _run(self, items: Sequence[Mapping[str, Any]], **how: Any) -> tuple[Any, SandboxResult]:
+        network = how.pop("network", None)
         data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
-                            config=dict(self.mode.config), items=list(items))  # fmt: skip
-        return run_exchange(PROGRAM.read_text(), data,
+                            config=dict(self.mode.config), items=list(items), **how)  # fmt: skip
+        return run_exchange(PROGRAM.read_text(), data, network=network,
                             timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
 
     def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
@@ -287,8 +307,9 @@ class BfclMultiTurnTask:
         given, turns = [], []
         for sample, steps, new in items:
             found = self.history(sample, steps)
+            # Web search keeps no state to replay (steps_program.py), and would fetch again.
             replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
-                      for s in steps if s.outcome.get("calls")]  # fmt: skip
+                      for s in steps if s.outcome.get("calls") and not self._web]  # fmt: skip
             text = fc_response(_parsed(new)) if self._native else new.text
             given.append({**self._item(sample, found, text), "replay": replay})
             turns.append(found.turn)
@@ -340,7 +361,8 @@ class BfclMultiTurnTask:
         records for a failed inference, a string, which its evaluation fails before anything
         else (multi_turn:inference_error); one whose calls broke the sandbox fails as
         SANDBOX_FAILED. Neither needs the checker's process. Metrics: accuracy, sandbox_failed
-        and step_limit; in native mode also unparsed, the entry's steps whose answer began a
+        and step_limit; for web search also refused_calls (its calls the gate did not let
+        execute); in native mode also unparsed, the entry's steps whose answer began a
         tool call the preset's parser could not read (each such step ended its turn, as the
         answer in words vLLM's server hands back ends BFCL's). A memory question is checked by
         BFCL's agentic checker; a prerequisite conversation, which BFCL does not score, by
@@ -370,13 +392,17 @@ class BfclMultiTurnTask:
             else:
                 del result.scores["unparsed"]
             result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
+            if self._web:
+                refused = sum(len(s.outcome.get("refused", ())) for s in steps)
+                result.scores[REFUSED_CALLS] = float(refused)
             out.append(result)
         return out
 
     @property
     def _error(self) -> str:
         """BFCL's error type for an entry whose inference failed."""
-        return f"{'agentic' if self.chain is not None else 'multi_turn'}:inference_error"
+        agentic = self.chain is not None or self._web
+        return f"{'agentic' if agentic else 'multi_turn'}:inference_error"
 
     def _left_memory(self, sample: Sample, steps: Sequence[Step]) -> Scored:
         memory = steps[-1].outcome.get("memory") if steps else None
@@ -384,6 +410,16 @@ class BfclMultiTurnTask:
         self.chain.end(sample.id, memory)
         return Scored(extracted=("memory" if memory else "no_memory",),
                       scores={LEFT_MEMORY: float(memory is not None)})  # fmt: skip
+
+
+def _decoded(answer: Any, count: int) -> bool:
+    """Whether the decoding process answered `count` items, each its calls (strings) and its
+    decoder's error: that process ran BFCL's decoders on the model's text, so its answer is
+    checked before the networked process is sent it (which gates each call again)."""
+    return (isinstance(answer, list) and len(answer) == count
+            and all(isinstance(a, dict) and isinstance(a.get("calls"), list)
+                    and all(isinstance(c, str) for c in a["calls"])
+                    and isinstance(a.get("decode_error"), str | None) for a in answer))  # fmt: skip
 
 
 def _parsed(step: Step) -> ToolCalls:

@@ -17,6 +17,7 @@ from evalpipe.core.intervals import interval_fields
 from evalpipe.tasks.bfcl import overall
 from evalpipe.tasks.bfcl.child import run_program
 from evalpipe.tasks.bfcl.sensitivity import spread
+from evalpipe.tasks.bfcl.websearch import REFUSED_CALLS
 from evalpipe.tasks.kindbase import FinishedScores
 
 COUNTS_PROGRAM = Path(__file__).with_name("counts_program.py")
@@ -43,6 +44,9 @@ def results_document(
                       "total": len(finished),
                       "unparsed": math.fsum(s.get("unparsed", 0.0) for _, s in finished),
                       **interval_fields(values[name])}  # fmt: skip
+        refused = [s[REFUSED_CALLS] for _, s in finished if REFUSED_CALLS in s]
+        if refused:  # web search: calls the gate did not execute
+            rows[name][REFUSED_CALLS] = math.fsum(refused)
     absent = [c for c in overall.SCORED if c not in figures]
     if absent:
         entries = package_entries()

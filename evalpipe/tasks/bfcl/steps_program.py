@@ -27,7 +27,20 @@ one without: the last turn's, or the step limit's) flushes the memory as
 `inference_multi_turn_prompting` does (`_flush_memory_to_local_file`) and answers it as
 "memory": {"snapshot": the file's JSON, "content": `_dump_core_memory_to_context()`}.
 
-stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "mode": "prompting" |
+A web search entry (web_search_base, web_search_no_snippet) is resolved in two processes
+(multiturn.py): first with "phase": "decode" in the sandbox without network, which answers the
+decoded calls alone ({"calls", "decode_error"} per item: BFCL's decoders `eval` parts of the
+text), then in the networked sandbox with each item's `decoded` set to that answer, which it
+does not trust: each call is executed only if it is a web search function called with literal
+keyword arguments (`literal_call`), evaluated then as BFCL evaluates it; any other call is
+not executed, answered as BFCL's executor answers a call that raised ("Error during execution:
+…", REFUSED) and listed in the item's "refused". Its recorded calls are not replayed: BFCL's
+WebSearchAPI keeps no state but its initial_config's `show_snippet` (its two seeded generators
+feed simulated errors that bfcl-eval 2026.3.23 has switched off), and a replay would fetch again.
+
+stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "certificates" (web
+search: {variable: the CA bundle the user's REQUESTS_CA_BUNDLE or SSL_CERT_FILE names, written
+here, since the sandbox hides /tmp and home folders}), "mode": "prompting" |
 "handler" | "native", "model": the registered model (handler mode; otherwise the name BFCL
 keys instances by), "config": the model's settings (entries_program.config_of: its handler's module,
 class and arguments), "items": [{category, id, initial_config, involved_classes, replay: [{calls,
@@ -36,12 +49,14 @@ no_call}})}]}; in handler mode each item also has `functions`, `chat` (the handl
 messages before the step) and `next_turn` (the user messages of the turn after the step's, or
 null after the last), and an item whose `text` is null only asks for the prompt of `chat`.
 stdout's last line: per item, {"calls": the decoded calls ([] when none), "results": their
-execution results, "decode_error": the decoder's error or null, "replay_equal": bool}; in
+execution results, "decode_error": the decoder's error or null, "replay_equal": bool; a web
+search step with calls also "refused": the calls not executed}; in
 handler mode also "response" (the handler's reading of the text, what BFCL's result file keeps
 of the step), "messages" (what the step added to the handler's chat) and "prompt" (the next
 request's text: the chat with the step's messages, then the next turn's when it made no call).
 """
 
+import ast
 import importlib
 import json
 import os
@@ -49,6 +64,46 @@ import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+
+# BFCL's web search functions (WebSearchAPI's public methods), the only calls a networked step
+# executes, and what it answers for any other (the shape of BFCL's answer to a call that raised).
+WEB_FUNCTIONS = ("search_engine_query", "fetch_url_content")
+REFUSED = (
+    "Error during execution: evalpipe did not execute this call: with the network, it executes "
+    "only search_engine_query and fetch_url_content with literal keyword arguments."
+)
+
+
+def literal_call(call):
+    """Whether `call` is NAME(kw=LITERAL, ...), NAME a web search function and every value
+    one `ast.literal_eval` reads: BFCL's `eval` of it then calls that function on those values
+    and runs nothing else (its rewriting of names before `(` only lengthens a name or the text
+    inside a string)."""
+    try:
+        node = ast.parse(call, mode="eval").body
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in WEB_FUNCTIONS and not node.args):  # fmt: skip
+            return False
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                return False
+            ast.literal_eval(keyword.value)
+    except Exception:  # not a string, not Python, not literal, too deep
+        return False
+    return True
+
+
+def gated(calls, execute):
+    """The results of `calls`, each literal web search call executed in order, every other
+    answered REFUSED; and the refused calls."""
+    results, refused = [], []
+    for call in calls:
+        if literal_call(call):
+            results += execute([call])[0]
+        else:
+            results.append(REFUSED)
+            refused.append(call)
+    return results, refused
 
 
 def memory_config(item, root):
@@ -79,10 +134,14 @@ def main():
     sys.path[:0] = given["path"]
     sys.path.append(given["bfcl"])
     root = os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp(prefix="bfcl-")  # the sandbox's /tmp
+    for variable, text in given.get("certificates", {}).items():  # where requests reads them
+        path = os.environ[variable] = os.path.join(root, f"{variable}.pem")
+        Path(path).write_text(text)
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (
         execute_multi_turn_func_call,
         is_empty_execute_response,
     )
+    from bfcl_eval.utils import is_web_search
 
     handler = None
     if given["mode"] == "handler":  # its module alone: importing every handler takes seconds
@@ -123,17 +182,26 @@ def main():
             response = SimpleNamespace(choices=[SimpleNamespace(text=text)], usage=usage)
             read = handler._parse_query_response_prompting(response)
             text = found["response"] = read["model_responses"]
-        try:
-            calls = decode(text, has_tool_call_tag=False)
-        except Exception as exc:  # BFCL: the turn ends
-            found["decode_error"] = str(exc)
-            calls = []
+        decoded = item.get("decoded")
+        if decoded is not None:  # by the decoding process (web search), untrusted: gated below
+            calls, found["decode_error"] = decoded["calls"], decoded["decode_error"]
+        else:
+            try:
+                calls = decode(text, has_tool_call_tag=False)
+            except Exception as exc:  # BFCL: the turn ends
+                found["decode_error"] = str(exc)
+                calls = []
+        if given.get("phase") == "decode":
+            out.append({"calls": calls, "decode_error": found["decode_error"]})
+            continue
         made = not is_empty_execute_response(calls)
         flush = memory and memory["prereq"] and memory["flush_if"]["call" if made else "no_call"]
         if made or flush:
             for step in item["replay"]:
                 found["replay_equal"] &= execute(step["calls"])[0] == step["results"]
-        if made:
+        if made and is_web_search(item["category"]):
+            found["calls"], (found["results"], found["refused"]) = calls, gated(calls, execute)
+        elif made:
             found["calls"], found["results"] = calls, execute(calls)[0]
         if flush:
             found["memory"] = flushed(execute([])[1])
