@@ -15,11 +15,17 @@ from evalpipe.sandbox.pool import Limits, Program, SandboxResult, run_program
 
 
 def run_exchange(
-    source: str, data: Any, *, timeout_s: float, limits: Limits | None = None
+    source: str,
+    data: Any,
+    *,
+    timeout_s: float,
+    limits: Limits | None = None,
+    shown: tuple[str, ...] = (),
 ) -> tuple[Any, SandboxResult]:
     """(the program's answer, how it ended); the answer is None unless it ran to its end and
-    its stdout's last line is JSON (what the code it ran printed before that is ignored)."""
-    program = Program(source=source, stdin=json.dumps(data), capture_stdout=True)
+    its stdout's last line is JSON (what the code it ran printed before that is ignored).
+    `shown`: hidden folders it may read (Program.shown)."""
+    program = Program(source=source, stdin=json.dumps(data), capture_stdout=True, shown=shown)
     result = run_program(program, timeout_s=timeout_s, limits=limits)
     lines = (result.stdout or "").rstrip("\n").rpartition("\n")
     if not result.passed or result.stdout_truncated or not lines[2]:

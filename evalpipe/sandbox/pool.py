@@ -120,11 +120,13 @@ def _check_timeout(timeout_s: float) -> None:
 
 
 class _Server:
-    """One warm sandbox server process; runs one program at a time."""
+    """One warm sandbox server process; runs one program at a time. `shown`: the hidden
+    folders its programs may read (Program.shown)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown: tuple[str, ...] = ()) -> None:
+        self.shown = shown
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER)],
+            [sys.executable, "-I", "-S", str(WORKER), *shown],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=PROGRAM_ENV,
@@ -209,12 +211,14 @@ class _ServerPool:
         """In a forked child: the inherited servers belong to the parent; start afresh."""
         self._idle, self._lock = [], threading.Lock()
 
-    def server(self) -> _Server:
-        """An idle server, or a new one; SandboxError where its level is below `accept`."""
+    def server(self, shown: tuple[str, ...] = ()) -> _Server:
+        """An idle server showing `shown`, or a new one; SandboxError where its level is below
+        `accept`."""
         with self._lock:
-            server = self._idle.pop() if self._idle else None
+            found = [i for i, s in enumerate(self._idle) if s.shown == shown]
+            server = self._idle.pop(found[-1]) if found else None
         if server is None:
-            server = _Server()
+            server = _Server(shown)
         if self.accept == "full" and isolation_level(server.isolation) == "weak":
             self.give_back(server)
             raise SandboxError(weak_refused(server.notes))
@@ -226,7 +230,7 @@ class _ServerPool:
                 self._idle.append(server)
 
     def run(self, program: Program, timeout_s: float, limits: Limits) -> SandboxResult:
-        server = self.server()
+        server = self.server(program.shown)
         result = server.run(program, timeout_s, limits)
         self.give_back(server)
         return result

@@ -6,7 +6,8 @@ package). Protocol: one JSON request per line on stdin, one JSON reply per line 
 first line out is a hello naming the isolation this machine allows.
 
 The server enters a new mount and network namespace once, with every mount read-only, home
-directories and /run hidden, and no network. Per program, two processes:
+directories and /run hidden (save the folders its command line names, read-only), and no
+network. Per program, two processes:
   server (this loop, long-lived, warm imports; mounts a fresh tmpfs as /tmp per program)
     └─ supervisor: own session; new PID and IPC namespaces; enforces the wall-clock timeout;
        trusted, keeps its privileges
@@ -222,6 +223,7 @@ class Isolation:
     notes: list[str] = field(default_factory=list)
     proc_dev: int = 0
     tmp_mounts: list[str] = field(default_factory=list)
+    shown: list[str] = field(default_factory=list)  # hidden folders programs may read (argv)
 
     @property
     def parts(self) -> list[str]:
@@ -238,7 +240,7 @@ class Isolation:
         """Enter the mount and network namespaces every program of this server shares."""
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET), "unshare(mount, net)")
         _remount_everything_read_only()
-        keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+        keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, *self.shown)}
         _hide_dirs(sorted(keep))
         self.proc_dev = os.stat("/proc").st_dev
 
@@ -729,13 +731,15 @@ PROBE_REQUEST = {
 }
 
 
-def probe() -> Isolation:
+def probe(shown: list[str]) -> Isolation:
     """Find what isolation this machine allows: enter a user namespace unless root, then try
     the namespaces and a trivial program in a child; where they fail, say why and go on with what
-    remains (rlimits, session, environment, and the uid where root)."""
+    remains (rlimits, session, environment, and the uid where root). `shown`: hidden folders
+    programs may read."""
     iso = Isolation(
         tmp_mounts=["/tmp"]
-        + [p for p in PRIVATE_TMP_ALIASES if os.path.isdir(p) and not os.path.islink(p)]
+        + [p for p in PRIVATE_TMP_ALIASES if os.path.isdir(p) and not os.path.islink(p)],
+        shown=shown,
     )
     if os.geteuid() == 0:
         try:
@@ -787,7 +791,7 @@ def main() -> None:
     for module in WARM_MODULES:
         __import__(module)
     gc.freeze()  # collections in forked programs then leave the shared pages untouched
-    iso = probe()
+    iso = probe(sys.argv[1:])
     _send({"isolation": iso.parts, "notes": iso.notes})
     for line in sys.stdin.buffer:
         _send(run_one(json.loads(line), iso))
