@@ -48,14 +48,13 @@ def test_categories_needing_more_are_refused_in_one_message_before_anything_load
 ) -> None:
     monkeypatch.setenv("EVALPIPE_BFCL_DIR", str(tmp_path))  # not reached: nothing loads
     argv = ["run", "--preset", "tiny_random", "--backend", "fake", "--out", str(tmp_path / "r"),
-            "--tasks", "bfcl:simple_python,memory_vector,web_search_base"]  # fmt: skip
+            "--tasks", "bfcl:simple_python,web_search_base,web_search_no_snippet"]  # fmt: skip
     assert main(argv) == exitcodes.ERROR
     said = capsys.readouterr().err
-    assert "cannot run bfcl:memory_vector, bfcl:web_search_base yet" in said
-    for need in ("sentence-transformers", "all-MiniLM-L6-v2", "SERPAPI_API_KEY",
-                 "bfcl alone runs simple_python"):  # fmt: skip
+    assert "cannot run bfcl:web_search_base, bfcl:web_search_no_snippet yet" in said
+    for need in ("SERPAPI_API_KEY", "bfcl alone runs simple_python"):
         assert need in said
-    assert "bfcl:memory_kv" not in said and not (tmp_path / "r").exists()  # runs now
+    assert "- bfcl:memory_vector" not in said and not (tmp_path / "r").exists()  # runs now
 
 
 def test_suite_tools_2026_runs_bfcl_and_tau2_and_gives_them_no_settings(tmp_path: Path) -> None:

@@ -241,11 +241,11 @@ def _simpleqa_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> l
 # BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
 # (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks, and its NON_SCORING_CATEGORY
 # format_sensitivity), then the multi-turn ones (its MULTI_TURN_CATEGORY), run as episodes, then
-# the memory ones whose backends need nothing from the network, after their prerequisite
-# conversations (episodes too).
+# the memory ones, after their prerequisite conversations (episodes too; memory_vector where its
+# encoder is cached: evalpipe/tasks/bfcl/vector.py).
 BFCL_MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                    "multi_turn_long_context")  # fmt: skip
-BFCL_MEMORY = ("memory_kv", "memory_rec_sum")
+BFCL_MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")
 BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
                    "parallel_multiple", "irrelevance", "live_simple", "live_multiple",
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
@@ -257,9 +257,6 @@ _WEB_SEARCH = (
 )
 # BFCL v4's categories that need more than evalpipe has (docs/bfcl.md, "Not run"): what each needs.
 BFCL_NEEDS = {
-    "memory_vector": "the sentence-transformers model all-MiniLM-L6-v2 from the Hugging Face "
-                     "hub, cached by you, and the sentence-transformers and faiss-cpu packages "
-                     "beside bfcl-eval, which evalpipe does not install",
     "web_search_base": _WEB_SEARCH,
     "web_search_no_snippet": _WEB_SEARCH,
 }  # fmt: skip
