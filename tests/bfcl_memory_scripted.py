@@ -1,16 +1,22 @@
 """Scripted models for BFCL's memory categories on the fake engine. MemoryModel, in the first
 user turn of a scenario's first prerequisite conversation, stores each question's expected
-answer (memory_kv: `archival_memory_add(key='answer_N', …)`; memory_rec_sum: `memory_append`)
-and answers every other user turn in words (no call: BFCL ends the turn). Asked a question, it
-answers only from what the memory gives it: memory_kv retrieves `answer_N` and answers with the
-tool's value, memory_rec_sum reads `answer_N=` from the memory shown in its prompt. So it scores
-1.0 only where the prerequisites' memory reached the question. SilentModel answers nothing."""
+answer (memory_kv: `archival_memory_add(key='answer_N', …)`; memory_vector: one archival entry
+`answer_N=…; ` for every N; memory_rec_sum: `memory_append`) and answers every other user turn
+in words (no call: BFCL ends the turn). Asked a question, it answers only from what the memory
+gives it: memory_kv retrieves `answer_N` and answers with the tool's value, memory_vector
+retrieves by similarity (the one entry there is) and reads `answer_N=` from the tool's result,
+memory_rec_sum reads `answer_N=` from the memory shown in its prompt. So it scores 1.0 only
+where the prerequisites' memory reached the question. SilentModel answers nothing."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from bfcl_scripted import last_role
@@ -18,11 +24,15 @@ from bfcl_scripted import last_role
 from evalpipe.catalog.preset import load_preset
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
+from evalpipe.records.episode import Step
 from evalpipe.records.sampling import SamplingSettings
+from evalpipe.rundir.layout import RunDir
+from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 
 CONTEXT = 16_000  # words: the memory function docs and a prerequisite's turns fit
 QUESTION = "For your final answer to the user"  # BFCL's agentic answer format, in questions only
+VECTOR = "vec_id"  # a parameter of memory_vector's functions alone
 WORDS = "Noted."
 
 
@@ -42,28 +52,33 @@ class MemoryModel(FakeEngine):
     def _completion(self, text: str, settings: SamplingSettings, index: int) -> str:
         if self.stop_at is not None and self.stop_at in text:
             self.stop.requested = "stopped between prerequisites"
-        kv = "archival_memory_add" in text
+        vector = VECTOR in text
+        kv = "archival_memory_add" in text and not vector
         if QUESTION not in text:  # a prerequisite conversation
             if last_role(text) != "user" or text.count("\nuser: ") != 1:
                 return WORDS
             if not any(first in text for first in self.first):
                 return WORDS
-            return self._store(kv)
+            return self._store(kv, vector)
         n = next(n for question, n in self.questions.items() if question in text)
-        if kv and last_role(text) == "user":
-            return f"[archival_memory_retrieve(key='answer_{n}')]"
+        if (kv or vector) and last_role(text) == "user":
+            asked = f"key='answer_{n}'" if kv else f"query='answer_{n}'"
+            return f"[archival_memory_retrieve({asked})]"
         if kv:
             found = json.loads(text.rpartition("\ntool: ")[2])
             return _answer(found.get("value", "I do not know"))
-        found = re.search(rf"answer_{n}=([^;]*);", text)
+        # memory_vector: the tool's result; memory_rec_sum: the memory shown in the prompt.
+        found = re.search(rf"answer_{n}=([^;]*);", text.rpartition("\ntool: ")[2])
         return _answer(found.group(1) if found else "I do not know")
 
-    def _store(self, kv: bool) -> str:
+    def _store(self, kv: bool, vector: bool) -> str:
         if kv:
             calls = [f"archival_memory_add(key='answer_{n}', value={a!r})"
                      for n, a in enumerate(self.answers)]  # fmt: skip
             return f"[{', '.join(calls)}]"
         notes = "".join(f"answer_{n}={a}; " for n, a in enumerate(self.answers))
+        if vector:
+            return f"[archival_memory_add(text={notes!r})]"
         return f"[memory_append(text={notes!r})]"
 
 
@@ -94,4 +109,76 @@ def chain(tasks: Sequence[BfclMultiTurnTask], scenario: str, prereqs: int,
     found = [{**e, "depends_on": [d for d in e["depends_on"] if d in ids]} for e in kept]
     found += [{**e, "depends_on": ids} for e in asked.entries
               if e["scenario"] == scenario][:questions]  # fmt: skip
-    return list(episode_tasks(asked.bfcl_category, asked.version, found, asked.mode))
+    return list(episode_tasks(asked.bfcl_category, asked.version, found, asked.mode,
+                              asked.encoder))  # fmt: skip
+
+
+# BFCL's own inference loop (`inference_multi_turn_prompting` with its generic OSS handler) over
+# the entries named, in order, the model's answers given: each request's chat, each entry's
+# result, and the snapshot each prerequisite conversation flushed, its memory files under a
+# folder of its own as `bfcl generate` lays them out.
+BFCL_LOOP = """
+import json, os, sys, tempfile
+from pathlib import Path
+from types import SimpleNamespace
+given = json.load(sys.stdin)
+sys.path[:0] = given["path"]
+sys.path.append(given["bfcl"])
+root = os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp()
+from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
+from bfcl_eval.utils import load_dataset_entry, populate_initial_settings_for_memory_test_cases
+usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0)
+out = {}
+for category, ids in given["entries"].items():
+    entries = {e["id"]: e for e in load_dataset_entry(category)}
+    for entry_id in ids:
+        entry = populate_initial_settings_for_memory_test_cases([entries[entry_id]],
+                                                                Path(root) / "result")[0]
+        handler = QuickTestingOSSHandler(model_name="evalpipe", temperature=0.001,
+                                         registry_name="evalpipe", is_fc_model=False)
+        answers, chats = iter(given["answers"][entry_id]), []
+        def query(data, answers=answers, chats=chats):
+            chats.append(json.loads(json.dumps(data["message"])))
+            return SimpleNamespace(choices=[SimpleNamespace(text=next(answers))],
+                                   usage=usage), 0.0
+        handler._query_prompting = query
+        result, _ = handler.inference_multi_turn_prompting(entry, False, True)
+        snapshot = None
+        if "prereq" in entry_id:
+            found = sorted(Path(root).rglob(entry_id + ".json"))
+            snapshot = json.loads(found[0].read_text())
+        out[entry_id] = {"chats": chats, "result": result, "snapshot": snapshot}
+print(json.dumps(out))
+"""
+
+
+def agrees_with_bfcls_loop(tasks: Sequence[BfclMultiTurnTask], run: Path) -> None:
+    """The recorded answers of `run` (of `tasks`) given to BFCL's own loop, entry by entry in
+    BFCL's order: every chat evalpipe sent (next_request from the record, the chain restored from
+    the run directory as a resume restores it), every trajectory and every flushed snapshot
+    equal BFCL's."""
+    recorded = [json.loads(x) for x in RunDir(run).steps.read_text().splitlines()]
+    by_id: dict[str, list[Step]] = {}
+    for row in sorted(recorded, key=lambda r: r["index"]):
+        by_id.setdefault(row["sample_id"], []).append(Step.from_dict(row))
+    for task in tasks:
+        ids = {e["id"] for e in task.entries}
+        task.restore({k: v for k, v in by_id.items() if k in ids}, ids)
+    order = {t.bfcl_category.removesuffix("_prereq"): [] for t in tasks}  # type: dict[str, list]
+    for task in tasks:
+        order[task.bfcl_category.removesuffix("_prereq")] += [e["id"] for e in task.entries]
+    given = sandbox_data(entries=order, answers={k: [s.text for s in v] for k, v in by_id.items()})
+    done = subprocess.run([sys.executable, "-c", BFCL_LOOP], input=json.dumps(given),
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    for task in tasks:
+        for sample in task.samples():
+            steps = by_id[sample.id]
+            ours = [task.next_request(sample, steps[:k]) for k in range(len(steps))]
+            assert ours == theirs[sample.id]["chats"], sample.id
+            assert task.history(sample, steps).texts == theirs[sample.id]["result"]
+            snapshot = theirs[sample.id]["snapshot"]
+            if snapshot is not None:
+                assert steps[-1].outcome["memory"]["snapshot"] == snapshot

@@ -10,65 +10,25 @@ a shard, which would split them from their prerequisites, is refused before the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from bfcl_memory_scripted import MemoryModel, SilentModel, chain
+from bfcl_memory_scripted import MemoryModel, SilentModel, agrees_with_bfcls_loop, chain
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.core.errors import ConfigError, MissingDependencyError
-from evalpipe.records.episode import Ended, Step
+from evalpipe.records.episode import Ended
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.shard import Shard
-from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.memory import MemoryChain
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.kindbase import LoadOptions
 
-# BFCL's own inference loop (`inference_multi_turn_prompting` with its generic OSS handler) over
-# the entries named, in order, the model's answers given: each request's chat, each entry's
-# result, and the snapshot each prerequisite conversation flushed, its memory files under a
-# folder of its own as `bfcl generate` lays them out.
-BFCL_LOOP = """
-import json, os, sys, tempfile
-from pathlib import Path
-from types import SimpleNamespace
-given = json.load(sys.stdin)
-sys.path[:0] = given["path"]
-sys.path.append(given["bfcl"])
-root = os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp()
-from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
-from bfcl_eval.utils import load_dataset_entry, populate_initial_settings_for_memory_test_cases
-usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0)
-out = {}
-for category, ids in given["entries"].items():
-    entries = {e["id"]: e for e in load_dataset_entry(category)}
-    for entry_id in ids:
-        entry = populate_initial_settings_for_memory_test_cases([entries[entry_id]],
-                                                                Path(root) / "result")[0]
-        handler = QuickTestingOSSHandler(model_name="evalpipe", temperature=0.001,
-                                         registry_name="evalpipe", is_fc_model=False)
-        answers, chats = iter(given["answers"][entry_id]), []
-        def query(data, answers=answers, chats=chats):
-            chats.append(json.loads(json.dumps(data["message"])))
-            return SimpleNamespace(choices=[SimpleNamespace(text=next(answers))],
-                                   usage=usage), 0.0
-        handler._query_prompting = query
-        result, _ = handler.inference_multi_turn_prompting(entry, False, True)
-        snapshot = None
-        if "prereq" in entry_id:
-            found = sorted(Path(root).rglob(entry_id + ".json"))
-            snapshot = json.loads(found[0].read_text())
-        out[entry_id] = {"chats": chats, "result": result, "snapshot": snapshot}
-print(json.dumps(out))
-"""
 SCENARIO = "notetaker"  # its conversations are BFCL's shortest (4-5 turns)
 PREREQS, QUESTIONS = 2, 3
 
@@ -248,28 +208,4 @@ def test_each_request_result_and_snapshot_equal_bfcls_own_loop(
     order: every chat evalpipe sent (next_request from the record, the chain restored from
     the run directory as a resume restores it), every trajectory and every flushed snapshot
     equal BFCL's."""
-    tasks = small(loaded)
-    recorded = [json.loads(x) for x in RunDir(whole).steps.read_text().splitlines()]
-    by_id: dict[str, list[Step]] = {}
-    for row in sorted(recorded, key=lambda r: r["index"]):
-        by_id.setdefault(row["sample_id"], []).append(Step.from_dict(row))
-    for task in tasks:
-        ids = {e["id"] for e in task.entries}
-        task.restore({k: v for k, v in by_id.items() if k in ids}, ids)
-    order = {t.bfcl_category.removesuffix("_prereq"): [] for t in tasks}  # type: dict[str, list]
-    for task in tasks:
-        order[task.bfcl_category.removesuffix("_prereq")] += [e["id"] for e in task.entries]
-    given = sandbox_data(entries=order, answers={k: [s.text for s in v] for k, v in by_id.items()})
-    done = subprocess.run([sys.executable, "-c", BFCL_LOOP], input=json.dumps(given),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
-    for task in tasks:
-        for sample in task.samples():
-            steps = by_id[sample.id]
-            ours = [task.next_request(sample, steps[:k]) for k in range(len(steps))]
-            assert ours == theirs[sample.id]["chats"], sample.id
-            assert task.history(sample, steps).texts == theirs[sample.id]["result"]
-            snapshot = theirs[sample.id]["snapshot"]
-            if snapshot is not None:
-                assert steps[-1].outcome["memory"]["snapshot"] == snapshot
+    agrees_with_bfcls_loop(small(loaded), whole)

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from evalpipe.catalog.taskrefs import BFCL_CATEGORIES, BFCL_NEEDS
+from evalpipe.catalog.taskrefs import BFCL_CATEGORIES
 from evalpipe.tasks.bfcl import overall
 from evalpipe.tasks.bfcl.child import project_env
 from evalpipe.tasks.bfcl.install import bfcl_dir
@@ -123,7 +123,7 @@ def test_groups_and_overall_equal_bfcls_leaderboard_code_on_the_same_figures() -
         assert all(c in document["overall_note"] for c in missing)
     # The package's category names: the ones its overall counts, and the ones evalpipe accepts.
     assert sorted(overall.SCORED) == sorted(theirs["scoring"])
-    assert {*BFCL_CATEGORIES, *BFCL_NEEDS} <= {*theirs["scoring"], *theirs["other"]}
+    assert set(BFCL_CATEGORIES) <= {*theirs["scoring"], *theirs["other"]}
 
 
 def test_the_live_group_of_all_four_categories_has_an_interval_over_their_entries() -> None:

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -345,6 +346,41 @@ def _check_writes_are_contained(tag: str, tmp_path: Path, scratch: Path) -> None
     for target in [*targets, Path(cwd) / f"inside-{tag}"]:
         assert not target.exists(), f"{target} was written on the machine"
     _assert_machine_unharmed()
+
+
+@needs_isolation
+def test_a_shown_home_folder_is_readable_and_read_only_and_the_rest_stays_hidden():
+    home = Path.home() / ".cache"
+    home.mkdir(exist_ok=True)
+    shown, other = (Path(tempfile.mkdtemp(prefix="evalpipe-test-", dir=home)) for _ in "ab")
+    try:
+        for folder in (shown, other):
+            folder.chmod(0o755)  # as a hub cache's folders are: the programs' uid reads them
+            (folder / "model.txt").write_text("weights")
+            (folder / "model.txt").chmod(0o644)
+        source = textwrap.dedent(
+            f"""
+            from pathlib import Path
+            def attempt(do, path):
+                try:
+                    do(Path(path))
+                    print("reached", path)
+                except OSError as exc:
+                    print("refused", path, exc.strerror)
+            print(Path({str(shown / "model.txt")!r}).read_text())
+            attempt(lambda p: p.write_text("x"), {str(shown / "new.txt")!r})
+            attempt(lambda p: p.read_text(), {str(other / "model.txt")!r})
+            """
+        )
+        result = run_program(Program(source=source + FAILING_TEST, shown=(str(shown),)))
+        assert result.status == "failed" and "weights" in result.output_tail
+        assert f"refused {shown / 'new.txt'} Read-only file system" in result.output_tail
+        assert f"refused {other / 'model.txt'} No such file or directory" in result.output_tail
+        hidden = run_program(f"open({str(shown / 'model.txt')!r}).read()")  # not shown: hidden
+        assert hidden.status == "failed" and "FileNotFoundError" in hidden.output_tail
+    finally:
+        for folder in (shown, other):
+            shutil.rmtree(folder)
 
 
 @needs_isolation

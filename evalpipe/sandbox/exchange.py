@@ -21,11 +21,13 @@ def run_exchange(
     timeout_s: float,
     limits: Limits | None = None,
     network: Network | None = None,
+    shown: tuple[str, ...] = (),
 ) -> tuple[Any, SandboxResult]:
     """(the program's answer, how it ended); the answer is None unless it ran to its end and
     its stdout's last line is JSON (what the code it ran printed before that is ignored). With
-    `network`, the program has the host's network (pool.Network): it must gate what it runs."""
-    program = Program(source=source, stdin=json.dumps(data), capture_stdout=True)
+    `network`, the program has the host's network (pool.Network): it must gate what it runs.
+    `shown`: hidden folders it may read (Program.shown)."""
+    program = Program(source=source, stdin=json.dumps(data), capture_stdout=True, shown=shown)
     result = run_program(program, timeout_s=timeout_s, limits=limits, network=network)
     lines = (result.stdout or "").rstrip("\n").rpartition("\n")
     if not result.passed or result.stdout_truncated or not lines[2]:

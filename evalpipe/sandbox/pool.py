@@ -137,11 +137,14 @@ def _check_timeout(timeout_s: float) -> None:
 
 
 class _Server:
-    """One warm sandbox server process; runs one program at a time."""
+    """One warm sandbox server process; runs one program at a time. `shown`: the hidden
+    folders its programs may read (Program.shown)."""
 
-    def __init__(self, network: Network | None = None) -> None:
+    def __init__(self, network: Network | None = None, shown: tuple[str, ...] = ()) -> None:
+        self.shown = shown
+        networked = ["--network"] if network else []
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER), *(["--network"] if network else [])],
+            [sys.executable, "-I", "-S", str(WORKER), *networked, *shown],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**PROGRAM_ENV, **(network.env if network else {})},
@@ -228,12 +231,14 @@ class _ServerPool:
         """In a forked child: the inherited servers belong to the parent; start afresh."""
         self._idle, self._lock = [], threading.Lock()
 
-    def server(self) -> _Server:
-        """An idle server, or a new one; SandboxError where its level is below `accept`."""
+    def server(self, shown: tuple[str, ...] = ()) -> _Server:
+        """An idle server showing `shown`, or a new one; SandboxError where its level is below
+        `accept`."""
         with self._lock:
-            server = self._idle.pop() if self._idle else None
+            found = [i for i, s in enumerate(self._idle) if s.shown == shown]
+            server = self._idle.pop(found[-1]) if found else None
         if server is None:
-            server = _Server(self._network)
+            server = _Server(self._network, shown)
         if self.accept == "full" and isolation_level(server.isolation) == "weak":
             self.give_back(server)
             raise SandboxError(weak_refused(server.notes))
@@ -245,7 +250,7 @@ class _ServerPool:
                 self._idle.append(server)
 
     def run(self, program: Program, timeout_s: float, limits: Limits) -> SandboxResult:
-        server = self.server()
+        server = self.server(program.shown)
         result = server.run(program, timeout_s, limits)
         self.give_back(server)
         return result

@@ -24,3 +24,6 @@ class Program:
     # with copies of plain data; the program passes when these tests run to their end. None:
     # `source` is the whole program and its own end is the verdict.
     tests: str | None = None
+    # Folders the sandbox hides (those under home directories) that the program may read: shown
+    # read-only at their own paths, by a server started for this set (a model cache's folder).
+    shown: tuple[str, ...] = ()

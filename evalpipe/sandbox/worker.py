@@ -6,8 +6,9 @@ package). Protocol: one JSON request per line on stdin, one JSON reply per line 
 first line out is a hello naming the isolation this machine allows.
 
 The server enters a new mount and network namespace once, with every mount read-only, home
-directories and /run hidden, and no network; started with `--network` it keeps the host's
-network namespace (BFCL's web search: pool.Network), all else alike. Per program, two processes:
+directories and /run hidden (save the folders its command line names, read-only), and no
+network; started with `--network` it keeps the host's network namespace (BFCL's web search:
+pool.Network), all else alike. Per program, two processes:
   server (this loop, long-lived, warm imports; mounts a fresh tmpfs as /tmp per program)
     └─ supervisor: own session; new PID and IPC namespaces; enforces the wall-clock timeout;
        trusted, keeps its privileges
@@ -224,6 +225,7 @@ class Isolation:
     proc_dev: int = 0
     tmp_mounts: list[str] = field(default_factory=list)
     host_network: bool = False  # asked for with --network: no network namespace of its own
+    shown: list[str] = field(default_factory=list)  # hidden folders programs may read (argv)
 
     @property
     def parts(self) -> list[str]:
@@ -242,7 +244,7 @@ class Isolation:
         network = 0 if self.host_network else CLONE_NEWNET
         _check(_libc.unshare(CLONE_NEWNS | network), "unshare(mount, net)")
         _remount_everything_read_only()
-        keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)}
+        keep = {os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix, *self.shown)}
         if self.host_network:  # a resolv.conf linked under /run (systemd-resolved) stays readable
             keep.add(os.path.dirname(os.path.realpath("/etc/resolv.conf")))
         _hide_dirs(sorted(keep))
@@ -735,14 +737,16 @@ PROBE_REQUEST = {
 }
 
 
-def probe(host_network: bool = False) -> Isolation:
+def probe(shown: list[str], host_network: bool = False) -> Isolation:
     """Find what isolation this machine allows: enter a user namespace unless root, then try
     the namespaces and a trivial program in a child; where they fail, say why and go on with what
-    remains (rlimits, session, environment, and the uid where root)."""
+    remains (rlimits, session, environment, and the uid where root). `shown`: hidden folders
+    programs may read; `host_network`: keep the host's network namespace."""
     iso = Isolation(
         tmp_mounts=["/tmp"]
         + [p for p in PRIVATE_TMP_ALIASES if os.path.isdir(p) and not os.path.islink(p)],
         host_network=host_network,
+        shown=shown,
     )
     if os.geteuid() == 0:
         try:
@@ -794,7 +798,8 @@ def main() -> None:
     for module in WARM_MODULES:
         __import__(module)
     gc.freeze()  # collections in forked programs then leave the shared pages untouched
-    iso = probe(host_network="--network" in sys.argv[1:])
+    args = sys.argv[1:]
+    iso = probe([a for a in args if a != "--network"], host_network="--network" in args)
     _send({"isolation": iso.parts, "notes": iso.notes})
     for line in sys.stdin.buffer:
         _send(run_one(json.loads(line), iso))

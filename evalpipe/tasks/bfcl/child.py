@@ -19,8 +19,9 @@ LOAD_TIMEOUT_S = 600.0  # importing every model handler on a loaded node; normal
 
 
 def project_env(root: str) -> dict[str, str]:
-    """A child's environment: bfcl-eval's import side effects write under `root` only."""
-    return {**os.environ, "BFCL_PROJECT_ROOT": root}
+    """A child's environment: bfcl-eval's import side effects write under `root` only, and
+    the hub is never asked (memory_vector's encoder comes from the user's cache)."""
+    return {**os.environ, "BFCL_PROJECT_ROOT": root, "HF_HUB_OFFLINE": "1"}
 
 
 def run_program(program: Path, categories: Sequence[str], what: str, **given: Any) -> Any:

@@ -31,6 +31,9 @@ class Entries:
     skipped: tuple[str, ...] = ()
     # The checker model's settings (entries_program.config_of), for the sandboxed programs.
     config: Mapping[str, Any] = field(default_factory=dict)
+    # Categories whose simulated API did not import, and why (memory_vector: its packages or
+    # its encoder did not load).
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 def read_entries(
@@ -54,13 +57,16 @@ def read_episodes(
     categories: Sequence[str], mode: BfclMode = "prompting", model: str | None = None
 ) -> Entries:
     """The multi-turn categories' entries for `mode` (prompting or handler;
-    episode_entries_program.py); ConfigError and DatasetError as read_entries."""
+    episode_entries_program.py), and those whose simulated API did not import; ConfigError and
+    DatasetError as read_entries."""
     found = run_program(EPISODES, categories, "multi-turn entries", mode=mode, model=model,
                         checker=checker_model(mode, model),
                         memory_content=MEMORY_CONTENT)  # fmt: skip
     found = _accepted(found, model)
-    return Entries(handler=found["handler"], entries=_known(found, categories),
-                   config=found["config"])  # fmt: skip
+    unavailable = found["unavailable"]
+    kept = [c for c in categories if c not in unavailable]
+    return Entries(handler=found["handler"], entries=_known(found, kept),
+                   config=found["config"], unavailable=unavailable)  # fmt: skip
 
 
 def _accepted(found: Mapping[str, Any], model: str | None) -> Mapping[str, Any]:

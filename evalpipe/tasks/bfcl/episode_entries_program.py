@@ -8,28 +8,31 @@ stdin: {"path": bfcl-eval's folder, "categories": [...], "mode": "prompting" | "
 told}.
 stdout's last line: {"known": the package's multi-turn categories, "handler": the handler's
 class name, "config": the settings of the model the checker is told, `checker`
-(entries_program.config_of), "entries": {category: [{id, turns, initial_config,
-involved_classes, ground_truth, step_limit}]}} (or {"refused": why}, as entries_program.py
-refuses a model): `turns` the user messages of each turn as BFCL's multi-turn loop adds them:
-turn 0 after the handler's pre-processing (the generic OSS handler's system prompt listing the
-functions, in prompting mode; none in native mode, as `inference_multi_turn_FC`), a held-out
-turn (miss_func) as the message offering the held-out functions (in native mode BFCL's words
-alone, the functions going to the tools); `step_limit` the steps per turn after which the
-handler forces the entry to quit (MAXIMUM_STEP_LIMIT). In handler mode each entry also has
-`functions` (the functions the handler formats into every prompt), `chat` (the handler's
-messages after turn 0) and `prompt` (the text its `_format_prompt` makes of them: the first
-request, as `bfcl generate` sends it). In native mode each entry also has `tools` (its
-functions as chat tools, as BFCL's OpenAI FC handler compiles them: entries_program.native_tools)
-and `added_tools` ({turn: the held-out functions as tools}, which BFCL adds to the entry's
-functions at that turn before compiling them again). A web search category (web_search_base,
-web_search_no_snippet: the same questions) has the initial_config `bfcl generate` gives it
-(`show_snippet`, populate_initial_settings_for_web_search_test_cases). A memory category
-(memory_kv, memory_rec_sum) holds its prerequisite conversations first (`prereq`: true, BFCL's
-`memory_CATEGORY_prereq_*` ids), then its questions, each with BFCL's `scenario` and
-`depends_on` (the prerequisites that must end before it starts); turn 0 carries BFCL's memory
-instruction (`add_memory_instruction_system_prompt`) with the mark `memory_content` where the
-memory's content goes once its prerequisites ended, and `empty_memory` is what BFCL writes there
-when they left no snapshot; stdin's "memory_content" is that mark.
+(entries_program.config_of), "unavailable": {category: why} (memory_vector when its simulated
+API does not import: its packages or its encoder did not load), "entries": {category: [{id,
+turns, initial_config, involved_classes, ground_truth, step_limit}]}} (or {"refused": why}, as
+entries_program.py refuses a model): `turns` the user messages of each turn as BFCL's multi-turn
+loop adds them: turn 0 after the handler's pre-processing (the generic OSS handler's system
+prompt listing the functions, in prompting mode; none in native mode, as
+`inference_multi_turn_FC`), a held-out turn (miss_func) as the message offering the held-out
+functions (in native mode BFCL's words alone, the functions going to the tools); `step_limit`
+the steps per turn after which the handler forces the entry to quit (MAXIMUM_STEP_LIMIT). In
+handler mode each entry also has `functions` (the functions the handler formats into every
+prompt), `chat` (the handler's messages after turn 0) and `prompt` (the text its
+`_format_prompt` makes of them: the first request, as `bfcl generate` sends it). In native mode
+each entry also has `tools` (its functions as chat tools, as BFCL's OpenAI FC handler compiles
+them: entries_program.native_tools) and `added_tools` ({turn: the held-out functions as tools},
+which BFCL adds to the entry's functions at that turn before compiling them again). A web
+search category (web_search_base, web_search_no_snippet: the same questions) has the
+initial_config `bfcl generate` gives it (`show_snippet`,
+populate_initial_settings_for_web_search_test_cases). A memory
+category (memory_kv, memory_vector, memory_rec_sum) holds its prerequisite conversations first
+(`prereq`: true, BFCL's `memory_CATEGORY_prereq_*` ids), then its questions, each with BFCL's
+`scenario` and `depends_on` (the prerequisites that must end before it starts); turn 0 carries
+BFCL's memory instruction (`add_memory_instruction_system_prompt`) with the mark
+`memory_content` where the memory's content goes once its prerequisites ended, and
+`empty_memory` is what BFCL writes there when they left no snapshot; stdin's "memory_content" is
+that mark.
 """
 
 import json
@@ -73,10 +76,16 @@ def main():
         handler = QuickTestingOSSHandler(
             model_name="evalpipe", temperature=0.001, registry_name="evalpipe", is_fc_model=False
         )
-    out = {}
+    out, unavailable = {}, {}
     for category in given["categories"]:
         if category not in (*MULTI_TURN_CATEGORY, *MEMORY, *WEB_SEARCH):
             continue  # the caller names it as unknown
+        if category == "memory_vector":  # its module loads the encoder and imports faiss
+            try:
+                load_class(CLASS_FILE_PATH_MAPPING, "MemoryAPI_vector")
+            except Exception as exc:
+                unavailable[category] = f"{type(exc).__name__}: {exc}"
+                continue
         # Memory and web search answers keep the file's ids ("memory_0-customer-0",
         # "web_search_0"); the entries, the category's.
         shared = "web_search" if is_web_search(category) else "memory"
@@ -129,13 +138,14 @@ def main():
             rows.append(row)
         out[category] = rows
     found = {"known": [*MULTI_TURN_CATEGORY, *MEMORY, *WEB_SEARCH],
-             "handler": type(handler).__name__, "entries": out}  # fmt: skip
+             "handler": type(handler).__name__, "entries": out,
+             "unavailable": unavailable}  # fmt: skip
     found["config"] = config_of(given["checker"])
     sys.stdout.write("\n" + json.dumps(found) + "\n")
 
 
-# The memory categories evalpipe runs (memory_vector needs a hub model: refused before this).
-MEMORY = ("memory_kv", "memory_rec_sum")
+# BFCL's memory categories (memory_vector's encoder was found in the user's cache before this).
+MEMORY = ("memory_kv", "memory_vector", "memory_rec_sum")
 WEB_SEARCH = ("web_search_base", "web_search_no_snippet")  # initial_config: show_snippet
 
 

@@ -1,5 +1,6 @@
 """The BFCL kind: `--tasks bfcl` (every category evalpipe runs: single-turn, multi-turn,
-memory, then web search where SERPAPI_API_KEY is set; websearch.py) or `bfcl:CATEGORY,...`,
+memory (memory_vector where its encoder is cached; vector.py), then web search where
+SERPAPI_API_KEY is set; websearch.py) or `bfcl:CATEGORY,...`,
 one task per category (a memory category two: its prerequisite conversations, then its
 questions; memory.py), in the preset's BFCL mode (modes.py; memory in
 BFCL's prompting and handler modes, not native); a completed run keeps BFCL's per-category
@@ -8,6 +9,7 @@ accuracy, its groups, its overall and the mode as its results document (results.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,8 @@ from evalpipe.tasks.bfcl.modes import NATIVE, PROMPTING, Mode, registered
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
+from evalpipe.tasks.bfcl.vector import CATEGORY as VECTOR
+from evalpipe.tasks.bfcl.vector import find_encoder, load_failed, missing, refusal
 from evalpipe.tasks.bfcl.websearch import web_search_asked
 from evalpipe.tasks.kindbase import (
     FinishedScores,
@@ -37,6 +41,8 @@ from evalpipe.tasks.kindbase import (
     LoadOptions,
     TaskKind,
 )
+
+log = logging.getLogger(__name__)
 
 # Backends whose engine reads tool calls with the preset's tool_parser (the endpoint's server
 # parses them itself).
@@ -69,12 +75,19 @@ class BfclKind(TaskKind):
             multi = [c for c in multi if c not in BFCL_MEMORY]
         if "memory_kv" in multi:
             check_memory_kv()
+        if VECTOR in multi:
+            multi = check_vector(multi, named, missing())
         single = [c for c in chosen if c not in episodic]
         none = Entries(handler="", entries={})
         read = read_entries(single, wanted, model) if single else none
         check_prompting_only(read.skipped, named, wanted)
         single = [c for c in single if c not in read.skipped]
         episodes = read_episodes(multi, wanted, model) if multi else none
+        if VECTOR in episodes.unavailable:  # its packages or encoder did not load
+            why = episodes.unavailable[VECTOR]
+            multi = check_vector(multi, named, [load_failed(why)])
+        found = find_encoder() if VECTOR in multi else None
+        encoder = found.name if found else None
         built = read if single else episodes
         if wanted == "handler":
             mode = registered(str(model), built.handler)
@@ -85,7 +98,7 @@ class BfclKind(TaskKind):
             *(BfclTask(bfcl_category=c, version=version, entries=read.entries[c], mode=mode)
               for c in single),
             *(task for c in multi
-              for task in episode_tasks(c, version, episodes.entries[c], mode)),
+              for task in episode_tasks(c, version, episodes.entries[c], mode, encoder)),
         ))  # fmt: skip
 
     def results(self, tasks: Sequence[Task], scores: FinishedScores) -> dict[str, Any] | None:
@@ -103,21 +116,27 @@ class BfclKind(TaskKind):
 
 
 def episode_tasks(
-    category: str, version: str, entries: Sequence[Mapping[str, Any]], mode: Mode
+    category: str,
+    version: str,
+    entries: Sequence[Mapping[str, Any]],
+    mode: Mode,
+    encoder: str | None = None,
 ) -> tuple[BfclMultiTurnTask, ...]:
     """A multi-turn category's task; a memory category's two, sharing its chain: its
-    prerequisite conversations (`bfcl_CATEGORY_prereq`), then its questions."""
+    prerequisite conversations (`bfcl_CATEGORY_prereq`), then its questions (`encoder`:
+    memory_vector's, recorded with both)."""
     if category not in BFCL_MEMORY:
         return (BfclMultiTurnTask(bfcl_category=category, version=version, entries=entries,
                                   mode=mode),)  # fmt: skip
     chain = MemoryChain()
     prereqs = [e for e in entries if e["prereq"]]
     questions = [e for e in entries if not e["prereq"]]
+    encoder = encoder if category == VECTOR else None
     return (
         BfclMultiTurnTask(bfcl_category=category + PREREQ, version=version, entries=prereqs,
-                          mode=mode, chain=chain, questions=questions),
+                          mode=mode, chain=chain, questions=questions, encoder=encoder),
         BfclMultiTurnTask(bfcl_category=category, version=version, entries=questions, mode=mode,
-                          chain=chain),
+                          chain=chain, encoder=encoder),
     )  # fmt: skip
 
 
@@ -147,6 +166,18 @@ def check_memory_native(memory: Sequence[str], named: Sequence[str], mode: str) 
             "conversations and questions with BFCL's prompts only. Leave them out, or run them "
             "with bfcl_mode prompting or handler."
         )
+
+
+def check_vector(multi: Sequence[str], named: Sequence[str], needs: Sequence[str]) -> list[str]:
+    """`multi` without memory_vector where it lacks `needs` (vector.missing): named, it is
+    refused with them, before anything loads; in plain `bfcl` it is left out (its results name
+    it as not run, the overall incomplete)."""
+    if not needs:
+        return list(multi)
+    if VECTOR in named:
+        raise refusal(list(needs))
+    log.warning("BFCL's memory_vector is not run: it needs %s", "; and ".join(needs))
+    return [c for c in multi if c != VECTOR]
 
 
 def check_prompting_only(skipped: Sequence[str], named: Sequence[str], mode: str) -> None:

@@ -16,6 +16,7 @@ A memory category runs the same way (memory.py): its prerequisite conversations 
 (`bfcl_memory_kv_prereq`, each scored by whether it left a memory), its questions as another,
 each episode `Blocked` until its prerequisites ended and then started from the memory they left;
 the questions are scored by BFCL's agentic checker (the last answer holds an expected value).
+memory_vector's steps load its encoder from the user's hub cache (vector.py).
 
 A web search category runs the same way, scored by the agentic checker too; its calls reach the
 live web, so each step is decoded in the sandbox without network, then its calls gated and
@@ -44,6 +45,8 @@ from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain, with_memory
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
+from evalpipe.tasks.bfcl.vector import CATEGORY as VECTOR
+from evalpipe.tasks.bfcl.vector import find_encoder
 from evalpipe.tasks.bfcl.websearch import REFUSED_CALLS, WEB_SEARCH, certificates, web_network
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,8 @@ class BfclMultiTurnTask:
     # prerequisites' task the questions' entries, whose --limit decides which of them run.
     chain: MemoryChain | None = field(default=None, repr=False)
     questions: Sequence[Mapping[str, Any]] = field(default=(), repr=False)
+    # memory_vector's encoder, `ENCODER@REVISION` as the hub cache held it at load (vector.py).
+    encoder: str | None = None
 
     def __post_init__(self) -> None:
         self._by_id = {e["id"]: e for e in self.entries}
@@ -133,8 +138,9 @@ class BfclMultiTurnTask:
 
     def definition(self) -> dict[str, Any]:
         step_limit = self.entries[0]["step_limit"] if self.entries else None
+        encoder = {"encoder": self.encoder} if self.encoder else {}
         return {"kind": "bfcl", "bfcl_eval": self.version, "category": self.bfcl_category,
-                **self.mode.to_dict(),
+                **self.mode.to_dict(), **encoder,
                 "entries": len(self.entries), "step_limit": step_limit}  # fmt: skip
 
     @property
@@ -292,11 +298,16 @@ class BfclMultiTurnTask:
         return self._run(items)
 
     def _run(self, items: Sequence[Mapping[str, Any]], **how: Any) -> tuple[Any, SandboxResult]:
+        """One sandboxed process over `items`; memory_vector's is shown the encoder's folder in
+        the hub cache, which it reads offline."""
         network = how.pop("network", None)
+        encoder = find_encoder() if self.bfcl_category.removesuffix(PREREQ) == VECTOR else None
         data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
-                            config=dict(self.mode.config), items=list(items), **how)  # fmt: skip
+                            config=dict(self.mode.config), items=list(items),
+                            hub=encoder.hub if encoder else None, **how)  # fmt: skip
         return run_exchange(PROGRAM.read_text(), data, network=network,
-                            timeout_s=START_S + PER_TEXT_S * len(items))  # fmt: skip
+                            timeout_s=START_S + PER_TEXT_S * len(items),
+                            shown=(encoder.repo,) if encoder else ())  # fmt: skip
 
     def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
         """Each new step decoded and its calls executed in the sandbox, after the entry's

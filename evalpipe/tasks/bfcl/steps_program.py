@@ -18,8 +18,8 @@ entry's `initial_config`: the state the recorded steps left, as BFCL's own proce
 (the APIs draw from random generators seeded by the scenario, and the results of the replayed
 calls are compared with the recorded ones: `replay_equal`).
 
-A memory entry (memory_kv, memory_rec_sum) loads the memory its prerequisites left as BFCL
-loads it: its item's `memory` holds the snapshot (or null), written where BFCL's
+A memory entry (memory_kv, memory_vector, memory_rec_sum) loads the memory its prerequisites
+left as BFCL loads it: its item's `memory` holds the snapshot (or null), written where BFCL's
 `MemoryAPI._prepare_snapshot` reads it (`{scenario}_final.json` under this process's result
 folder, its initial_config as `populate_initial_settings_for_memory_test_cases` builds it). A
 prerequisite conversation's step that ends it (`memory.flush_if`, for a step with calls and for
@@ -38,9 +38,13 @@ not executed, answered as BFCL's executor answers a call that raised ("Error dur
 WebSearchAPI keeps no state but its initial_config's `show_snippet` (its two seeded generators
 feed simulated errors that bfcl-eval 2026.3.23 has switched off), and a replay would fetch again.
 
-stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "certificates" (web
-search: {variable: the CA bundle the user's REQUESTS_CA_BUNDLE or SSL_CERT_FILE names, written
-here, since the sandbox hides /tmp and home folders}), "mode": "prompting" |
+memory_vector's API loads its sentence-transformers encoder when imported: from the hub cache
+stdin's "hub" names (the sandbox shows its folder), offline.
+
+stdin: {"path": the runner's import paths, "bfcl": bfcl-eval's folder, "hub": the hub cache
+holding memory_vector's encoder (null for the others), "certificates" (web search: {variable:
+the CA bundle the user's REQUESTS_CA_BUNDLE or SSL_CERT_FILE names, written here, since the
+sandbox hides /tmp and home folders}), "mode": "prompting" |
 "handler" | "native", "model": the registered model (handler mode; otherwise the name BFCL
 keys instances by), "config": the model's settings (entries_program.config_of: its handler's module,
 class and arguments), "items": [{category, id, initial_config, involved_classes, replay: [{calls,
@@ -137,6 +141,8 @@ def main():
     for variable, text in given.get("certificates", {}).items():  # where requests reads them
         path = os.environ[variable] = os.path.join(root, f"{variable}.pem")
         Path(path).write_text(text)
+    if given.get("hub"):  # read when memory_vector's API is imported; never the network
+        os.environ.update(HF_HUB_CACHE=given["hub"], HF_HUB_OFFLINE="1")
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (
         execute_multi_turn_func_call,
         is_empty_execute_response,
