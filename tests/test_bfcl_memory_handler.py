@@ -32,7 +32,7 @@ from evalpipe.tasks.kindbase import LoadOptions
 
 FC_MODEL = "Qwen/Qwen3-8B-FC"
 SCENARIO = "notetaker"  # its conversations are BFCL's shortest (4-5 turns)
-PREREQS, QUESTIONS = 2, 2
+PREREQS, QUESTIONS = 1, 2  # one conversation: each is several sandboxed steps in a row
 
 # BFCL's own loop with Qwen's FC handler over the entries named, in order, the model's answers
 # given: each prompt the handler formats, each entry's result, and the snapshot each
