@@ -33,12 +33,12 @@ in handler mode the handler's reading of it, in native mode the FC response of i
 from steps.jsonl;
 an entry whose inference failed, e.g. a step that outgrew the context, as its error string)
 and scored by the same code path; accuracy and each entry's verdict are compared. --scripted
-adds multi_turn_base's first MT_ENTRIES entries (--quick: six) run on the fake engine by
-tests/bfcl_scripted.py's ground-truth model, perturbed in the first turn by entry position (as
-given, a wrong argument, a missing call, an extra call, prose; native mode adds a broken call,
-which the fake engine's hermes reading leaves unparsed), every entry after a run of them
-answering in words that outgrow the context (native mode: at a later turn, as its prompts do not
-hold the function docs).
+adds multi_turn_base's first MT_ENTRIES entries (--quick: six; native: seven) run on the fake
+engine by tests/bfcl_scripted.py's ground-truth model, perturbed in the first turn by entry
+position (as given, a wrong argument, a missing call, an extra call, prose; native mode adds a
+broken call, which the fake engine's hermes reading leaves unparsed), every entry after a run
+of them answering in words that outgrow the context (native mode: at a later turn, as its
+prompts do not hold the function docs).
 """
 
 from __future__ import annotations
