@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
@@ -35,8 +35,10 @@ DONE = "All done."
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def load(category: str) -> BfclMultiTurnTask:
-    (task,) = KIND.load(expand_refs([f"bfcl:{category}"]), LoadOptions()).tasks
+def load(category: str, preset: Preset | None = None) -> BfclMultiTurnTask:
+    """The category's task, in `preset`'s BFCL mode (default: prompting)."""
+    options = LoadOptions() if preset is None else LoadOptions(preset=preset, backend="fake")
+    (task,) = KIND.load(expand_refs([f"bfcl:{category}"]), options).tasks
     assert isinstance(task, BfclMultiTurnTask)
     return task
 

@@ -248,16 +248,19 @@ def test_judge_agreement_quick() -> None:
 
 
 @pytest.mark.bench
-@pytest.mark.parametrize("mode", ["prompting", "handler"])
+@pytest.mark.parametrize("mode", ["prompting", "handler", "native"])
 def test_bfcl_agreement_quick(mode: str) -> None:
     out = quick("bfcl_agreement.py", "--scripted", "--mode", mode)
     assert f"mode {mode}, checker model " in out, out
     rows = [line.split() for line in out.splitlines() if line.startswith(SCRIPTED_BFCL)]
     assert len(rows) == len(SCRIPTED_BFCL) and "DIFFERENT" not in out, out
     assert all(row[1] == "15" and row[2] == row[3] for row in rows), out
-    # Multi-turn runs in prompting mode only: one entry of each perturbation and a chatty one.
-    multi_turn = re.findall(r"^multi_turn_base +6 +(\S+) +(\S+)  entries agree 6/6$", out, re.M)
-    assert len(multi_turn) == (mode == "prompting"), out
+    # Multi-turn runs in prompting and native mode: one entry of each perturbation (native mode
+    # adds a broken call) and a chatty one.
+    n = {"prompting": 6, "native": 7}.get(mode)
+    multi_turn = re.findall(rf"^multi_turn_base +{n} +(\S+) +(\S+)  entries agree {n}/{n}$", out,
+                            re.M)  # fmt: skip
+    assert len(multi_turn) == (n is not None), out
     assert all(ours == theirs for ours, theirs in multi_turn), out
 
 

@@ -1,5 +1,6 @@
 """bench/bfcl_agreement.py's multi-turn result files: a run's steps read back as `bfcl generate`
-writes an entry (per turn, per step, the model's text; a failed inference as its error string).
+writes an entry (per turn, per step, the model's text; a failed inference as its error string);
+a native run's completions and steps as BFCL's FC handler records them (their parsed calls).
 Its scoring by `bfcl evaluate` is the bench's quick test (tests/test_bench_quick.py)."""
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.records.episode import Step
+from evalpipe.records.tools import ToolCall, ToolCalls
 from evalpipe.rundir.steps import StepRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from bfcl_agreement import multi_turn_from_run
+from bfcl_agreement import from_run, multi_turn_from_run
 
 TASK = "bfcl_multi_turn_base"
 
@@ -52,3 +54,35 @@ def test_trajectories_are_grouped_by_turn_and_failed_inferences_are_error_string
         ("c", "Error during inference: sandbox_failed"),
     ]}  # fmt: skip
     assert verdicts == {"multi_turn_base": {"a": True, "b": False, "c": False}}
+
+
+def test_a_native_runs_completions_are_bfcls_fc_results(tmp_path: Path) -> None:
+    call = {"name": "f", "arguments": '{"x": 1}'}
+    samples = [
+        {**record("a", 1.0), "task": "bfcl_simple_python",
+         "tool_calls": [{"calls": [call, call], "content": ""}]},
+        {**record("b", 0.0), "task": "bfcl_simple_python", "completions": ["<tool_call>{"],
+         "tool_calls": [{"calls": [], "content": "<tool_call>{", "unparsed": "not JSON"}]},
+        {**record("c", 0.0), "task": "bfcl_simple_python"},  # refused: no calls recorded
+        record("d", 1.0),
+    ]  # fmt: skip
+    called = Step(index=0, text="<tool_call>…", prompt_tokens=1, completion_tokens=1,
+                  calls=ToolCalls(calls=(ToolCall(name="f", arguments='{"x": 1}'),)),
+                  outcome={"turn": 0, "calls": ["f(x=1)"], "results": ["1"]})  # fmt: skip
+    words = Step(
+        index=1,
+        text="done",
+        prompt_tokens=1,
+        completion_tokens=1,
+        calls=ToolCalls(content="done"),
+        outcome={"turn": 0, "calls": [], "results": []},
+    )
+    steps = [StepRecord(task=TASK, sample_id="d", step=s).to_dict() for s in (called, words)]
+    (tmp_path / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in samples))
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+
+    results, _ = from_run(tmp_path, native=True)
+    assert results == {"simple_python": [("a", [{"f": '{"x": 1}'}, {"f": '{"x": 1}'}]),
+                                         ("b", "<tool_call>{"), ("c", "")]}  # fmt: skip
+    trajectories, _ = multi_turn_from_run(tmp_path, native=True)
+    assert trajectories == {"multi_turn_base": [("d", [[[{"f": '{"x": 1}'}], "done"]])]}

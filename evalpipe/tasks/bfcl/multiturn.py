@@ -205,7 +205,7 @@ class BfclMultiTurnTask:
         count = 0
         for step in steps:
             outcome = step.outcome
-            read = fc_response(_parsed(step)) if self._native else outcome.get("response")
+            read = fc_response(step_calls(step)) if self._native else outcome.get("response")
             texts[-1].append(step.text if read is None else read)
             if self._native:
                 messages.append(_assistant(step))
@@ -321,7 +321,7 @@ class BfclMultiTurnTask:
             # Web search keeps no state to replay (steps_program.py), and would fetch again.
             replay = [{"calls": s.outcome["calls"], "results": s.outcome["results"]}
                       for s in steps if s.outcome.get("calls") and not self._web]  # fmt: skip
-            text = fc_response(_parsed(new)) if self._native else new.text
+            text = fc_response(step_calls(new)) if self._native else new.text
             given.append({**self._item(sample, found, text), "replay": replay})
             turns.append(found.turn)
         answer, result = self._exchange(given)
@@ -399,7 +399,7 @@ class BfclMultiTurnTask:
             # `unparsed` counts single-turn decoder errors; a trajectory's steps in words are
             # how its turns end, so in BFCL's modes it has none.
             if self._native:
-                result.scores["unparsed"] = float(sum(bool(_parsed(s).unparsed) for s in steps))
+                result.scores["unparsed"] = float(sum(bool(step_calls(s).unparsed) for s in steps))
             else:
                 del result.scores["unparsed"]
             result.scores[STEP_LIMIT] = float(ended.reason == STEP_LIMIT)
@@ -433,7 +433,7 @@ def _decoded(answer: Any, count: int) -> bool:
                     and isinstance(a.get("decode_error"), str | None) for a in answer))  # fmt: skip
 
 
-def _parsed(step: Step) -> ToolCalls:
+def step_calls(step: Step) -> ToolCalls:
     """A native step's answer as the engine parsed it (its text alone when it offered no
     tools)."""
     return step.calls if step.calls is not None else ToolCalls(content=step.text)
@@ -442,7 +442,7 @@ def _parsed(step: Step) -> ToolCalls:
 def _assistant(step: Step) -> dict[str, Any]:
     """A native step as the assistant's message BFCL's OpenAI FC handler keeps (the server's
     message: no content beside calls), its calls under the step's ids."""
-    parsed = _parsed(step)
+    parsed = step_calls(step)
     if not parsed.calls:
         return {"role": "assistant", "content": parsed.content}
     calls = [{"id": step.call_id(i), "type": "function",
