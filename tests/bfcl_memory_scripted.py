@@ -113,10 +113,11 @@ def chain(tasks: Sequence[BfclMultiTurnTask], scenario: str, prereqs: int,
                               asked.encoder))  # fmt: skip
 
 
-# BFCL's own inference loop (`inference_multi_turn_prompting` with its generic OSS handler) over
-# the entries named, in order, the model's answers given: each request's chat, each entry's
-# result, and the snapshot each prerequisite conversation flushed, its memory files under a
-# folder of its own as `bfcl generate` lays them out.
+# BFCL's own inference loop (`inference_multi_turn_prompting`) over the entries named, in order,
+# the model's answers given, with its generic OSS handler, or with Qwen's FC handler under the
+# registered FC model `model`: each request's chat (and, with the FC handler, the prompt it
+# formats of it), each entry's result, and the snapshot each prerequisite conversation flushed,
+# its memory files under a folder of its own as `bfcl generate` lays them out.
 BFCL_LOOP = """
 import json, os, sys, tempfile
 from pathlib import Path
@@ -125,8 +126,15 @@ given = json.load(sys.stdin)
 sys.path[:0] = given["path"]
 sys.path.append(given["bfcl"])
 root = os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp()
-from bfcl_eval.model_handler.local_inference.quick_testing_oss import QuickTestingOSSHandler
 from bfcl_eval.utils import load_dataset_entry, populate_initial_settings_for_memory_test_cases
+model = given.get("model")
+if model:
+    from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler as Handler
+    made = dict(model_name="Qwen/Qwen3-8B", registry_name=model, is_fc_model=True)
+else:
+    from bfcl_eval.model_handler.local_inference.quick_testing_oss import (
+        QuickTestingOSSHandler as Handler)
+    made = dict(model_name="evalpipe", registry_name="evalpipe", is_fc_model=False)
 usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0)
 out = {}
 for category, ids in given["entries"].items():
@@ -134,11 +142,12 @@ for category, ids in given["entries"].items():
     for entry_id in ids:
         entry = populate_initial_settings_for_memory_test_cases([entries[entry_id]],
                                                                 Path(root) / "result")[0]
-        handler = QuickTestingOSSHandler(model_name="evalpipe", temperature=0.001,
-                                         registry_name="evalpipe", is_fc_model=False)
-        answers, chats = iter(given["answers"][entry_id]), []
-        def query(data, answers=answers, chats=chats):
+        handler = Handler(temperature=0.001, **made)
+        answers, chats, prompts = iter(given["answers"][entry_id]), [], []
+        def query(data, handler=handler, answers=answers, chats=chats, prompts=prompts):
             chats.append(json.loads(json.dumps(data["message"])))
+            if model:
+                prompts.append(handler._format_prompt(data["message"], data["function"]))
             return SimpleNamespace(choices=[SimpleNamespace(text=next(answers))],
                                    usage=usage), 0.0
         handler._query_prompting = query
@@ -147,32 +156,50 @@ for category, ids in given["entries"].items():
         if "prereq" in entry_id:
             found = sorted(Path(root).rglob(entry_id + ".json"))
             snapshot = json.loads(found[0].read_text())
-        out[entry_id] = {"chats": chats, "result": result, "snapshot": snapshot}
+        out[entry_id] = {"chats": chats, "prompts": prompts, "result": result,
+                         "snapshot": snapshot}
 print(json.dumps(out))
 """
 
 
-def agrees_with_bfcls_loop(tasks: Sequence[BfclMultiTurnTask], run: Path) -> None:
-    """The recorded answers of `run` (of `tasks`) given to BFCL's own loop, entry by entry in
-    BFCL's order: every chat evalpipe sent (next_request from the record, the chain restored from
-    the run directory as a resume restores it), every trajectory and every flushed snapshot
-    equal BFCL's."""
+def recorded_steps(run: Path) -> dict[str, list[Step]]:
+    """The steps.jsonl of `run`, by sample id, each sample's in order."""
     recorded = [json.loads(x) for x in RunDir(run).steps.read_text().splitlines()]
     by_id: dict[str, list[Step]] = {}
     for row in sorted(recorded, key=lambda r: r["index"]):
         by_id.setdefault(row["sample_id"], []).append(Step.from_dict(row))
+    return by_id
+
+
+def bfcls_loop(
+    tasks: Sequence[BfclMultiTurnTask], steps: Mapping[str, Sequence[Step]], model: str | None
+) -> dict[str, Any]:
+    """BFCL_LOOP's answer, by entry, over `tasks`' entries in BFCL's order (each category's
+    conversations, then its questions), given the answers of the recorded `steps`."""
+    order: dict[str, list[str]] = {}
     for task in tasks:
-        ids = {e["id"] for e in task.entries}
-        task.restore({k: v for k, v in by_id.items() if k in ids}, ids)
-    order = {t.bfcl_category.removesuffix("_prereq"): [] for t in tasks}  # type: dict[str, list]
-    for task in tasks:
-        order[task.bfcl_category.removesuffix("_prereq")] += [e["id"] for e in task.entries]
-    given = sandbox_data(entries=order, answers={k: [s.text for s in v] for k, v in by_id.items()})
+        order.setdefault(task.bfcl_category.removesuffix("_prereq"), []).extend(
+            e["id"] for e in task.entries
+        )
+    given = sandbox_data(entries=order, answers={k: [s.text for s in v] for k, v in steps.items()},
+                         model=model)  # fmt: skip
     done = subprocess.run([sys.executable, "-c", BFCL_LOOP], input=json.dumps(given),
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def agrees_with_bfcls_loop(tasks: Sequence[BfclMultiTurnTask], run: Path) -> None:
+    """The recorded answers of `run` (of `tasks`, prompting mode) given to BFCL's own loop:
+    every chat evalpipe sent (next_request from the record, the chain restored from the run
+    directory as a resume restores it), every trajectory and every flushed snapshot equal
+    BFCL's."""
+    by_id = recorded_steps(run)
+    for task in tasks:
+        ids = {e["id"] for e in task.entries}
+        task.restore({k: v for k, v in by_id.items() if k in ids}, ids)
+    theirs = bfcls_loop(tasks, by_id, None)
     for task in tasks:
         for sample in task.samples():
             steps = by_id[sample.id]

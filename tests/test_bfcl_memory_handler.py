@@ -15,17 +15,14 @@ import re
 from pathlib import Path
 
 import pytest
-from bfcl_memory_scripted import QUESTION, MemoryModel, chain
+from bfcl_memory_scripted import QUESTION, MemoryModel, bfcls_loop, chain, recorded_steps
 from bfcl_scripted import qwen_tool_calls
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
-from evalpipe.records.episode import Step
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
-from evalpipe.sandbox.exchange import run_exchange
-from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.kind import KIND
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.kindbase import LoadOptions
@@ -33,43 +30,6 @@ from evalpipe.tasks.kindbase import LoadOptions
 FC_MODEL = "Qwen/Qwen3-8B-FC"
 SCENARIO = "notetaker"  # its conversations are BFCL's shortest (4-5 turns)
 PREREQS, QUESTIONS = 1, 2  # one conversation: each is several sandboxed steps in a row
-
-# BFCL's own loop with Qwen's FC handler over the entries named, in order, the model's answers
-# given: each prompt the handler formats, each entry's result, and the snapshot each
-# prerequisite conversation flushed, its memory files under a folder of its own.
-BFCL_LOOP = """
-import json, os, sys, tempfile
-from pathlib import Path
-from types import SimpleNamespace
-given = json.load(sys.stdin)
-sys.path[:0] = given["path"]
-sys.path.append(given["bfcl"])
-root = os.environ["BFCL_PROJECT_ROOT"] = tempfile.mkdtemp()
-from bfcl_eval.model_handler.local_inference.qwen_fc import QwenFCHandler
-from bfcl_eval.utils import load_dataset_entry, populate_initial_settings_for_memory_test_cases
-usage = SimpleNamespace(prompt_tokens=0, completion_tokens=0)
-out = {}
-for category, ids in given["entries"].items():
-    entries = {e["id"]: e for e in load_dataset_entry(category)}
-    for entry_id in ids:
-        entry = populate_initial_settings_for_memory_test_cases([entries[entry_id]],
-                                                                Path(root) / "result")[0]
-        handler = QwenFCHandler(model_name="Qwen/Qwen3-8B", temperature=0.001,
-                                registry_name=given["model"], is_fc_model=True)
-        answers, prompts = iter(given["answers"][entry_id]), []
-        def query(data, handler=handler, answers=answers, prompts=prompts):
-            prompts.append(handler._format_prompt(data["message"], data["function"]))
-            return SimpleNamespace(choices=[SimpleNamespace(text=next(answers))],
-                                   usage=usage), 0.0
-        handler._query_prompting = query
-        result, _ = handler.inference_multi_turn_prompting(entry, False, True)
-        snapshot = None
-        if "prereq" in entry_id:
-            found = sorted(Path(root).rglob(entry_id + ".json"))
-            snapshot = json.loads(found[0].read_text())
-        out[entry_id] = {"prompts": prompts, "result": result, "snapshot": snapshot}
-sys.stdout.write("\\n" + json.dumps(out) + "\\n")
-"""
 
 # Qwen's FC prompt (its handler's `_format_prompt`): each message opens with its role, the
 # tools' answers are a user message of `<tool_response>` blocks, the prompt ends opening the
@@ -134,19 +94,8 @@ def test_each_prompt_result_and_snapshot_equal_bfcls_own_loop_with_qwens_fc_hand
     assert [scores[e["id"]]["accuracy"] for e in questions] == [1.0] * len(questions)
     assert all(s == {"left_memory": 1.0} for k, s in scores.items() if "_prereq_" in k)
 
-    by_id: dict[str, list[Step]] = {}
-    recorded = [json.loads(x) for x in RunDir(tmp_path).steps.read_text().splitlines()]
-    for row in sorted(recorded, key=lambda r: r["index"]):
-        by_id.setdefault(row["sample_id"], []).append(Step.from_dict(row))
-    order: dict[str, list[str]] = {}
-    for task in tasks:
-        order.setdefault(task.bfcl_category.removesuffix("_prereq"), []).extend(
-            e["id"] for e in task.entries
-        )
-    answers = {k: [s.text for s in v] for k, v in by_id.items()}
-    data = sandbox_data(model=FC_MODEL, entries=order, answers=answers)
-    theirs, ended = run_exchange(BFCL_LOOP, data, timeout_s=600)
-    assert theirs is not None, ended.detail
+    by_id = recorded_steps(tmp_path)
+    theirs = bfcls_loop(tasks, by_id, FC_MODEL)
     for task in tasks:
         for sample in task.samples():
             steps, bfcl = by_id[sample.id], theirs[sample.id]
