@@ -139,6 +139,32 @@ def run(out: Path, task: BfclMultiTurnTask, chatty: str, delay_s: float) -> Gene
                           options=RunOptions(backend="fake"))  # fmt: skip
 
 
+def run_model(out: Path, tasks: Sequence[Any], model: FakeEngine, stop: Any = None) -> str:
+    """The status of a run of `tasks` into `out`, answered by the scripted `model` (a fake
+    engine; `stop` a stop flag it may raise)."""
+    return run_evaluation(lambda settings: model, list(tasks), out,
+                          preset=load_preset("tiny_random"), options=RunOptions(backend="fake"),
+                          stop=stop).status  # fmt: skip
+
+
+def records(out: Path) -> dict[str, dict[str, Any]]:
+    """The run's samples.jsonl by sample id (each written once)."""
+    rows = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == len({r["sample_id"] for r in rows}), "a sample was written twice"
+    return {r["sample_id"]: r for r in rows}
+
+
+def step_rows(out: Path) -> list[dict[str, Any]]:
+    """The run's steps.jsonl, in file order."""
+    return [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+
+
+def step_keys(out: Path) -> list[tuple[str, int, str, str]]:
+    """Each recorded step as (sample, index, text, outcome), sorted: two runs' steps compare."""
+    return sorted((s["sample_id"], s["index"], s["text"], json.dumps(s["outcome"]))
+                  for s in step_rows(out))  # fmt: skip
+
+
 if __name__ == "__main__":
     out, chatty, ids = Path(sys.argv[1]), sys.argv[2], sys.argv[2:]
     result = run(out, subset(load("multi_turn_base"), ids), chatty, delay_s=0.3)

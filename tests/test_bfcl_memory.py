@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from bfcl_memory_scripted import MemoryModel, SilentModel, agrees_with_bfcls_loop, chain
+from bfcl_scripted import records, run_model, step_keys
 
 from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
@@ -56,29 +57,12 @@ def scripted(tasks: list[BfclMultiTurnTask], **stop: Any) -> MemoryModel:
     return MemoryModel(questions, first, **stop)
 
 
-def run(out: Path, tasks: list[BfclMultiTurnTask], model: Any, stop: Any = None) -> str:
-    return run_evaluation(lambda settings: model, tasks, out, preset=load_preset("tiny_random"),
-                          options=RunOptions(backend="fake"), stop=stop).status  # fmt: skip
-
-
-def records(out: Path) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(x) for x in RunDir(out).samples.read_text().splitlines()]
-    assert len(rows) == len({r["sample_id"] for r in rows}), "a sample was written twice"
-    return {r["sample_id"]: r for r in rows}
-
-
-def steps(out: Path) -> list[tuple]:
-    found = [json.loads(x) for x in RunDir(out).steps.read_text().splitlines()]
-    return sorted((s["sample_id"], s["index"], s["text"], json.dumps(s["outcome"]))
-                  for s in found)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def whole(loaded: dict[str, list[BfclMultiTurnTask]], tmp_path_factory: pytest.TempPathFactory
           ) -> Path:  # fmt: skip
     out = tmp_path_factory.mktemp("whole")
     tasks = small(loaded)
-    assert run(out, tasks, scripted(tasks)) == "complete"
+    assert run_model(out, tasks, scripted(tasks)) == "complete"
     return out
 
 
@@ -119,7 +103,7 @@ def test_a_model_that_answers_nothing_scores_zero(
     loaded: dict[str, list[BfclMultiTurnTask]], tmp_path: Path
 ) -> None:
     tasks = chain(loaded["memory_kv"], SCENARIO, 1, 2)
-    assert run(tmp_path, tasks, SilentModel()) == "complete"
+    assert run_model(tmp_path, tasks, SilentModel()) == "complete"
     questions = [r for k, r in records(tmp_path).items() if "_prereq_" not in k]
     assert len(questions) == 2 and all(r["scores"]["accuracy"] == 0.0 for r in questions)
     document = json.loads((tmp_path / "bfcl_results.json").read_text())
@@ -133,17 +117,17 @@ def test_a_run_stopped_between_prerequisites_resumes_to_the_same_run(
     second = tasks[0].entries[1]["turns"][0][-1]["content"]  # memory_kv's second conversation
     stop = SimpleNamespace(requested=None)
     model = scripted(tasks, stop_at=second, stop=stop)
-    assert run(tmp_path, tasks, model, stop) == "interrupted"
+    assert run_model(tmp_path, tasks, model, stop) == "interrupted"
     before = records(tmp_path)
     assert "memory_kv_prereq_32-notetaker-0" in before
     assert not any(k.startswith("memory_kv_1") for k in before)  # the questions waited
     resumed = small(loaded)  # a new process's tasks: the chain from the run directory alone
-    assert run(tmp_path, resumed, scripted(resumed)) == "complete"
+    assert run_model(tmp_path, resumed, scripted(resumed)) == "complete"
     assert records(tmp_path).keys() == records(whole).keys()
     for sample_id, record in records(whole).items():
         for key in ("turns", "extracted", "scores", "refusal"):
             assert records(tmp_path)[sample_id].get(key) == record.get(key), (sample_id, key)
-    assert steps(tmp_path) == steps(whole)
+    assert step_keys(tmp_path) == step_keys(whole)
 
 
 def test_questions_without_their_prerequisites_are_refused_not_left_waiting(
@@ -151,7 +135,7 @@ def test_questions_without_their_prerequisites_are_refused_not_left_waiting(
 ) -> None:
     questions = chain(loaded["memory_kv"], SCENARIO, 1, 1)[1]
     with pytest.raises(ConfigError, match="memory_kv_prereq_32-notetaker-0"):
-        run(tmp_path, [questions], SilentModel())
+        run_model(tmp_path, [questions], SilentModel())
 
 
 @pytest.mark.parametrize(

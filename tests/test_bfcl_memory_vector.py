@@ -26,12 +26,11 @@ from typing import Any
 
 import pytest
 from bfcl_memory_scripted import MemoryModel, SilentModel, agrees_with_bfcls_loop, chain
+from bfcl_scripted import records, run_model, step_keys
 from bfcl_vector_encoder import REPO, write_encoder
 
-from evalpipe.catalog.preset import load_preset
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.core.errors import MissingDependencyError
-from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.rundir.layout import RunDir
 from evalpipe.tasks.bfcl.kind import KIND, check_vector
 from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
@@ -75,27 +74,11 @@ def scripted(tasks: list[BfclMultiTurnTask], **stop: Any) -> MemoryModel:
     return MemoryModel(questions.entries, [prereqs.entries[0]["turns"][0][-1]["content"]], **stop)
 
 
-def run(out: Path, tasks: list[BfclMultiTurnTask], model: Any, stop: Any = None) -> str:
-    return run_evaluation(lambda settings: model, tasks, out, preset=load_preset("tiny_random"),
-                          options=RunOptions(backend="fake"), stop=stop).status  # fmt: skip
-
-
-def records(out: Path) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(x) for x in RunDir(out).samples.read_text().splitlines()]
-    return {r["sample_id"]: r for r in rows}
-
-
-def steps(out: Path) -> list[tuple]:
-    found = [json.loads(x) for x in RunDir(out).steps.read_text().splitlines()]
-    return sorted((s["sample_id"], s["index"], s["text"], json.dumps(s["outcome"]))
-                  for s in found)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def whole(loaded: list[BfclMultiTurnTask], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("whole")
     tasks = small(loaded)
-    assert run(out, tasks, scripted(tasks)) == "complete"
+    assert run_model(out, tasks, scripted(tasks)) == "complete"
     return out
 
 
@@ -124,7 +107,7 @@ def test_answers_retrieved_from_the_prerequisites_vector_memory_score_one(whole:
 def test_a_model_that_answers_nothing_scores_zero(
     loaded: list[BfclMultiTurnTask], tmp_path: Path
 ) -> None:
-    assert run(tmp_path, small(loaded), SilentModel()) == "complete"
+    assert run_model(tmp_path, small(loaded), SilentModel()) == "complete"
     questions = [r for k, r in records(tmp_path).items() if "_prereq_" not in k]
     assert len(questions) == QUESTIONS and all(r["scores"]["accuracy"] == 0 for r in questions)
 
@@ -136,18 +119,18 @@ def test_a_run_stopped_between_the_prerequisite_and_its_questions_resumes_to_the
     tasks = small(loaded)
     first_question = tasks[1].entries[0]["turns"][0][-1]["content"]
     stop = SimpleNamespace(requested=None)
-    assert run(tmp_path, tasks, scripted(tasks, stop_at=first_question, stop=stop), stop) == (
+    assert run_model(tmp_path, tasks, scripted(tasks, stop_at=first_question, stop=stop), stop) == (
         "interrupted"
     )
     before = records(tmp_path)
     assert "memory_vector_prereq_32-notetaker-0" in before
     assert not any(k.startswith("memory_vector_1") for k in before)
     resumed = small(loaded)  # a new process's tasks: the chain from the run directory alone
-    assert run(tmp_path, resumed, scripted(resumed)) == "complete"
+    assert run_model(tmp_path, resumed, scripted(resumed)) == "complete"
     for sample_id, record in records(whole).items():
         for key in ("turns", "extracted", "scores", "refusal"):
             assert records(tmp_path)[sample_id].get(key) == record.get(key), (sample_id, key)
-    assert steps(tmp_path) == steps(whole)
+    assert step_keys(tmp_path) == step_keys(whole)
 
 
 @pytest.mark.bench  # SLOW: see the module's text

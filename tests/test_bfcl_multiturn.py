@@ -14,10 +14,9 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
-from bfcl_scripted import DONE, run, subset
+from bfcl_scripted import DONE, records, run, step_rows, subset
 
 from evalpipe.catalog.taskrefs import expand_refs
 from evalpipe.records.episode import Ended, Step
@@ -48,16 +47,6 @@ def whole(tasks: dict[str, BfclMultiTurnTask], tmp_path_factory: pytest.TempPath
     return out
 
 
-def records(out: Path) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(x) for x in RunDir(out).samples.read_text().splitlines()]
-    assert len(rows) == len({r["sample_id"] for r in rows}), "a sample was written twice"
-    return {r["sample_id"]: r for r in rows}
-
-
-def steps(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in RunDir(out).steps.read_text().splitlines()]
-
-
 def test_the_ground_truth_calls_score_one_and_an_outgrown_context_ends_its_entry(
     whole: Path,
 ) -> None:
@@ -74,12 +63,12 @@ def test_the_ground_truth_calls_score_one_and_an_outgrown_context_ends_its_entry
     chatty = found[CHATTY]
     assert chatty["refusal"]["reason"] == "context_overflow" and chatty["scores"]["accuracy"] == 0
     assert len(chatty["turns"]) == 1
-    recorded = [s for s in steps(whole) if s["sample_id"] == SCRIPTED[0]]
+    recorded = [s for s in step_rows(whole) if s["sample_id"] == SCRIPTED[0]]
     assert [s["index"] for s in recorded] == list(range(8))
     first = recorded[0]["outcome"]
     assert first["turn"] == 0 and first["calls"] and len(first["results"]) == len(first["calls"])
     assert recorded[1]["outcome"]["calls"] == [] and recorded[1]["outcome"]["decode_error"]
-    assert all(s["outcome"].get("replay_equal", True) for s in steps(whole))
+    assert all(s["outcome"].get("replay_equal", True) for s in step_rows(whole))
 
 
 def test_a_run_killed_between_steps_resumes_to_the_same_trajectories(
@@ -93,7 +82,7 @@ def test_a_run_killed_between_steps_resumes_to_the_same_trajectories(
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
     deadline = time.monotonic() + 120
     # Killed once two rounds of steps are recorded: every conversation is under way.
-    while not (RunDir(out).steps.exists() and len(steps(out)) >= 2 * len(SCRIPTED)):
+    while not (RunDir(out).steps.exists() and len(step_rows(out)) >= 2 * len(SCRIPTED)):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"the run was not killed between steps: {log.read_text()[-2000:]}")
@@ -112,7 +101,7 @@ def test_a_run_killed_between_steps_resumes_to_the_same_trajectories(
 
     def keyed(out: Path) -> list[tuple]:
         return sorted((s["sample_id"], s["index"], s["text"], json.dumps(s["outcome"]))
-                      for s in steps(out))  # fmt: skip
+                      for s in step_rows(out))  # fmt: skip
 
     assert keyed(out) == keyed(whole)  # no step duplicated or dropped
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bfcl_scripted import BROKEN_CALL, DONE, NativeGroundTruthModel, subset
+from bfcl_scripted import BROKEN_CALL, DONE, NativeGroundTruthModel, records, subset
 
 from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.taskrefs import expand_refs
@@ -109,12 +109,6 @@ def whole(tasks: dict[str, BfclMultiTurnTask], tmp_path_factory: pytest.TempPath
     model = NativeGroundTruthModel(task.entries, broken=[BROKEN])
     assert run(out, task, model).status == "complete"
     return out
-
-
-def records(out: Path) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(x) for x in RunDir(out).samples.read_text().splitlines()]
-    assert len(rows) == len({r["sample_id"] for r in rows}), "a sample was written twice"
-    return {r["sample_id"]: r for r in rows}
 
 
 def steps(out: Path, sample_id: str | None = None) -> list[dict[str, Any]]:

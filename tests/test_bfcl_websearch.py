@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from bfcl_scripted import last_role
+from bfcl_scripted import last_role, records, run_model, step_rows
 from bfcl_web_fakes import Web
 
 from evalpipe.catalog.preset import load_preset
@@ -28,8 +28,6 @@ from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
 from evalpipe.records.sampling import SamplingSettings
-from evalpipe.run.runner import RunOptions, run_evaluation
-from evalpipe.rundir.layout import RunDir
 from evalpipe.tasks.bfcl import multiturn, steps_program
 from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.kind import KIND
@@ -130,24 +128,9 @@ def scripted(loaded: Sequence[BfclMultiTurnTask], **stop: Any) -> WebModel:
     return WebModel({question(loaded[0].entries[i]): p for i, p in PARTS.items()}, **stop)
 
 
-def run(out: Path, tasks: list[BfclMultiTurnTask], model: Any, stop: Any = None) -> str:
-    return run_evaluation(lambda settings: model, tasks, out, preset=load_preset("tiny_random"),
-                          options=RunOptions(backend="fake"), stop=stop).status  # fmt: skip
-
-
-def records(out: Path) -> dict[str, dict[str, Any]]:
-    rows = [json.loads(x) for x in RunDir(out).samples.read_text().splitlines()]
-    assert len(rows) == len({r["sample_id"] for r in rows}), "a sample was written twice"
-    return {r["sample_id"]: r for r in rows}
-
-
-def steps(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in RunDir(out).steps.read_text().splitlines()]
-
-
 def by_entry(out: Path) -> dict[str, list[tuple]]:
     found: dict[str, list[tuple]] = {}
-    for s in sorted(steps(out), key=lambda s: (s["sample_id"], s["index"])):
+    for s in sorted(step_rows(out), key=lambda s: (s["sample_id"], s["index"])):
         found.setdefault(s["sample_id"], []).append((s["index"], s["text"], s["outcome"]))
     return found
 
@@ -157,7 +140,7 @@ def whole(loaded: list[BfclMultiTurnTask], web: Web, tmp_path_factory: pytest.Te
           ) -> tuple[Path, int]:  # fmt: skip
     out = tmp_path_factory.mktemp("whole")
     before = len(web.searches)
-    assert run(out, small(loaded), scripted(loaded)) == "complete"
+    assert run_model(out, small(loaded), scripted(loaded)) == "complete"
     return out, len(web.searches) - before
 
 
@@ -244,8 +227,8 @@ def test_a_run_stopped_between_steps_resumes_to_the_same_run_and_fetches_nothing
     stop = SimpleNamespace(requested=None)
     before = len(web.searches)
     model = scripted(loaded, stop_at="The answer is", stop=stop)  # once a page was fetched
-    assert run(tmp_path, small(loaded, only=(0,)), model, stop) == "interrupted"
-    assert run(tmp_path, small(loaded, only=(0,)), scripted(loaded)) == "complete"
+    assert run_model(tmp_path, small(loaded, only=(0,)), model, stop) == "interrupted"
+    assert run_model(tmp_path, small(loaded, only=(0,)), scripted(loaded)) == "complete"
     assert len(web.searches) - before == whole[1]  # no recorded call was made again
     ids = ["web_search_base_0", "web_search_no_snippet_0"]
     assert sorted(records(tmp_path)) == ids
