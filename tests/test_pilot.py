@@ -12,13 +12,21 @@ import re
 from pathlib import Path
 
 import pytest
-from runner_support import ToyTask, fake_engine, preset, toy_tasks
+from runner_support import SCRIPT, ToyTask, fake_engine, preset, toy_tasks
 
 import evalpipe
+from evalpipe.catalog.gpus import load_gpus
 from evalpipe.catalog.pilot import ASSUMED_CV, CAP, FLOOR, Z90, PilotSize, default_size
 from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
+from evalpipe.engine.fake import FakeEngine
+from evalpipe.engine.protocol import EngineSettings
+from evalpipe.estimate.history import load_history
+from evalpipe.estimate.stepfit import fit_steps
+from evalpipe.run.pilotprobe import PROBE_STEPS
 from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.rundir.layout import RunDir
+from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.samplelog import read_samples
 from evalpipe.tasks.base import Sample
 from evalpipe.tasks.pilotdraw import draw
@@ -101,6 +109,38 @@ def test_the_full_run_resumes_the_pilots_samples_and_scores_as_a_run_without_one
     assert {r.key: r.completions for r in read_samples(piloted / "samples.jsonl").records} == (
         by_key
     )
+
+
+@pytest.mark.parametrize(("slots", "room"), [(64, True), (8, True), (64, False)],
+                         ids=["beyond the pilot", "within it", "slots unknown"])  # fmt: skip
+def test_a_pilot_probes_the_full_runs_batch_where_its_own_batches_stay_below_it(
+    tmp_path: Path, slots: int, room: bool
+) -> None:
+    # 2 samples of each of four tasks (at most 8 sequences a step) before a run of 60 samples
+    # decoding at once on 64 slots; on 8 slots the pilot's steps already hold the run's batch;
+    # an engine that cannot tell its slots (room() None: a remote server) is not probed.
+    tasks = [*toy_tasks(), ToyTask(name="delta", category="math", size=40)]
+    engine = FakeEngine(preset(), EngineSettings(), script=SCRIPT, max_num_seqs=slots,
+                        token_s=0.001, kv_tokens=100_000 if room else None)  # fmt: skip
+    run_evaluation(lambda _: engine, tasks, tmp_path, preset=preset(),
+                   options=RunOptions(backend="fake", pilot="2"))  # fmt: skip
+    manifest = read_manifest(RunDir(tmp_path))
+    assert manifest is not None and manifest.pilot is not None
+    (job,) = load_history([tmp_path], load_gpus())
+    if slots == 8 or not room:
+        assert manifest.pilot.probe is None and "probe" not in manifest.timings
+        assert job.steps.bins == manifest.occupancy.steps.bins
+        return
+    batch = sum(t.size for t in tasks)  # each toy sample answers once
+    probe = manifest.pilot.probe
+    assert probe is not None and probe.steps == PROBE_STEPS
+    assert [b.batch for b in probe.bins.values()] == [batch]
+    assert manifest.timings["probe"] > 0
+    # The estimate's step fit reads the probe beside the pilot's own steps.
+    assert max(b.batch for b in job.steps.bins.values()) == batch
+    assert job.steps.steps == manifest.occupancy.steps.steps + PROBE_STEPS
+    fit = fit_steps(job.steps)
+    assert fit is not None and fit.high_batch == batch
 
 
 def test_shards_of_the_full_run_resume_the_pilots_samples_of_their_slice(tmp_path: Path) -> None:

@@ -147,10 +147,13 @@ class FakeEngine(Engine):
                 self._running[rid] = (self._steps + self._length(request), request)
 
     def _length(self, request: Request) -> int:
-        """Decoding steps a request takes: its longest completion's words (≥ 1)."""
+        """Decoding steps a request takes: its longest completion's words (≥ 1), or its whole
+        max_tokens where it ignores the end of text (as vLLM decodes it)."""
         settings = request.sampling
         if settings is None:
             return 1
+        if settings.ignore_eos and settings.max_tokens:
+            return settings.max_tokens
         text = prompt_text(request.prompt)
         texts = [self._completion(text, settings, i) for i in range(settings.n)]
         return max(1, *(len(_truncate(t, settings).split()) for t in texts))

@@ -140,6 +140,7 @@ def _job(part: RunDir, gpus: Mapping[str, Gpu]) -> PastJob | None:
     config = manifest.config
     timings = manifest.phase_timings
     energy = [d.energy_j for d in manifest.devices if d.is_gpu]
+    probe = [manifest.pilot.probe] if manifest.pilot and manifest.pilot.probe else []
     return PastJob(
         path=part.path,
         preset=manifest.preset_name,
@@ -159,7 +160,8 @@ def _job(part: RunDir, gpus: Mapping[str, Gpu]) -> PastJob | None:
         if energy and None not in energy
         else None,
         tasks=_tasks(part.samples, timings),
-        steps=manifest.occupancy.steps,
+        # A pilot's batch probe: decode steps at the full run's batch, beside the pilot's own.
+        steps=StepProfile.merged([manifest.occupancy.steps, *probe]),
     )
 
 

@@ -35,6 +35,7 @@ from evalpipe.run import episodes
 from evalpipe.run.admission import POLICIES, Policy, admission_order, length_model
 from evalpipe.run.diagnostics import write_stall_report
 from evalpipe.run.kindfiles import write_run_results
+from evalpipe.run.pilotprobe import probed
 from evalpipe.run.pilotrun import pilot_record, pilot_samples, shard_seed
 from evalpipe.run.progress import Progress
 from evalpipe.run.stream import Hooks, Item, run_stream
@@ -68,7 +69,7 @@ from evalpipe.rundir.shard import Shard
 from evalpipe.rundir.steps import StepRecord, stored_steps
 from evalpipe.rundir.submission import read_plan
 from evalpipe.rundir.summary import Summary, summarize_run, write_summary
-from evalpipe.rundir.timings import LOAD, phase
+from evalpipe.rundir.timings import LOAD, PROBE, phase
 from evalpipe.rundir.tracked import sample_rows, tracked_metrics, tracked_params
 from evalpipe.rundir.turns import TurnRecord, stored_answers
 from evalpipe.sandbox.pool import require_isolation
@@ -590,6 +591,12 @@ def _evaluate(
                     write_turn=write_turn,
                     write_step=write_step,
                 )
+            pilot = run.manifest.pilot
+            if options.pilot is not None and pilot is not None and not _stopping(stop):
+                t0 = time.monotonic()
+                run.manifest.pilot = probed(engine, pilot, records, run.manifest.occupancy.steps)
+                if run.manifest.pilot.probe is not None:
+                    run.add_time(PROBE, time.monotonic() - t0)
             bar.close()
             run.note_engine(engine)
     except BaseException as exc:

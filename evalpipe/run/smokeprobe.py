@@ -62,14 +62,18 @@ def planned(preset: Preset, plan: Plan) -> Planned:
     )
 
 
-def _probe(engine: Engine, batch: int, repeats: int = PROMPT_REPEATS) -> ProbePoint:
+def probe_prompts(batch: int, call: str, repeats: int = PROMPT_REPEATS) -> list[str]:
+    """`batch` prompts of about `repeats` × 5 tokens for one probe call named `call`. Every
+    call's prompts differ from their first token on, from each other and from every other
+    call's: vLLM's prefix cache would otherwise turn a prefill into a lookup (the decode call's
+    own prefill included, which would hide in its decode time)."""
     text = "the quick brown fox jumps " * repeats
+    return [f"{batch}.{repeats}.{call}.{i}: {text}" for i in range(batch)]
 
+
+def _probe(engine: Engine, batch: int, repeats: int = PROMPT_REPEATS) -> ProbePoint:
     def prompts(call: str) -> Sequence[str]:
-        # Every call's prompts differ from their first token on, from each other and from every
-        # other call's: vLLM's prefix cache would otherwise turn a prefill into a lookup (the
-        # decode call's own prefill included, which would hide in its decode time).
-        return [f"{batch}.{repeats}.{call}.{i}: {text}" for i in range(batch)]
+        return probe_prompts(batch, call, repeats)
 
     prefill_s = full_s = math.inf
     # The faster of two tries: a burst of other work on a shared node would skew one alone.

@@ -1,10 +1,13 @@
 """The manifest's `pilot`: what a pilot drew (its size as given, its seed, per task the sample
-ids of how many), and how many of them the full run after it resumed."""
+ids of how many), its batch probe's decode steps (run/pilotprobe.py), and how many of its
+samples the full run after it resumed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Any
+
+from evalpipe.rundir.stepprofile import StepProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +22,9 @@ class PilotRecord:
     seed: int
     tasks: dict[str, PilotTask]
     resumed: int | None = None  # set by the full run's first attempt
+    # Decode steps at the full run's batch, timed after the pilot's samples (None: not probed,
+    # the pilot's own batches reaching the run's).
+    probe: StepProfile | None = None
 
     @property
     def keys(self) -> set[tuple[str, str]]:
@@ -32,6 +38,9 @@ class PilotRecord:
     def with_resumed(self, count: int) -> PilotRecord:
         return replace(self, resumed=count)
 
+    def with_probe(self, steps: StepProfile) -> PilotRecord:
+        return replace(self, probe=steps)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "size": self.size,
@@ -43,6 +52,8 @@ class PilotRecord:
         }
         if self.resumed is not None:
             out["resumed"] = self.resumed
+        if self.probe is not None:
+            out["probe"] = self.probe.to_dict()
         return out
 
     @classmethod
@@ -55,4 +66,5 @@ class PilotRecord:
                 for task, e in data["tasks"].items()
             },
             resumed=None if data.get("resumed") is None else int(data["resumed"]),
+            probe=None if data.get("probe") is None else StepProfile.from_dict(data["probe"]),
         )

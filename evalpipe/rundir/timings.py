@@ -1,5 +1,6 @@
-"""The manifest's `timings` keys: `load`, `generate:<category>`, `score:<category>` (seconds
-added up over every attempt). The runner tags the monitor's phases with the same names."""
+"""The manifest's `timings` keys: `load`, `generate:<category>`, `score:<category>`, and a
+pilot's `probe` (seconds added up over every attempt). The runner tags the monitor's phases with
+the same names."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Literal
 
 Stage = Literal["generate", "score"]
 LOAD = "load"
+PROBE = "probe"  # a pilot's batch probe, after its samples (run/pilotprobe.py)
 
 
 def phase(stage: Stage, category: str) -> str:
