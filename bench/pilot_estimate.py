@@ -16,9 +16,11 @@ Before the repetitions (unless --no-smoke), `evalpipe smoke --local --gpu cpu` o
 engine's decode steps against batch size, which the pilot's job then corrects (a pilot's
 batch is small; its seconds per token alone may price the full run's large batches wrongly).
 The pilot's estimate is given both ways: with the smoke record, and from the pilot alone (a
-step cost fitted to its own engine steps against their batch). The no-history estimate prices
-every answer at its max_tokens: at the smoke record's rates, or with --no-smoke at the pilot's
-(the difference is then the lengths alone).
+step cost fitted to its own engine steps against their batch, its batch probe's steps at the
+run's batch included); and from the same pilot's own steps without its batch probe (its
+manifest's `pilot.probe` left out, in a copy), which shows what the probe changes. The
+no-history estimate prices every answer at its max_tokens: at the smoke record's rates, or with
+--no-smoke at the pilot's (the difference is then the lengths alone).
 The first repetition then resumes the pilot's directory as the full run, counts what it
 generated (none of the pilot's samples again) and sets its completions and scores beside the
 full run's.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -47,7 +50,7 @@ from benchlib import (
 )
 
 from evalpipe.catalog.gpus import get_gpu
-from evalpipe.catalog.preset import load_preset
+from evalpipe.catalog.preset import Preset, load_preset
 from evalpipe.catalog.selection import Selection
 from evalpipe.core.span import Span
 from evalpipe.estimate.cost import Estimate
@@ -117,6 +120,20 @@ def _no_history(
     return plain.estimate()
 
 
+def _without_probe(
+    preset: Preset, selection: Selection, pilot: Path, copy: Path
+) -> tuple[PilotEstimate, float]:
+    """The pilot-alone estimate as if the pilot had not probed the run's batch (its manifest's
+    `pilot.probe` left out, in a copy of its directory), and the probe's seconds (0 without
+    one): the probe's effect, from the same pilot."""
+    shutil.copytree(pilot, copy, dirs_exist_ok=True)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["pilot"].pop("probe", None)
+    probe_s = manifest["timings"].pop("probe", 0.0)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return pilot_estimate(preset, selection, copy), probe_s
+
+
 def _lengths(m: Measured) -> list[float]:
     """[samples measured, mean answer tokens, the 90 % half-width]."""
     return [len(m.lengths), round(m.mean, 1), round(m.half_width, 1)]
@@ -155,6 +172,7 @@ def main() -> int:
         pilot_wall = _run(args, pilot, "--pilot", args.pilot)
         piloted = dataclasses.replace(selection, pilot=args.pilot)
         alone = pilot_estimate(preset, piloted, pilot)
+        own, probe_s = _without_probe(preset, piloted, pilot, out / f"pilot-{rep}-own-steps")
         found = alone if args.no_smoke else pilot_estimate(preset, piloted, pilot, [smoke])
         no_history = _no_history(args, found, selection, smoke)
         load_full = load_average()
@@ -165,6 +183,8 @@ def main() -> int:
                 "pilot_wall_s": round(pilot_wall, 1),
                 "pilot_estimate_wall_s": _span(found.full.wall_s),
                 "pilot_alone_estimate_wall_s": _span(alone.full.wall_s),
+                "pilot_own_steps_estimate_wall_s": _span(own.full.wall_s),
+                "probe_s": round(probe_s, 1),
                 "no_history_wall_s": _span(no_history.wall_s),
                 "full_wall_s": round(full_wall, 1),
                 "pilot_share": round(pilot_wall / full_wall, 3),
@@ -194,6 +214,8 @@ def _table(rows: list[dict], check: dict | None) -> None:
     full = median([r["full_wall_s"] for r in rows])
     est = median([r["pilot_estimate_wall_s"][1] for r in rows])
     alone = median([r["pilot_alone_estimate_wall_s"][1] for r in rows])
+    own = median([r["pilot_own_steps_estimate_wall_s"][1] for r in rows])
+    probe = median([r["probe_s"] for r in rows])
     bound = median([r["no_history_wall_s"][1] for r in rows])
     share = median([r["pilot_share"] for r in rows])
     error = est / full - 1
@@ -206,8 +228,14 @@ def _table(rows: list[dict], check: dict | None) -> None:
             alone,
             f"{alone / full - 1:+.0%}",
         ),
+        (
+            "pilot's estimate, its own steps without the batch probe",
+            own,
+            f"{own / full - 1:+.0%}",
+        ),
         ("measured full run", full, "-"),
         ("the pilot itself", pilot, f"{share:.0%} of the full run"),
+        ("its batch probe", probe, f"{probe / full:.0%} of the full run"),
     ]
     print(f"| figure (medians of {len(rows)}) | wall s | GPU-s (1 device) | vs measured |")
     print("|---|---|---|---|")
