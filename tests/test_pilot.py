@@ -21,10 +21,12 @@ from evalpipe.cli import main
 from evalpipe.core.errors import ConfigError
 from evalpipe.engine.fake import FakeEngine
 from evalpipe.engine.protocol import EngineSettings
+from evalpipe.estimate.cost import probed_prefill
 from evalpipe.estimate.history import load_history
 from evalpipe.estimate.stepfit import fit_steps
 from evalpipe.run.pilotprobe import PROBE_STEPS
 from evalpipe.run.runner import RunOptions, run_evaluation
+from evalpipe.run.smokeprobe import probe_prompts
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.samplelog import read_samples
@@ -133,14 +135,20 @@ def test_a_pilot_probes_the_full_runs_batch_where_its_own_batches_stay_below_it(
         return
     batch = sum(t.size for t in tasks)  # each toy sample answers once
     probe = manifest.pilot.probe
-    assert probe is not None and probe.steps == PROBE_STEPS
-    assert [b.batch for b in probe.bins.values()] == [batch]
-    assert manifest.timings["probe"] > 0
-    # The estimate's step fit reads the probe beside the pilot's own steps.
+    assert probe is not None and probe.steps.steps == PROBE_STEPS
+    assert [b.batch for b in probe.steps.bins.values()] == [batch]
+    # The fake engine counts a prompt's words as its tokens; its first step prefilled them.
+    assert probe.prompt_tokens == sum(len(p.split()) for p in probe_prompts(batch, "pilot"))
+    assert probe.prefill_s > 0 and manifest.timings["probe"] > 0
+    # The estimate's step fit reads the probe beside the pilot's own steps, prices prompts at
+    # the probe's prefill, and keeps the probe's seconds out of the job's overhead.
     assert max(b.batch for b in job.steps.bins.values()) == batch
     assert job.steps.steps == manifest.occupancy.steps.steps + PROBE_STEPS
     fit = fit_steps(job.steps)
     assert fit is not None and fit.high_batch == batch
+    assert probed_prefill([job]) == probe.prefill_s / probe.prompt_tokens
+    assert job.probe_s == manifest.timings["probe"]
+    assert job.overhead_s == max(0.0, job.wall_s - job.load_s - job.generate_s - job.probe_s)
 
 
 def test_shards_of_the_full_run_resume_the_pilots_samples_of_their_slice(tmp_path: Path) -> None:

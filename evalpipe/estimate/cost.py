@@ -7,6 +7,7 @@ past jobs come in as values. docs/planner.md ("Estimates") gives every constant'
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -303,6 +304,14 @@ def uncalibrated_load(preset: Preset, plan: Plan) -> Span:
     return load
 
 
+def probed_prefill(past: Sequence[PastJob]) -> float:
+    """Seconds a prompt token, as the pilots' batch probes among `past` prefilled theirs (0:
+    none probed)."""
+    probes = [j.probe for j in past if j.probe is not None and j.probe.prompt_tokens]
+    tokens = sum(p.prompt_tokens for p in probes)
+    return math.fsum(p.prefill_s for p in probes) / tokens if tokens else 0.0
+
+
 def basis(
     preset: Preset,
     gpu: Gpu,
@@ -324,8 +333,10 @@ def basis(
         # where they recorded none, their seconds per token.
         fit = fit_steps(StepProfile.merged(j.steps for j in past))
         if fit is not None:
-            rates = from_steps(fit, preset, gpu, plan)
-            ends = {end: from_steps(fit, preset, gpu, plan, end) for end in ("low", "high")}
+            prefill = probed_prefill(past)
+            rates = from_steps(fit, preset, gpu, plan, prefill_s=prefill)
+            ends = {end: from_steps(fit, preset, gpu, plan, end, prefill)
+                    for end in ("low", "high")}  # fmt: skip
             on.append(rates.basis)
         else:
             rates = per_token(preset, gpu)

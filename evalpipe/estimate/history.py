@@ -15,9 +15,10 @@ from evalpipe.catalog.gpus import Gpu
 from evalpipe.core.errors import RunDirError
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import Manifest, read_manifest
+from evalpipe.rundir.pilotrecord import Probe
 from evalpipe.rundir.samplelog import read_samples
 from evalpipe.rundir.stepprofile import StepProfile
-from evalpipe.rundir.timings import Timings
+from evalpipe.rundir.timings import PROBE, Timings
 
 _FAMILY = re.compile(r"[a-z]+[0-9.]*")
 
@@ -68,6 +69,8 @@ class PastJob:
     energy_j: float | None  # the GPUs' measured energy, None if not measured
     tasks: tuple[TaskRecord, ...]
     steps: StepProfile = field(default_factory=StepProfile)  # its decode steps by batch
+    probe: Probe | None = None  # a pilot's batch probe (its steps are in `steps` too)
+    probe_s: float = 0.0  # the probe's seconds (part of the wall, not of the run's work)
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -75,8 +78,9 @@ class PastJob:
 
     @property
     def overhead_s(self) -> float:
-        """Wall time outside model loads and generation: interpreter, imports, tasks, writing."""
-        return max(0.0, self.wall_s - self.load_s - self.generate_s)
+        """Wall time outside model loads, generation and a pilot's batch probe: interpreter,
+        imports, tasks, writing."""
+        return max(0.0, self.wall_s - self.load_s - self.generate_s - self.probe_s)
 
 
 def _device_gpu(manifest: Manifest, gpus: Mapping[str, Gpu]) -> str | None:
@@ -140,7 +144,7 @@ def _job(part: RunDir, gpus: Mapping[str, Gpu]) -> PastJob | None:
     config = manifest.config
     timings = manifest.phase_timings
     energy = [d.energy_j for d in manifest.devices if d.is_gpu]
-    probe = [manifest.pilot.probe] if manifest.pilot and manifest.pilot.probe else []
+    probe = manifest.pilot.probe if manifest.pilot else None
     return PastJob(
         path=part.path,
         preset=manifest.preset_name,
@@ -161,7 +165,9 @@ def _job(part: RunDir, gpus: Mapping[str, Gpu]) -> PastJob | None:
         else None,
         tasks=_tasks(part.samples, timings),
         # A pilot's batch probe: decode steps at the full run's batch, beside the pilot's own.
-        steps=StepProfile.merged([manifest.occupancy.steps, *probe]),
+        steps=StepProfile.merged([manifest.occupancy.steps, *([probe.steps] if probe else [])]),
+        probe=probe,
+        probe_s=timings.seconds.get(PROBE, 0.0),
     )
 
 

@@ -173,23 +173,29 @@ def per_token(preset: Preset, gpu: Gpu) -> Rates:
     )
 
 
-def from_steps(fit: StepFit, preset: Preset, gpu: Gpu, plan: Plan, end: str = "mid") -> Rates:
+def from_steps(
+    fit: StepFit, preset: Preset, gpu: Gpu, plan: Plan, end: str = "mid", prefill_s: float = 0.0
+) -> Rates:
     """The line fitted to finished jobs' own decode steps (a pilot's) at the estimate's `end`
-    (StepFit.line), for a device with no roofline and no smoke record. Prompts are priced
-    within it, as in `per_token`: those jobs correct the line by their measured generation,
+    (StepFit.line), for a device with no roofline and no smoke record. Prompts cost
+    `prefill_s` a token where a pilot's batch probe measured it; else they are priced within
+    the line, as in `per_token`: those jobs correct the line by their measured generation,
     prompts included, and their mix of prompts and answers, and of contexts, is the run's."""
     fixed, per_seq = fit.line(end)
+    basis = f"the finished jobs' own engine steps on {gpu.name}, {fit.describe()}"
+    if prefill_s:
+        basis += f"; prompts at {prefill_s * 1e3:.2f} ms a token (the pilot's batch probe)"
     return Rates(
         fixed_s=fixed,
         seq_s=per_seq,
         ctx_s=0.0,
-        prefill_s=0.0,
+        prefill_s=prefill_s,
         max_seqs=max_seqs(preset, gpu),
         kv_tokens=_kv(plan)[1],
         attention=Attention.of(preset.architecture),
         attention_flop_s=0.0,
         overlap=False,
-        basis=f"the finished jobs' own engine steps on {gpu.name}, {fit.describe()}",
+        basis=basis,
     )
 
 

@@ -7,8 +7,11 @@ after its samples, a pilot whose batches stayed well below the run's decodes PRO
 tokens for as many sequences as the full run holds at once (its samples × answers, up to the
 engine's sequence slots), timing each step as the run times its own, and records those
 steps in the manifest beside its own, where the estimate's step fit reads them
-(estimate/stepfit.py). The probe's prompts are the smoke probe's (about 60 tokens); its cost
-is its prefill and PROBE_STEPS steps, recorded as the manifest's `probe` timing."""
+(estimate/stepfit.py), and the seconds its prefill took per prompt token, which price the full
+run's prompts (the pilot's few prompts cannot: the step fit prices decode steps alone). The
+probe's prompts are the smoke probe's (about 60 tokens); its cost is its prefill and
+PROBE_STEPS steps, recorded as the manifest's `probe` timing (kept out of the job's overhead,
+estimate/history.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from evalpipe.engine.protocol import Engine
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.smokeprobe import probe_prompts
-from evalpipe.rundir.pilotrecord import PilotRecord
+from evalpipe.rundir.pilotrecord import PilotRecord, Probe
 from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.stepprofile import StepProfile
 
@@ -50,25 +53,29 @@ def wanted(batch: int, steps: StepProfile) -> bool:
     return batch >= SPREAD * max(1.0, largest_batch(steps))
 
 
-def batch_probe(engine: Engine, batch: int) -> StepProfile:
-    """The decode steps of `batch` sequences making PROBE_STEPS tokens each after their
-    first (end of text ignored, so the batch stays whole), each step timed as the run times
-    its own. Only the last PROBE_STEPS steps in which the engine reports the whole batch
-    count: those before them prefilled the prompts."""
+def batch_probe(engine: Engine, batch: int) -> Probe:
+    """`batch` sequences making PROBE_STEPS tokens each after their first (end of text
+    ignored, so the batch stays whole), each step timed as the run times its own. The last
+    PROBE_STEPS steps in which the engine reports the whole batch are its decode steps; those
+    before them prefilled the prompts (their seconds over the prompts' tokens price a prompt
+    token: the decoding they did beside it is counted in, a slight overstatement)."""
     settings = SamplingSettings(max_tokens=PROBE_STEPS + 1, ignore_eos=True)
     engine.add([Request(id=f"pilot-probe-{i}", prompt=prompt, sampling=settings)
                 for i, prompt in enumerate(probe_prompts(batch, "pilot"))])  # fmt: skip
     steps: list[tuple[float, int]] = []
+    prompt_tokens = 0
     while engine.in_flight():
         start = time.perf_counter()
-        engine.step()
+        done = engine.step()
         slots = engine.slots()
         steps.append((time.perf_counter() - start, slots.busy if slots else batch))
+        prompt_tokens += sum(c.generation.prompt_tokens for c in done if c.generation)
+    decode = [(s, b) for s, b in steps[-PROBE_STEPS:] if b >= batch]  # the batch was whole
     profile = StepProfile()
-    for seconds, busy in steps[-PROBE_STEPS:]:
-        if busy >= batch:  # the engine may still be admitting the last prompts
-            profile.add(seconds, busy)
-    return profile
+    for seconds, busy in decode:
+        profile.add(seconds, busy)
+    prefill_s = sum(s for s, _ in steps[: len(steps) - len(decode)])
+    return Probe(steps=profile, prompt_tokens=prompt_tokens, prefill_s=prefill_s)
 
 
 def probed(

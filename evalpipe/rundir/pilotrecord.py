@@ -17,14 +17,34 @@ class PilotTask:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Probe:
+    """A pilot's batch probe (run/pilotprobe.py): its decode steps at the full run's batch, and
+    the prompt tokens it prefilled first and the seconds that took."""
+
+    steps: StepProfile
+    prompt_tokens: int
+    prefill_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps.to_dict(), "prompt_tokens": self.prompt_tokens,
+                "prefill_s": round(self.prefill_s, 6)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Probe:
+        return cls(steps=StepProfile.from_dict(data.get("steps")),
+                   prompt_tokens=int(data.get("prompt_tokens", 0)),
+                   prefill_s=float(data.get("prefill_s", 0.0)))  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
 class PilotRecord:
     size: str  # --pilot as given: "auto", a fraction or a count
     seed: int
     tasks: dict[str, PilotTask]
     resumed: int | None = None  # set by the full run's first attempt
-    # Decode steps at the full run's batch, timed after the pilot's samples (None: not probed,
-    # the pilot's own batches reaching the run's).
-    probe: StepProfile | None = None
+    # The full run's batch, probed after the pilot's samples (None: not probed, the pilot's own
+    # batches reaching the run's).
+    probe: Probe | None = None
 
     @property
     def keys(self) -> set[tuple[str, str]]:
@@ -38,8 +58,8 @@ class PilotRecord:
     def with_resumed(self, count: int) -> PilotRecord:
         return replace(self, resumed=count)
 
-    def with_probe(self, steps: StepProfile) -> PilotRecord:
-        return replace(self, probe=steps)
+    def with_probe(self, probe: Probe) -> PilotRecord:
+        return replace(self, probe=probe)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -66,5 +86,5 @@ class PilotRecord:
                 for task, e in data["tasks"].items()
             },
             resumed=None if data.get("resumed") is None else int(data["resumed"]),
-            probe=None if data.get("probe") is None else StepProfile.from_dict(data["probe"]),
+            probe=None if data.get("probe") is None else Probe.from_dict(data["probe"]),
         )
