@@ -33,7 +33,7 @@ from evalpipe.tasks.bfcl.multiturn import BfclMultiTurnTask
 from evalpipe.tasks.bfcl.results import results_document
 from evalpipe.tasks.bfcl.task import PREFIX, BfclTask
 from evalpipe.tasks.bfcl.vector import CATEGORY as VECTOR
-from evalpipe.tasks.bfcl.vector import find_encoder, load_failed, missing, refusal
+from evalpipe.tasks.bfcl.vector import Encoder, find_encoder, load_failed, missing, refusal
 from evalpipe.tasks.bfcl.websearch import web_search_asked
 from evalpipe.tasks.kindbase import (
     FinishedScores,
@@ -86,8 +86,7 @@ class BfclKind(TaskKind):
         if VECTOR in episodes.unavailable:  # its packages or encoder did not load
             why = episodes.unavailable[VECTOR]
             multi = check_vector(multi, named, [load_failed(why)])
-        found = find_encoder() if VECTOR in multi else None
-        encoder = found.name if found else None
+        encoder = find_encoder() if VECTOR in multi else None
         built = read if single else episodes
         if wanted == "handler":
             mode = registered(str(model), built.handler)
@@ -120,7 +119,7 @@ def episode_tasks(
     version: str,
     entries: Sequence[Mapping[str, Any]],
     mode: Mode,
-    encoder: str | None = None,
+    encoder: Encoder | None = None,
 ) -> tuple[BfclMultiTurnTask, ...]:
     """A multi-turn category's task; a memory category's two, sharing its chain: its
     prerequisite conversations (`bfcl_CATEGORY_prereq`), then its questions (`encoder`:

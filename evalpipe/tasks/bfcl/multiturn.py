@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalpipe.catalog.taskrefs import BFCL_WEB_SEARCH
 from evalpipe.records.episode import Blocked, Ended, Step, StepRequest
 from evalpipe.records.prompt import Prompt, Rendered
 from evalpipe.records.sampling import SamplingSettings
@@ -45,9 +46,8 @@ from evalpipe.tasks.bfcl.install import sandbox_data
 from evalpipe.tasks.bfcl.memory import PREREQ, MemoryChain, with_memory
 from evalpipe.tasks.bfcl.modes import PROMPTING, Mode
 from evalpipe.tasks.bfcl.task import PREFIX, SAMPLING, fc_response, scored
-from evalpipe.tasks.bfcl.vector import CATEGORY as VECTOR
-from evalpipe.tasks.bfcl.vector import find_encoder
-from evalpipe.tasks.bfcl.websearch import REFUSED_CALLS, WEB_SEARCH, certificates, web_network
+from evalpipe.tasks.bfcl.vector import Encoder
+from evalpipe.tasks.bfcl.websearch import REFUSED_CALLS, certificates, web_network
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,8 @@ class BfclMultiTurnTask:
     # prerequisites' task the questions' entries, whose --limit decides which of them run.
     chain: MemoryChain | None = field(default=None, repr=False)
     questions: Sequence[Mapping[str, Any]] = field(default=(), repr=False)
-    # memory_vector's encoder, `ENCODER@REVISION` as the hub cache held it at load (vector.py).
-    encoder: str | None = None
+    # memory_vector's encoder as the hub cache held it at load (vector.py).
+    encoder: Encoder | None = None
 
     def __post_init__(self) -> None:
         self._by_id = {e["id"]: e for e in self.entries}
@@ -119,7 +119,7 @@ class BfclMultiTurnTask:
 
     @property
     def _web(self) -> bool:
-        return self.bfcl_category in WEB_SEARCH
+        return self.bfcl_category in BFCL_WEB_SEARCH
 
     @property
     def gives_tools(self) -> bool:
@@ -138,7 +138,7 @@ class BfclMultiTurnTask:
 
     def definition(self) -> dict[str, Any]:
         step_limit = self.entries[0]["step_limit"] if self.entries else None
-        encoder = {"encoder": self.encoder} if self.encoder else {}
+        encoder = {"encoder": self.encoder.name} if self.encoder else {}
         return {"kind": "bfcl", "bfcl_eval": self.version, "category": self.bfcl_category,
                 **self.mode.to_dict(), **encoder,
                 "entries": len(self.entries), "step_limit": step_limit}  # fmt: skip
@@ -301,7 +301,7 @@ class BfclMultiTurnTask:
         """One sandboxed process over `items`; memory_vector's is shown the encoder's folder in
         the hub cache, which it reads offline."""
         network = how.pop("network", None)
-        encoder = find_encoder() if self.bfcl_category.removesuffix(PREREQ) == VECTOR else None
+        encoder = self.encoder  # memory_vector's (its tasks alone carry one)
         data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
                             config=dict(self.mode.config), items=list(items),
                             hub=encoder.hub if encoder else None, **how)  # fmt: skip

@@ -14,7 +14,6 @@ from evalpipe.core.errors import ConfigError, MissingDependencyError
 from evalpipe.sandbox.pool import Network
 from evalpipe.tasks.bfcl.install import BFCL_EVAL, bfcl_dir
 
-WEB_SEARCH = BFCL_WEB_SEARCH
 # A web search entry's calls that were not executed (steps_program.literal_call refused them):
 # its metric, and its category's sum in bfcl_results.json.
 REFUSED_CALLS = "refused_calls"
@@ -38,7 +37,7 @@ def web_search_asked(chosen: Sequence[str], named: Sequence[str]) -> list[str]:
     """The web search categories of `chosen` to run: all of them with the key; without it,
     none, and naming one is refused (plain `bfcl` then runs without them, its overall marked
     incomplete). Refused too where BFCL's web dependencies are missing."""
-    web = [c for c in chosen if c in WEB_SEARCH]
+    web = [c for c in chosen if c in BFCL_WEB_SEARCH]
     if web and not has_key():
         asked = [c for c in web if c in named]
         if asked:
