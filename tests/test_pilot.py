@@ -24,7 +24,7 @@ from evalpipe.engine.protocol import EngineSettings
 from evalpipe.estimate.cost import probed_prefill
 from evalpipe.estimate.history import load_history
 from evalpipe.estimate.stepfit import fit_steps
-from evalpipe.run.pilotprobe import PROBE_STEPS
+from evalpipe.run.pilotprobe import PROBE_REPEATS, PROBE_STEPS
 from evalpipe.run.runner import RunOptions, run_evaluation
 from evalpipe.run.smokeprobe import probe_prompts
 from evalpipe.rundir.layout import RunDir
@@ -138,7 +138,8 @@ def test_a_pilot_probes_the_full_runs_batch_where_its_own_batches_stay_below_it(
     assert probe is not None and probe.steps.steps == PROBE_STEPS
     assert [b.batch for b in probe.steps.bins.values()] == [batch]
     # The fake engine counts a prompt's words as its tokens; its first step prefilled them.
-    assert probe.prompt_tokens == sum(len(p.split()) for p in probe_prompts(batch, "pilot"))
+    prompts = probe_prompts(batch, "pilot", PROBE_REPEATS)
+    assert probe.prompt_tokens == sum(len(p.split()) for p in prompts)
     assert probe.prefill_s > 0 and manifest.timings["probe"] > 0
     # The estimate's step fit reads the probe beside the pilot's own steps, prices prompts at
     # the probe's prefill, and keeps the probe's seconds out of the job's overhead.

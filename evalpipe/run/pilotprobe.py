@@ -9,9 +9,11 @@ engine's sequence slots), timing each step as the run times its own, and records
 steps in the manifest beside its own, where the estimate's step fit reads them
 (estimate/stepfit.py), and the seconds its prefill took per prompt token, which price the full
 run's prompts (the pilot's few prompts cannot: the step fit prices decode steps alone). The
-probe's prompts are the smoke probe's (about 60 tokens); its cost is its prefill and
-PROBE_STEPS steps, recorded as the manifest's `probe` timing (kept out of the job's overhead,
-estimate/history.py)."""
+probe's prompts are the smoke probe's text cut to about 20 tokens, without the chat template:
+its prefill, not its steps, had been most of its cost, and a prompt token's price hardly
+depends on the prompt's length at a run's prompt lengths. Its cost, its prefill and
+PROBE_STEPS steps, is recorded as the manifest's `probe` timing (kept out of the job's
+overhead, estimate/history.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import time
 from collections.abc import Iterable
 
 from evalpipe.engine.protocol import Engine
+from evalpipe.records.prompt import Rendered
 from evalpipe.records.request import Request
 from evalpipe.records.sampling import SamplingSettings
 from evalpipe.run.smokeprobe import probe_prompts
@@ -26,7 +29,8 @@ from evalpipe.rundir.pilotrecord import PilotRecord, Probe
 from evalpipe.rundir.samplelog import SampleRecord
 from evalpipe.rundir.stepprofile import StepProfile
 
-PROBE_STEPS = 16  # decode steps timed at the run's batch
+PROBE_STEPS = 8  # decode steps timed at the run's batch
+PROBE_REPEATS = 2  # the smoke probe's text twice: about 20 tokens a prompt
 # Probe only where the run's batch is at least this multiple of the pilot's largest: nearer,
 # the pilot's own steps already reach it.
 SPREAD = 2.0
@@ -60,8 +64,10 @@ def batch_probe(engine: Engine, batch: int) -> Probe:
     before them prefilled the prompts (their seconds over the prompts' tokens price a prompt
     token: the decoding they did beside it is counted in, a slight overstatement)."""
     settings = SamplingSettings(max_tokens=PROBE_STEPS + 1, ignore_eos=True)
+    # Sent as rendered text: a chat template would more than double the probe's prefill.
+    prompts = [Rendered(p) for p in probe_prompts(batch, "pilot", PROBE_REPEATS)]
     engine.add([Request(id=f"pilot-probe-{i}", prompt=prompt, sampling=settings)
-                for i, prompt in enumerate(probe_prompts(batch, "pilot"))])  # fmt: skip
+                for i, prompt in enumerate(prompts)])  # fmt: skip
     steps: list[tuple[float, int]] = []
     prompt_tokens = 0
     while engine.in_flight():
