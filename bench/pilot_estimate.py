@@ -6,8 +6,10 @@ no history, on a workload whose answer lengths differ a lot by task.
 
 The workload (bench/pilot_tasks/): short multiple choice (a letter in ≤ 8 tokens), long
 free-form explanations (≤ 96 tokens), and repeated sampling (3 sampled answers of ≤ 48 tokens
-each), --limit samples of each (sized for three repetitions in about 20 minutes on the shared
-2-core machine). Each repetition runs, as processes timed whole:
+each), --limit samples of each (the default 40 is one engine batch, three repetitions in about
+20 minutes on the shared 2-core machine; `--limit 400 --pilot 8`, the task files' whole size,
+is eight batches, where a pilot's fixed costs weigh as they do in a long run: about 40 minutes).
+Each repetition runs, as processes timed whole:
   1. `evalpipe run --pilot N` into its own directory, then the full run's estimate from it
      (`estimate/pilot.py`, as `evalpipe run --pilot` prints it);
   2. the full run, without a pilot, into another directory: the measured wall, and its
@@ -23,7 +25,7 @@ no-history estimate prices every answer at its max_tokens: at the smoke record's
 --no-smoke at the pilot's (the difference is then the lengths alone).
 The first repetition then resumes the pilot's directory as the full run, counts what it
 generated (none of the pilot's samples again) and sets its completions and scores beside the
-full run's.
+full run's; the pilot's added cost is then its wall plus that run's, less the full run's.
 Prints a markdown table with medians; the load before each process goes to the JSON.
 """
 
@@ -246,6 +248,11 @@ def _table(rows: list[dict], check: dict | None) -> None:
     print(f"\nestimate within ±{WALL_TARGET:.0%}: {wall_ok}; pilot ≤ {COST_TARGET:.0%} of the "
           f"full run's cost: {cost_ok}")  # fmt: skip
     if check is not None:
+        added = rows[0]["pilot_wall_s"] + check["wall_s"] - rows[0]["full_wall_s"]
+        print(
+            f"the pilot's added cost (rep 1: the pilot, plus the run that resumed it, less the "
+            f"run without it): {added:.1f} s, {added / rows[0]['full_wall_s']:.0%} of the full run"
+        )
         print(
             f"continuation: {check['pilot_samples']} pilot samples resumed "
             f"({check['pilot_samples_generated_again']} generated again), "
