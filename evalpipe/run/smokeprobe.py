@@ -14,7 +14,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -72,17 +72,16 @@ def probe_prompts(batch: int, call: str, repeats: int = PROMPT_REPEATS) -> list[
 
 
 def _probe(engine: Engine, batch: int, repeats: int = PROMPT_REPEATS) -> ProbePoint:
-    def prompts(call: str) -> Sequence[str]:
-        return probe_prompts(batch, call, repeats)
-
     prefill_s = full_s = math.inf
     # The faster of two tries: a burst of other work on a shared node would skew one alone.
     for attempt in range(PROBE_TRIES):
         start = time.perf_counter()
-        first = engine.generate(prompts(f"p{attempt}"), SamplingSettings(max_tokens=1))
+        prompts = probe_prompts(batch, f"p{attempt}", repeats)
+        first = engine.generate(prompts, SamplingSettings(max_tokens=1))
         prefill_s = min(prefill_s, time.perf_counter() - start)
         start = time.perf_counter()
-        full = engine.generate(prompts(f"d{attempt}"), SamplingSettings(max_tokens=DECODE_TOKENS))
+        prompts = probe_prompts(batch, f"d{attempt}", repeats)
+        full = engine.generate(prompts, SamplingSettings(max_tokens=DECODE_TOKENS))
         full_s = min(full_s, time.perf_counter() - start)
     prompt_tokens = sum(g.prompt_tokens for g in first)
     completion = sum(sum(g.completion_tokens) for g in full)
