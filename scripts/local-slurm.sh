@@ -79,6 +79,8 @@ JobRequeue=1
 # Finished jobs stay visible to squeue/scontrol for 10 minutes (there is no accounting).
 MinJobAge=600
 KillWait=5
+# The controller shares two cores with CPU engine jobs: give its RPCs 30 s, not 10.
+MessageTimeout=30
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none

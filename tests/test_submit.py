@@ -22,12 +22,21 @@ from evalpipe.core.errors import (
     PreflightError,
     RunDirError,
     SlurmError,
+    SlurmUnreachable,
 )
+from evalpipe.jobs import jobstatus
 from evalpipe.jobs.jobspec import JobOptions
 from evalpipe.jobs.jobstatus import Job
 from evalpipe.jobs.sbatchsubmit import prepare_all, submit, submit_all
 from evalpipe.run.runoptions import RunnerOptions
-from evalpipe.slurm.client import FakeSlurm, TaskState, _parse_sacct, _parse_squeue
+from evalpipe.slurm.client import (
+    NO_ANSWER,
+    FakeSlurm,
+    Slurm,
+    TaskState,
+    _parse_sacct,
+    _parse_squeue,
+)
 
 
 def submit_sweep(
@@ -203,6 +212,50 @@ def test_wait_times_out_with_the_status_command(tmp_path: Path) -> None:
     job = submit("tiny_random", "local", out=tmp_path / "r", slurm=fake)
     with pytest.raises(SlurmError, match="evalpipe status"):
         job.wait(poll_s=0, timeout_s=0)
+
+
+def test_wait_asks_again_when_the_controller_does_not_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A loaded slurmctld times out on squeue while the job runs on: no answer is no end.
+    states = ["RUNNING", NO_ANSWER, NO_ANSWER, "COMPLETED"]
+    fake = FakeSlurm(first_id=7, states_by_id={"7": states})
+    job = submit("tiny_random", "local", out=tmp_path / "r", slurm=fake)
+    seen: list[str] = []
+    status = job.wait(poll_s=0, on_progress=lambda s: seen.append(s.line()))
+    assert status.ok and seen == ["1 RUNNING | 0 samples done", "1 COMPLETED | 0 samples done"]
+    # Silent for longer than the grace: an error that says the job may still run.
+    monkeypatch.setattr(jobstatus, "UNREACHABLE_GRACE_S", 0.0)
+    job = submit("tiny_random", "local", out=tmp_path / "r2", slurm=FakeSlurm(
+        first_id=8, states_by_id={"8": [NO_ANSWER]}))  # fmt: skip
+    with pytest.raises(SlurmUnreachable, match=r"may still be running.*evalpipe status"):
+        job.wait(poll_s=0)
+
+
+def _slurm_commands(bin_dir: Path, squeue_err: str) -> None:
+    """squeue failing with `squeue_err` and sacct without accounting, as SLURM 22.05 prints."""
+    bin_dir.mkdir()
+    for name, said in (("squeue", squeue_err), ("sacct", "Slurm accounting storage is disabled")):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho '{said}' >&2\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
+
+
+def test_the_real_client_tells_a_timeout_from_a_job_slurm_no_longer_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    timeout = tmp_path / "timeout"
+    _slurm_commands(timeout, "slurm_load_jobs error: Socket timed out on send/recv operation")
+    monkeypatch.setenv("PATH", f"{timeout}:{os.environ['PATH']}")
+    with pytest.raises(SlurmUnreachable, match=r"Socket timed out.*scontrol ping"):
+        Slurm().states("2431")
+    job = submit("tiny_random", "local", out=tmp_path / "r", slurm=FakeSlurm(first_id=2431))
+    assert main(["status", str(job.run_dir)]) == exitcodes.ERROR
+    assert "Socket timed out" in capsys.readouterr().err
+    gone = tmp_path / "gone"
+    _slurm_commands(gone, "slurm_load_jobs error: Invalid job id specified")
+    monkeypatch.setenv("PATH", f"{gone}:{os.environ['PATH']}")
+    [task] = Slurm().states("2431")
+    assert task.state == "UNKNOWN" and task.reason == "Slurm accounting storage is disabled"
 
 
 def test_a_job_gone_without_accounting_is_judged_by_its_run_dir(tmp_path: Path) -> None:

@@ -36,6 +36,11 @@ class SlurmError(EvalpipeError):
     """The scheduler refused or failed a command; the message quotes its own words."""
 
 
+class SlurmUnreachable(SlurmError):
+    """slurmctld did not answer (down, or too busy within its message timeout): the job's state
+    is unknown for now, not ended."""
+
+
 class EngineError(EvalpipeError):
     """The inference engine could not be built or failed while generating."""
 

@@ -7,12 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalpipe.core.errors import RunDirError, SlurmError
+from evalpipe.core.errors import RunDirError, SlurmError, SlurmUnreachable
 from evalpipe.rundir.layout import RunDir
 from evalpipe.rundir.manifest import read_manifest
 from evalpipe.rundir.samplelog import read_samples
 from evalpipe.rundir.submission import read_submission
 from evalpipe.slurm.client import UNKNOWN, Slurm, SlurmClient, TaskState
+
+# How long `wait` keeps asking a controller that does not answer: a busy slurmctld answers
+# again within minutes; longer is an outage the user should hear of.
+UNREACHABLE_GRACE_S = 600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,17 +122,32 @@ class Job:
         timeout_s: float | None = None,
         on_progress: Callable[[JobStatus], None] | None = None,
     ) -> JobStatus:
-        """Block until the job (and its merge job) ended; returns the final status."""
+        """Block until the job (and its merge job) ended; returns the final status. A controller
+        that does not answer is asked again for up to UNREACHABLE_GRACE_S."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        silent_since: float | None = None
+        last = "no state yet"
         while True:
-            status = self.state()
-            if on_progress:
-                on_progress(status)
-            if status.done:
-                return status
+            try:
+                status = self.state()
+            except SlurmUnreachable as e:
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since >= UNREACHABLE_GRACE_S:
+                    raise SlurmUnreachable(
+                        f"SLURM has not answered for {UNREACHABLE_GRACE_S:g} s ({e}). Job "
+                        f"{self.job_id} may still be running; follow it with `evalpipe status "
+                        f"{self.run_dir}` once `scontrol ping` answers."
+                    ) from None
+            else:
+                silent_since = None
+                last = status.line()
+                if on_progress:
+                    on_progress(status)
+                if status.done:
+                    return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise SlurmError(
-                    f"Job {self.job_id} has not ended after {timeout_s:g} s ({status.line()}). "
+                    f"Job {self.job_id} has not ended after {timeout_s:g} s ({last}). "
                     f"It keeps running; follow it with `evalpipe status {self.run_dir}`."
                 )
             time.sleep(poll_s)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from evalpipe.core.errors import SlurmError
+from evalpipe.core.errors import SlurmError, SlurmUnreachable
 from evalpipe.slurm.argv import (
     sacct_argv,
     sbatch_argv,
@@ -39,7 +39,11 @@ TERMINAL = frozenset(
     }
 )
 UNKNOWN = "UNKNOWN"  # gone from the queue, and no accounting to ask
+# squeue's words for a job id slurmctld no longer holds (SLURM 22.05+: "slurm_load_jobs error:
+# Invalid job id specified"); any other failure means the controller did not answer.
+GONE_FROM_QUEUE = "Invalid job id"
 COMMAND_TIMEOUT_S = 60
+NO_ANSWER = "NO_ANSWER"  # FakeSlurm's scripted controller timeout
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +73,9 @@ class SlurmClient(Protocol):
         ...
 
     def states(self, job_id: str) -> list[TaskState]:
-        """The job's tasks (one for a plain job, one per array task); UNKNOWN when gone."""
+        """The job's tasks (one for a plain job, one per array task); UNKNOWN when gone.
+        Raises SlurmUnreachable when the scheduler did not answer: a job is never judged
+        gone on a timeout."""
         ...
 
     def cancel(self, job_id: str, *, signal: str | None = None, batch: bool = False) -> None:
@@ -121,7 +127,7 @@ class Slurm:
                 "local test cluster with `scripts/local-slurm.sh start`."
             ) from None
         except subprocess.TimeoutExpired:
-            raise SlurmError(
+            raise SlurmUnreachable(
                 f"`{' '.join(argv)}` did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld "
                 "up? (`scontrol ping`)"
             ) from None
@@ -145,6 +151,14 @@ class Slurm:
 
     def states(self, job_id: str) -> list[TaskState]:
         queued = self._run(squeue_argv(job_id), check=False)
+        if queued.returncode != 0 and GONE_FROM_QUEUE not in queued.stderr:
+            # A busy controller times out ("Socket timed out on send/recv operation") while the
+            # job runs on: that is no answer, and the caller asks again.
+            said = queued.stderr.strip() or f"exit status {queued.returncode}"
+            raise SlurmUnreachable(
+                f"`{' '.join(squeue_argv(job_id))}` failed: {said}. Is slurmctld up? "
+                "(`scontrol ping`)"
+            )
         tasks = _parse_squeue(queued.stdout) if queued.returncode == 0 else []
         if tasks:
             return tasks
@@ -167,7 +181,8 @@ class FakeSlurm:
     """A scheduler in memory: records argv, hands out job ids, reports scripted states.
 
     `states_by_id` maps a job id to the states to report, one per call (the last repeats);
-    unknown ids report COMPLETED. `refuse` makes every submit and test-only fail with that text.
+    unknown ids report COMPLETED; a scripted NO_ANSWER raises SlurmUnreachable, as a controller
+    that timed out does. `refuse` makes every submit and test-only fail with that text.
     `shown` maps an entity ("partition", "node") to the text `scontrol show` would print.
     """
 
@@ -209,6 +224,8 @@ class FakeSlurm:
         if not queue:
             return [TaskState(job_id=job_id, state="COMPLETED")]
         state = queue.pop(0) if len(queue) > 1 else queue[0]
+        if state == NO_ANSWER:
+            raise SlurmUnreachable(f"squeue -j {job_id}: Socket timed out on send/recv operation")
         return [TaskState(job_id=job_id, state=state)]
 
     def cancel(self, job_id: str, *, signal: str | None = None, batch: bool = False) -> None:
