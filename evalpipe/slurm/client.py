@@ -43,6 +43,7 @@ UNKNOWN = "UNKNOWN"  # gone from the queue, and no accounting to ask
 # Invalid job id specified"); any other failure means the controller did not answer.
 GONE_FROM_QUEUE = "Invalid job id"
 COMMAND_TIMEOUT_S = 60
+ASK_PING = "Is slurmctld up? (`scontrol ping`)"
 NO_ANSWER = "NO_ANSWER"  # FakeSlurm's scripted controller timeout
 
 
@@ -128,8 +129,7 @@ class Slurm:
             ) from None
         except subprocess.TimeoutExpired:
             raise SlurmUnreachable(
-                f"`{' '.join(argv)}` did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld "
-                "up? (`scontrol ping`)"
+                f"`{' '.join(argv)}` did not answer within {COMMAND_TIMEOUT_S} s. {ASK_PING}"
             ) from None
         if check and result.returncode != 0:
             said = (result.stderr or result.stdout).strip() or f"exit status {result.returncode}"
@@ -155,10 +155,7 @@ class Slurm:
             # A busy controller times out ("Socket timed out on send/recv operation") while the
             # job runs on: that is no answer, and the caller asks again.
             said = queued.stderr.strip() or f"exit status {queued.returncode}"
-            raise SlurmUnreachable(
-                f"`{' '.join(squeue_argv(job_id))}` failed: {said}. Is slurmctld up? "
-                "(`scontrol ping`)"
-            )
+            raise SlurmUnreachable(f"`{' '.join(squeue_argv(job_id))}` failed: {said}. {ASK_PING}")
         tasks = _parse_squeue(queued.stdout) if queued.returncode == 0 else []
         if tasks:
             return tasks

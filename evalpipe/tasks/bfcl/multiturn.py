@@ -301,13 +301,12 @@ class BfclMultiTurnTask:
         """One sandboxed process over `items`; memory_vector's is shown the encoder's folder in
         the hub cache, which it reads offline."""
         network = how.pop("network", None)
-        encoder = self.encoder  # memory_vector's (its tasks alone carry one)
         data = sandbox_data(mode=self.mode.name, model=self.mode.checker_model,
                             config=dict(self.mode.config), items=list(items),
-                            hub=encoder.hub if encoder else None, **how)  # fmt: skip
+                            hub=self.encoder.hub if self.encoder else None, **how)  # fmt: skip
         return run_exchange(PROGRAM.read_text(), data, network=network,
                             timeout_s=START_S + PER_TEXT_S * len(items),
-                            shown=(encoder.repo,) if encoder else ())  # fmt: skip
+                            shown=(self.encoder.repo,) if self.encoder else ())  # fmt: skip
 
     def resolve(self, items: Sequence[tuple[Sample, Sequence[Step], Step]]) -> list[dict[str, Any]]:
         """Each new step decoded and its calls executed in the sandbox, after the entry's
